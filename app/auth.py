@@ -1,0 +1,72 @@
+"""Who is calling: the operator, or one agent. Agent tokens are stored only as hashes."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from .errors import Forbidden, Unauthenticated
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: str                  # "operator" | "agent"
+    agent_id: str | None = None
+
+    @property
+    def is_operator(self) -> bool:
+        return self.kind == "operator"
+
+    @property
+    def actor(self) -> str:
+        return "operator" if self.is_operator else f"agent:{self.agent_id}"
+
+
+OPERATOR = Principal("operator")
+
+
+def new_agent_token() -> str:
+    return "agt_" + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def parse_bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def authenticate(token: str | None, operator_token: str, token_index: dict[str, str]) -> Principal | None:
+    if not token:
+        return None
+    if hmac.compare_digest(token.encode(), operator_token.encode()):
+        return OPERATOR
+    agent_id = token_index.get(hash_token(token))
+    return Principal("agent", agent_id) if agent_id else None
+
+
+def require(principal: Principal | None) -> Principal:
+    if principal is None:
+        raise Unauthenticated("a valid bearer token is required")
+    return principal
+
+
+def require_operator(principal: Principal | None) -> Principal:
+    principal = require(principal)
+    if not principal.is_operator:
+        raise Forbidden("this operation is for the operator only")
+    return principal
+
+
+def require_self_or_operator(principal: Principal | None, agent_id: str) -> Principal:
+    principal = require(principal)
+    if not principal.is_operator and principal.agent_id != agent_id:
+        raise Forbidden("agents may act only on their own resources")
+    return principal

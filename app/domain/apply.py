@@ -1,0 +1,204 @@
+"""apply(state, type, data): the only way a pool's scheduler state changes.
+
+Deterministic and clock-free: time enters as the `at` recorded in each decision. Folding
+a pool's events from the start with apply gives exactly the state the live scheduler
+had, which is what makes replay, time travel and `replayCheck` exact.
+"""
+from __future__ import annotations
+
+import bisect
+
+from . import events as ev
+from .admission import aimd_factor
+from .settings import PoolSettings
+from .state import AgentState, PoolState, TurnState
+
+
+def new_pool(data: dict) -> PoolState:
+    return PoolState.new(PoolSettings.from_dict(data["settings"]), data["at"])
+
+
+def _advance(state: PoolState, at: float) -> None:
+    """Move the pool's clock to `at`: refill buckets at the current factor, then let the
+    AIMD factor grow additively. Only decisions call this, so live and replay take the
+    same steps and reach the same floating-point values."""
+    if at <= state.clock:
+        return
+    s = state.settings
+    state.requests.advance(at, state.rate_factor)
+    state.tokens.advance(at, state.rate_factor)
+    state.rate_factor = aimd_factor(state.rate_factor, state.rate_factor_at, at, s.aimd_increase_per_minute)
+    state.rate_factor_at = at
+    state.clock = at
+
+
+def _enqueue(state: PoolState, turn: TurnState) -> None:
+    queue = state.queues[turn.level]
+    seqs = [state.turns[t].seq for t in queue]
+    queue.insert(bisect.bisect_right(seqs, turn.seq), turn.turn_id)
+
+
+def _dequeue(state: PoolState, turn: TurnState) -> None:
+    queue = state.queues[turn.level]
+    if turn.turn_id in queue:
+        queue.remove(turn.turn_id)
+
+
+def _release_lane(state: PoolState, turn: TurnState) -> None:
+    if turn.lane is not None and state.lanes[turn.lane] == turn.turn_id:
+        state.lanes[turn.lane] = None
+
+
+def apply(state: PoolState, type_: str, data: dict) -> PoolState:
+    handler = _HANDLERS.get(type_)
+    if handler is None:
+        return state
+    if "at" in data:
+        _advance(state, data["at"])
+    handler(state, data)
+    cause = data.get("cause")
+    if isinstance(cause, int) and cause > state.inputs_through:
+        state.inputs_through = cause
+    return state
+
+
+def _agent_admitted(state: PoolState, d: dict) -> None:
+    state.agents[d["agent_id"]] = AgentState(
+        agent_id=d["agent_id"], name=d["name"], priority_class=d["priority_class"], level=d["level"])
+
+
+def _quarantine_lifted(state: PoolState, d: dict) -> None:
+    agent = state.agents[d["agent_id"]]
+    agent.state, agent.consecutive_reaps = ev.ACTIVE, 0
+
+
+# -- decisions ------------------------------------------------------------------------
+
+def _turn_queued(state: PoolState, d: dict) -> None:
+    turn = TurnState(turn_id=d["turn_id"], agent_id=d["agent_id"], level=d["level"], seq=d["seq"],
+                     status=ev.QUEUED, estimated_tokens=d["estimated_tokens"],
+                     max_output_tokens=d["max_output_tokens"], requested_at=d["requested_at"],
+                     queued_at=d["at"])
+    state.turns[turn.turn_id] = turn
+    state.next_seq = max(state.next_seq, turn.seq + 1)
+    _enqueue(state, turn)
+
+
+def _turn_granted(state: PoolState, d: dict) -> None:
+    turn = state.turns[d["turn_id"]]
+    _dequeue(state, turn)
+    turn.status, turn.lane, turn.granted_at = ev.GRANTED, d["lane"], d["at"]
+    turn.lease_expires_at, turn.reserved_tokens = d["lease_expires_at"], d["reserved_tokens"]
+    state.lanes[turn.lane] = turn.turn_id
+    state.requests.level -= 1
+    state.tokens.level -= turn.reserved_tokens
+
+
+def _lease_extended(state: PoolState, d: dict) -> None:
+    state.turns[d["turn_id"]].lease_expires_at = d["lease_expires_at"]
+
+
+def _turn_completed(state: PoolState, d: dict) -> None:
+    turn = state.turns.pop(d["turn_id"])
+    _release_lane(state, turn)
+    used = d["prompt_tokens"] + d["completion_tokens"]
+    # Reconcile the reservation with real usage; never above the bucket's capacity.
+    capacity = state.tokens.capacity(state.rate_factor)
+    state.tokens.level = min(capacity, state.tokens.level + turn.reserved_tokens - used)
+    agent = state.agents.get(turn.agent_id)
+    if agent:
+        agent.used_seconds += d["lane_seconds"]
+        agent.used_tokens += used
+        agent.consecutive_reaps = 0
+        agent.completions += 1
+
+
+def _turn_cancelled(state: PoolState, d: dict) -> None:
+    turn = state.turns.pop(d["turn_id"], None)
+    if turn is None:
+        return
+    _dequeue(state, turn)
+    _release_lane(state, turn)
+
+
+def _turn_reaped(state: PoolState, d: dict) -> None:
+    turn = state.turns.pop(d["turn_id"])
+    _release_lane(state, turn)
+    agent = state.agents.get(turn.agent_id)
+    if agent:
+        # A zombie's whole hold counts against its agent; its reservation stays spent,
+        # because we cannot know what the provider charged for a call that never settled.
+        agent.used_seconds += d["at"] - (turn.granted_at or d["at"])
+        agent.consecutive_reaps += 1
+        agent.reaps += 1
+
+
+def _agent_demoted(state: PoolState, d: dict) -> None:
+    agent = state.agents[d["agent_id"]]
+    agent.level, agent.used_seconds, agent.used_tokens = d["to_level"], 0.0, 0.0
+    for turn in sorted((t for t in state.turns.values()
+                        if t.agent_id == agent.agent_id and t.status == ev.QUEUED), key=lambda t: t.seq):
+        _dequeue(state, turn)
+        turn.level = d["to_level"]
+        _enqueue(state, turn)
+
+
+def _levels_boosted(state: PoolState, d: dict) -> None:
+    s = state.settings
+    for agent in state.agents.values():
+        agent.level = s.entry_level(agent.priority_class)
+        agent.used_seconds = agent.used_tokens = 0.0
+    queued = sorted((t for t in state.turns.values() if t.status == ev.QUEUED), key=lambda t: t.seq)
+    state.queues = [[] for _ in range(s.levels)]
+    for turn in queued:
+        # Aging through the boost: a turn that has waited a whole period goes to the top
+        # level, so under MLFQ every queued turn is granted eventually.
+        agent = state.agents.get(turn.agent_id)
+        entry = agent.level if agent else s.levels - 1
+        turn.level = 0 if d["at"] - turn.queued_at >= s.boost_seconds else entry
+        state.queues[turn.level].append(turn.turn_id)
+    state.last_boost_at = d["at"]
+
+
+def _agent_quarantined(state: PoolState, d: dict) -> None:
+    state.agents[d["agent_id"]].state = ev.QUARANTINED
+
+
+def _pool_paused(state: PoolState, d: dict) -> None:
+    state.paused_until = d["until"]
+    state.rate_factor, state.rate_factor_at = d["rate_factor"], d["at"]
+    # After a 429 restart from an empty request bucket: admission resumes at the refill
+    # rate instead of releasing a full bucket at once, which is what caused the 429.
+    state.requests.level = min(state.requests.level, 0.0)
+    state.tokens.level = min(state.tokens.level, state.tokens.capacity(state.rate_factor))
+
+
+def _pool_resumed(state: PoolState, d: dict) -> None:
+    state.paused_until = None
+
+
+def _rate_observed(state: PoolState, d: dict) -> None:
+    # The provider counts traffic we cannot see (other clients of the same key), so its
+    # remaining budget may only lower ours, never raise it.
+    if d.get("remaining_requests") is not None:
+        state.requests.level = min(state.requests.level, float(d["remaining_requests"]))
+    if d.get("remaining_tokens") is not None:
+        state.tokens.level = min(state.tokens.level, float(d["remaining_tokens"]))
+
+
+_HANDLERS = {
+    ev.AGENT_ADMITTED: _agent_admitted,
+    ev.QUARANTINE_LIFTED: _quarantine_lifted,
+    ev.TURN_QUEUED: _turn_queued,
+    ev.TURN_GRANTED: _turn_granted,
+    ev.LEASE_EXTENDED: _lease_extended,
+    ev.TURN_COMPLETED: _turn_completed,
+    ev.TURN_CANCELLED: _turn_cancelled,
+    ev.TURN_REAPED: _turn_reaped,
+    ev.AGENT_DEMOTED: _agent_demoted,
+    ev.LEVELS_BOOSTED: _levels_boosted,
+    ev.AGENT_QUARANTINED: _agent_quarantined,
+    ev.POOL_PAUSED: _pool_paused,
+    ev.POOL_RESUMED: _pool_resumed,
+    ev.RATE_OBSERVED: _rate_observed,
+}

@@ -1,0 +1,247 @@
+"""decide(state, input, now) -> decisions: the scheduling policy as a pure function.
+
+For each input (a turn request, heartbeat, completion or cancel, or None for "time has
+passed") decide first fires the timers due by `now` (lease expiries, the periodic boost,
+the end of a pause), then answers the input, then grants as many queued turns as the
+free lanes and the rate budget allow. Each decision is folded into `state` through
+apply() as soon as it is made, so later decisions of the same step see it; the state you
+pass in is therefore advanced (pass `state.copy()` to keep the old one). Nothing here
+does I/O or reads a clock: `now` is a value, and it is recorded in every decision.
+
+MLFQ rules (after OSTEP ch. 8, adapted to one-call turns):
+ 1. A turn at a lower level index runs first.
+ 2. Within a level, turns run in arrival order (FIFO by sequence number).
+ 3. An agent enters at its priority class's level (interactive 0, batch 1, background 2).
+ 4. Each turn's lane-seconds and tokens are charged to its agent at its current level;
+    when either allotment is used up the agent moves down one level (its queued turns too).
+ 5. Every boost period all agents return to their entry level, and any turn that has
+    waited a whole period is lifted to level 0 (aging), so nothing starves.
+Admission: the head turn is granted only if a lane is free, the pool is not paused, and
+both buckets hold its reservation; the head is never skipped for a smaller turn behind
+it, so big requests cannot starve either.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from . import events as ev
+from .admission import aimd_factor, jitter, parse_rate_headers
+from .apply import apply
+from .state import PoolState, TurnState
+
+Decision = tuple[str, dict]
+
+
+class _Step:
+    def __init__(self, state: PoolState, now: float, cause: int | None):
+        self.state, self.now, self.cause = state, now, cause
+        self.out: list[Decision] = []
+
+    def emit(self, type_: str, **data) -> None:
+        data["at"] = self.now
+        if self.cause is not None:
+            data["cause"] = self.cause
+        apply(self.state, type_, data)
+        self.out.append((type_, data))
+
+
+def decide(state: PoolState, input_type: str | None, data: dict | None, now: float,
+           cause: int | None = None) -> list[Decision]:
+    now = max(now, state.clock)  # time never runs backwards, even across failover
+    step = _Step(state, now, cause)
+    _fire_timers(step)
+    if input_type is not None:
+        handler = _INPUT_HANDLERS.get(input_type)
+        if handler is not None:
+            handler(step, data or {})
+    _dispatch(step)
+    return step.out
+
+
+def factor_at(state: PoolState, now: float) -> float:
+    return aimd_factor(state.rate_factor, state.rate_factor_at, now, state.settings.aimd_increase_per_minute)
+
+
+def available(state: PoolState, now: float) -> tuple[float, float]:
+    """(requests, tokens) admissible at `now`, as apply() will compute them."""
+    f = state.rate_factor
+    return state.requests.available(now, f), state.tokens.available(now, f)
+
+
+def next_deadline(state: PoolState, now: float) -> float | None:
+    """When decide(state, None, ...) next has something to do, or None for never."""
+    times: list[float] = [t.lease_expires_at for t in state.turns.values()
+                          if t.status == ev.GRANTED and t.lease_expires_at is not None]
+    if state.agents:
+        times.append(state.last_boost_at + state.settings.boost_seconds)
+    if state.paused_until is not None:
+        times.append(state.paused_until)
+    else:
+        head = state.head()
+        if head is not None and state.free_lanes():
+            wait = max(state.requests.seconds_until(1, now, state.rate_factor),
+                       state.tokens.seconds_until(head.need_tokens, now, state.rate_factor))
+            if math.isinf(wait):
+                # The reservation exceeds the AIMD-reduced capacity: retry when the factor
+                # has recovered a step.
+                wait = 60.0 * 0.1 / max(state.settings.aimd_increase_per_minute, 1e-9)
+            times.append(now + max(wait, 1e-3))
+    return min(times) if times else None
+
+
+# -- timers ---------------------------------------------------------------------------
+
+def _fire_timers(step: _Step) -> None:
+    state, now = step.state, step.now
+    expired = sorted((t for t in state.turns.values()
+                      if t.status == ev.GRANTED and t.lease_expires_at is not None
+                      and t.lease_expires_at <= now), key=lambda t: (t.lease_expires_at, t.turn_id))
+    for turn in expired:
+        agent_id = turn.agent_id
+        step.emit(ev.TURN_REAPED, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
+                  lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at)
+        _after_usage(step, agent_id)
+        agent = state.agents.get(agent_id)
+        if (agent and agent.state == ev.ACTIVE
+                and agent.consecutive_reaps >= state.settings.quarantine_after_reaps):
+            step.emit(ev.AGENT_QUARANTINED, agent_id=agent_id, consecutive_reaps=agent.consecutive_reaps)
+            for queued in sorted((t for t in state.turns.values() if t.agent_id == agent_id),
+                                 key=lambda t: t.seq):
+                step.emit(ev.TURN_CANCELLED, turn_id=queued.turn_id, agent_id=agent_id,
+                          reason="agent quarantined")
+    if state.agents and now >= state.last_boost_at + state.settings.boost_seconds:
+        step.emit(ev.LEVELS_BOOSTED)
+    if state.paused_until is not None and now >= state.paused_until:
+        step.emit(ev.POOL_RESUMED)
+
+
+def _after_usage(step: _Step, agent_id: str) -> None:
+    """Rule 4: demote an agent that has used up its allotment at its level."""
+    state = step.state
+    agent = state.agents.get(agent_id)
+    if agent is None or agent.level >= state.settings.levels - 1:
+        return
+    seconds, tokens = state.settings.allotment(agent.level)
+    if agent.used_seconds >= seconds or agent.used_tokens >= tokens:
+        reason = "lane-seconds" if agent.used_seconds >= seconds else "tokens"
+        step.emit(ev.AGENT_DEMOTED, agent_id=agent_id, from_level=agent.level, to_level=agent.level + 1,
+                  reason=reason, used_seconds=agent.used_seconds, used_tokens=agent.used_tokens,
+                  allotment_seconds=None if math.isinf(seconds) else seconds,
+                  allotment_tokens=None if math.isinf(tokens) else tokens)
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+def _on_registered(step: _Step, d: dict) -> None:
+    if d["agent_id"] in step.state.agents:
+        return
+    step.emit(ev.AGENT_ADMITTED, agent_id=d["agent_id"], name=d["name"],
+              priority_class=d["priority_class"],
+              level=step.state.settings.entry_level(d["priority_class"]))
+
+
+def _on_released(step: _Step, d: dict) -> None:
+    agent = step.state.agents.get(d["agent_id"])
+    if agent is not None and agent.state == ev.QUARANTINED:
+        step.emit(ev.QUARANTINE_LIFTED, agent_id=agent.agent_id)
+
+
+def _on_request(step: _Step, d: dict) -> None:
+    state = step.state
+    turn_id, agent_id = d["turn_id"], d["agent_id"]
+    if turn_id in state.turns:
+        return  # already answered (a replayed input after failover)
+    agent = state.agents.get(agent_id)
+    reason = None
+    need = d["estimated_tokens"] + d.get("max_output_tokens", 0)
+    if agent is None:
+        reason = "unknown agent"
+    elif agent.state == ev.QUARANTINED:
+        reason = "agent quarantined"
+    elif need > state.settings.tpm:
+        reason = f"reservation of {need} tokens exceeds the pool's tpm of {state.settings.tpm}"
+    if reason:
+        step.emit(ev.TURN_CANCELLED, turn_id=turn_id, agent_id=agent_id, reason=reason)
+        return
+    step.emit(ev.TURN_QUEUED, turn_id=turn_id, agent_id=agent_id, level=agent.level,
+              seq=state.next_seq, estimated_tokens=d["estimated_tokens"],
+              max_output_tokens=d.get("max_output_tokens", 0), requested_at=d.get("at", step.now),
+              priority_class=agent.priority_class)
+
+
+def _on_heartbeat(step: _Step, d: dict) -> None:
+    turn = step.state.turns.get(d["turn_id"])
+    if turn is None or turn.status != ev.GRANTED:
+        return
+    step.emit(ev.LEASE_EXTENDED, turn_id=turn.turn_id, agent_id=turn.agent_id,
+              lease_expires_at=step.now + step.state.settings.lease_seconds)
+
+
+def _on_completion(step: _Step, d: dict) -> None:
+    state, now = step.state, step.now
+    turn: TurnState | None = state.turns.get(d["turn_id"])
+    if turn is None or turn.status != ev.GRANTED:
+        return
+    outcome = d.get("outcome", ev.OK)
+    observation = parse_rate_headers(d.get("rate_limit_headers") or {}, now)
+    step.emit(ev.TURN_COMPLETED, turn_id=turn.turn_id, agent_id=turn.agent_id, lane=turn.lane,
+              outcome=outcome, prompt_tokens=int(d.get("prompt_tokens") or 0),
+              completion_tokens=int(d.get("completion_tokens") or 0),
+              lane_seconds=now - (turn.granted_at or now), reserved_tokens=turn.reserved_tokens,
+              level=turn.level, queued_at=turn.queued_at, granted_at=turn.granted_at)
+    if not observation.empty():
+        step.emit(ev.RATE_OBSERVED, turn_id=turn.turn_id, **observation.to_dict())
+    if outcome == ev.RATE_LIMITED:
+        s = state.settings
+        retry_after = d.get("retry_after_seconds")
+        if retry_after is None:
+            retry_after = observation.retry_after_s
+        if retry_after is None:
+            retry_after = s.retry_after_default
+        spread = jitter(turn.turn_id, s.jitter_seconds)
+        until = now + float(retry_after) + spread
+        if state.paused_until is not None:
+            until = max(until, state.paused_until)
+        new_factor = max(s.aimd_floor, factor_at(state, now) * s.aimd_decrease)
+        step.emit(ev.POOL_PAUSED, turn_id=turn.turn_id, until=until, retry_after=float(retry_after),
+                  jitter=spread, rate_factor=new_factor)
+    _after_usage(step, turn.agent_id)
+
+
+def _on_cancel(step: _Step, d: dict) -> None:
+    turn = step.state.turns.get(d["turn_id"])
+    if turn is None:
+        return
+    step.emit(ev.TURN_CANCELLED, turn_id=turn.turn_id, agent_id=turn.agent_id,
+              reason=d.get("reason", "cancelled"), lane=turn.lane)
+
+
+_INPUT_HANDLERS: dict[str, Callable[[_Step, dict], None]] = {
+    ev.AGENT_REGISTERED: _on_registered,
+    ev.AGENT_RELEASED: _on_released,
+    ev.TURN_REQUESTED: _on_request,
+    ev.HEARTBEAT_SENT: _on_heartbeat,
+    ev.COMPLETION_REPORTED: _on_completion,
+    ev.CANCEL_REQUESTED: _on_cancel,
+}
+
+
+# -- granting -------------------------------------------------------------------------
+
+def _dispatch(step: _Step) -> None:
+    state, now = step.state, step.now
+    if state.paused_until is not None and now < state.paused_until:
+        return
+    free = state.free_lanes()
+    while free:
+        head = state.head()
+        if head is None:
+            return
+        requests, tokens = available(state, now)
+        if requests < 1 or tokens < head.need_tokens:
+            return
+        lane = free.pop(0)
+        step.emit(ev.TURN_GRANTED, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
+                  level=head.level, lease_expires_at=now + state.settings.lease_seconds,
+                  reserved_tokens=head.need_tokens)

@@ -1,0 +1,99 @@
+"""Pool settings: one provider/model budget and its MLFQ parameters.
+
+Defaults and why (README "Scheduling rules" repeats them):
+- 3 levels. Interactive agents enter at 0, batch at 1, background at 2.
+- Allotment per level, in lane-seconds and in tokens, whichever runs out first: level 0
+  30 s / 32k tokens, level 1 120 s / 128k tokens, the last level unbounded. An
+  interactive agent making short calls with think time in between rarely uses 30
+  lane-seconds per boost period; a batch agent running long calls back to back uses it
+  in a few calls and sinks, which is exactly the FIFO head-of-line blocking we remove.
+- Boost every 60 s (OSTEP rule 5): every agent goes back to its entry level and every
+  turn that has waited a whole period is lifted to level 0, so nothing starves.
+- Lease 30 s: a call that neither finishes nor heartbeats for 30 s is a zombie.
+- Quarantine after 3 consecutive reaps.
+- AIMD on the admitted rate: halve on a 429 (floor 10%), add back 10% of the
+  provider's limit per minute without one (TCP Reno's shape, in rate instead of window).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+MAX_LANES = 1024
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    name: str = "default"
+    lanes: int = 4
+    rpm: int = 600
+    tpm: int = 400_000
+    lease_seconds: float = 30.0
+    levels: int = 3
+    allotment_seconds: tuple[float, ...] = (30.0, 120.0, math.inf)
+    allotment_tokens: tuple[float, ...] = (32_000, 128_000, math.inf)
+    boost_seconds: float = 60.0
+    quarantine_after_reaps: int = 3
+    aimd_decrease: float = 0.5
+    aimd_increase_per_minute: float = 0.10
+    aimd_floor: float = 0.10
+    retry_after_default: float = 2.0
+    jitter_seconds: float = 1.0
+    policy: str = "mlfq"           # "mlfq" or "fifo" (one level, for counterfactual replay)
+    upstream_base_url: str | None = None
+    tokenizer: str = "cl100k_base"
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def entry_level(self, priority_class: str) -> int:
+        if self.policy == "fifo":
+            return 0
+        index = {"INTERACTIVE": 0, "BATCH": 1, "BACKGROUND": 2}[priority_class]
+        return min(index, self.levels - 1)
+
+    def allotment(self, level: int) -> tuple[float, float]:
+        seconds = self.allotment_seconds[level] if level < len(self.allotment_seconds) else math.inf
+        tokens = self.allotment_tokens[level] if level < len(self.allotment_tokens) else math.inf
+        if level == self.levels - 1:
+            return math.inf, math.inf  # nowhere lower to go
+        return seconds, tokens
+
+    def validate(self) -> "PoolSettings":
+        problems = []
+        if not self.name or not all(c.isalnum() or c in "_." for c in self.name) or len(self.name) > 64:
+            problems.append("name must be 1-64 letters, digits, '_' or '.'")
+        if not 1 <= self.lanes <= MAX_LANES:
+            problems.append(f"lanes must be between 1 and {MAX_LANES}")
+        if not 1 <= self.rpm <= 10_000_000:
+            problems.append("rpm must be between 1 and 10,000,000")
+        if not 1 <= self.tpm <= 10_000_000_000:
+            problems.append("tpm must be between 1 and 10,000,000,000")
+        if not 1 <= self.lease_seconds <= 3600:
+            problems.append("leaseSeconds must be between 1 and 3600")
+        if not 1 <= self.levels <= 8:
+            problems.append("levels must be between 1 and 8")
+        if self.boost_seconds <= 0:
+            problems.append("boost period must be positive")
+        if self.policy not in ("mlfq", "fifo"):
+            problems.append("policy must be mlfq or fifo")
+        if self.tokenizer not in ("cl100k_base", "o200k_base"):
+            problems.append("tokenizer must be cl100k_base or o200k_base")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # JSON has no infinity: store it as null.
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("extra")
+        for key in ("allotment_seconds", "allotment_tokens"):
+            d[key] = [None if math.isinf(v) else v for v in d[key]]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PoolSettings":
+        d = dict(d)
+        for key in ("allotment_seconds", "allotment_tokens"):
+            if key in d:
+                d[key] = tuple(math.inf if v is None else v for v in d[key])
+        known = set(cls.__dataclass_fields__) - {"extra"}
+        return cls(**{k: v for k, v in d.items() if k in known})

@@ -1,0 +1,121 @@
+"""The scheduler state of one pool: what a fold of its events gives.
+
+Only live turns (queued or granted) are kept: a finished turn leaves the state, and its
+history stays in the log and in the turns read model. That bounds memory by the number of
+outstanding calls, not by the length of history.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from .admission import Bucket
+from .settings import PoolSettings
+
+
+@dataclass
+class TurnState:
+    turn_id: str
+    agent_id: str
+    level: int
+    seq: int                     # FIFO order within a level; a retry inherits its original's
+    status: str
+    estimated_tokens: int
+    max_output_tokens: int
+    requested_at: float
+    queued_at: float
+    granted_at: float | None = None
+    lane: int | None = None
+    lease_expires_at: float | None = None
+    reserved_tokens: int = 0
+
+    @property
+    def need_tokens(self) -> int:
+        return self.estimated_tokens + self.max_output_tokens
+
+
+@dataclass
+class AgentState:
+    agent_id: str
+    name: str
+    priority_class: str
+    level: int
+    state: str = "ACTIVE"
+    used_seconds: float = 0.0      # lane-seconds used at the current level since the last boost
+    used_tokens: float = 0.0
+    consecutive_reaps: int = 0
+    reaps: int = 0
+    completions: int = 0
+
+
+@dataclass
+class PoolState:
+    settings: PoolSettings
+    created_at: float
+    requests: Bucket
+    tokens: Bucket
+    version: int = -1              # the pool stream's version: the writer's expected version
+    position: int = 0              # the last global position folded in
+    inputs_through: int = 0        # the last input position a decision answered
+    agents: dict[str, AgentState] = field(default_factory=dict)
+    turns: dict[str, TurnState] = field(default_factory=dict)
+    queues: list[list[str]] = field(default_factory=list)
+    lanes: list[str | None] = field(default_factory=list)
+    rate_factor: float = 1.0
+    rate_factor_at: float = 0.0
+    paused_until: float | None = None
+    last_boost_at: float = 0.0
+    next_seq: int = 0
+    clock: float = 0.0             # the latest `at` folded in (time never runs backwards)
+
+    @classmethod
+    def new(cls, settings: PoolSettings, at: float) -> "PoolState":
+        return cls(settings=settings, created_at=at,
+                   requests=Bucket(settings.rpm, float(settings.rpm), at),
+                   tokens=Bucket(settings.tpm, float(settings.tpm), at),
+                   queues=[[] for _ in range(settings.levels)],
+                   lanes=[None] * settings.lanes, rate_factor_at=at, last_boost_at=at, clock=at)
+
+    # -- queries the decisions and the API need ------------------------------------------
+    def free_lanes(self) -> list[int]:
+        return [i for i, t in enumerate(self.lanes) if t is None]
+
+    def queued_count(self) -> int:
+        return sum(len(q) for q in self.queues)
+
+    def head(self) -> TurnState | None:
+        for queue in self.queues:
+            if queue:
+                return self.turns[queue[0]]
+        return None
+
+    # -- canonical serialisation (projection storage, replay hashes) ----------------------
+    def to_dict(self) -> dict:
+        d = {
+            "settings": self.settings.to_dict(), "created_at": self.created_at,
+            "requests": self.requests.to_dict(), "tokens": self.tokens.to_dict(),
+            "version": self.version, "position": self.position, "inputs_through": self.inputs_through,
+            "agents": {k: asdict(v) for k, v in sorted(self.agents.items())},
+            "turns": {k: asdict(v) for k, v in sorted(self.turns.items())},
+            "queues": self.queues, "lanes": self.lanes, "rate_factor": self.rate_factor,
+            "rate_factor_at": self.rate_factor_at, "paused_until": self.paused_until,
+            "last_boost_at": self.last_boost_at, "next_seq": self.next_seq, "clock": self.clock,
+        }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PoolState":
+        state = cls(settings=PoolSettings.from_dict(d["settings"]), created_at=d["created_at"],
+                    requests=Bucket(**d["requests"]), tokens=Bucket(**d["tokens"]))
+        for key in ("version", "position", "inputs_through", "queues", "lanes", "rate_factor",
+                    "rate_factor_at", "paused_until", "last_boost_at", "next_seq", "clock"):
+            setattr(state, key, d[key])
+        state.agents = {k: AgentState(**v) for k, v in d["agents"].items()}
+        state.turns = {k: TurnState(**v) for k, v in d["turns"].items()}
+        return state
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def copy(self) -> "PoolState":
+        return PoolState.from_dict(json.loads(json.dumps(self.to_dict())))

@@ -1,0 +1,33 @@
+"""Errors the service raises; the API maps `code` to GraphQL `extensions.code`."""
+
+
+class ServiceError(Exception):
+    code = "INTERNAL"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class BadInput(ServiceError):
+    code = "BAD_USER_INPUT"
+
+
+class NotFound(ServiceError):
+    code = "NOT_FOUND"
+
+
+class Conflict(ServiceError):
+    code = "CONFLICT"
+
+
+class Forbidden(ServiceError):
+    code = "FORBIDDEN"
+
+
+class Unauthenticated(ServiceError):
+    code = "UNAUTHENTICATED"
+
+
+class Unavailable(ServiceError):
+    code = "UNAVAILABLE"

@@ -1,0 +1,103 @@
+"""Live delivery: NOTIFY is only a wake-up; every reader re-reads from its own position.
+
+So a missed notification, a reconnect or an event too large for a NOTIFY payload loses
+nothing: the worst case is a reader waking up late (the poll interval), never a gap.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import asyncpg
+
+from .model import RecordedEvent
+from .store import NOTIFY_CHANNEL, EventStore
+
+log = logging.getLogger(__name__)
+
+
+class LogListener:
+    """One dedicated LISTEN connection per process that reconnects, plus in-process pokes.
+
+    Waiters use a generation counter: read `generation`, read the log, and if nothing new
+    arrived `await wait(generation)`, which returns at once when anything woke in between;
+    that closes the race between "read found nothing" and "start waiting"."""
+
+    def __init__(self, url: str, *, poll_interval: float = 1.0):
+        self.url = url
+        self.poll_interval = poll_interval
+        self.generation = 0
+        self.connected = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._conn: asyncpg.Connection | None = None
+
+    def poke(self, _position: int | None = None) -> None:
+        self.generation += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait(self, seen_generation: int, timeout: float | None = None) -> None:
+        if self.generation != seen_generation:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout or self.poll_interval)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="log-listener")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.connected.wait(), 10)
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._conn is not None and not self._conn.is_closed():
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            lost = asyncio.Event()
+            try:
+                self._conn = await asyncpg.connect(self.url)
+                self._conn.add_termination_listener(lambda _c: lost.set())
+                await self._conn.add_listener(NOTIFY_CHANNEL, lambda *_args: self.poke())
+                self.connected.set()
+                backoff = 0.1
+                self.poke()  # anything committed while we were away is re-read now
+                while not lost.is_set():
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(lost.wait(), self.poll_interval)
+                    self.poke()  # safety net: periodic wake-up even if a NOTIFY was missed
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # reconnect with backoff; readers keep their positions
+                log.warning("log listener lost its connection (%s); reconnecting", exc)
+            finally:
+                self.connected.clear()
+                if self._conn is not None and not self._conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        await self._conn.close()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+
+async def follow(store: EventStore, listener: LogListener, after: int = 0, *,
+                 accept: Callable[[RecordedEvent], bool] | None = None,
+                 batch: int = 500) -> AsyncIterator[RecordedEvent]:
+    """Every event with position > after, in order, then live; never a gap, never a repeat."""
+    position = after
+    while True:
+        generation = listener.generation
+        events = await store.read(position, batch)
+        for event in events:
+            position = event.position
+            if accept is None or accept(event):
+                yield event
+        if len(events) < batch:
+            await listener.wait(generation)

@@ -1,0 +1,196 @@
+"""The core read model: pools (with their live scheduler state), agents and turns.
+
+A pure fold over the log. Every worker keeps one in memory, caught up by reading the
+log, and serves queries from it; the projection runner persists it as documents in
+`read_models` with a forward-only checkpoint. `rebuild` (fold from position 0) must give
+exactly the persisted documents: that is what replayCheck compares.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.domain import events as ev
+from app.domain.apply import apply, new_pool
+from app.domain.state import PoolState
+from app.eventstore.model import RecordedEvent, category_of
+
+PROJECTIONS = ("pools", "agents", "turns", "scheduler")
+
+_TURN_STATUS = {ev.TURN_QUEUED: ev.QUEUED, ev.TURN_GRANTED: ev.GRANTED,
+                ev.TURN_COMPLETED: ev.COMPLETED, ev.TURN_CANCELLED: ev.CANCELLED,
+                ev.TURN_REAPED: ev.REAPED}
+
+
+@dataclass
+class CoreModel:
+    position: int = 0
+    pools: dict[str, PoolState] = field(default_factory=dict)
+    pool_docs: dict[str, dict] = field(default_factory=dict)
+    agents: dict[str, dict] = field(default_factory=dict)
+    turns: dict[str, dict] = field(default_factory=dict)
+    token_index: dict[str, str] = field(default_factory=dict)
+    dirty: set[tuple[str, str]] = field(default_factory=set)
+
+    # -- the fold -----------------------------------------------------------------------
+    def fold(self, event: RecordedEvent) -> None:
+        if event.position <= self.position:
+            return
+        self.position = event.position
+        category = category_of(event.stream)
+        if category == "pool":
+            self._fold_pool(event)
+        elif category == "agent":
+            self._fold_agent(event)
+        elif category == "turn":
+            self._fold_turn_input(event)
+
+    def _fold_pool(self, event: RecordedEvent) -> None:
+        name = event.stream.split("-", 1)[1]
+        d = event.data
+        if event.type == ev.POOL_CREATED:
+            self.pools[name] = new_pool(d)
+            self.pools[name].version = event.version
+            self.pool_docs[name] = {"name": name, "created_at": d["at"],
+                                    "upstream_api_key_fingerprint": d.get("upstream_api_key_fingerprint")}
+            self.dirty.add(("pools", name))
+            self.dirty.add(("scheduler", name))
+            return
+        state = self.pools.get(name)
+        if state is None:
+            return
+        apply(state, event.type, d)
+        state.version = event.version
+        state.position = event.position
+        self.dirty.add(("scheduler", name))
+        turn_id = d.get("turn_id")
+        if turn_id not in self.turns:
+            return
+        if event.type in _TURN_STATUS:
+            self._update_turn(turn_id, event)
+        elif event.type == ev.LEASE_EXTENDED:
+            self.turns[turn_id].update(lease_expires_at=d["lease_expires_at"], version=event.position)
+            self.dirty.add(("turns", turn_id))
+
+    def _update_turn(self, turn_id: str, event: RecordedEvent) -> None:
+        doc, d = self.turns[turn_id], event.data
+        doc["status"] = _TURN_STATUS[event.type]
+        if event.type == ev.TURN_QUEUED:
+            doc.update(level=d["level"], queued_at=d["at"])
+        elif event.type == ev.TURN_GRANTED:
+            doc.update(lane=d["lane"], level=d["level"], granted_at=d["at"],
+                       lease_expires_at=d["lease_expires_at"], reserved_tokens=d["reserved_tokens"])
+        else:
+            doc.update(finished_at=d["at"], lease_expires_at=None)
+            if event.type == ev.TURN_COMPLETED:
+                doc.update(outcome=d["outcome"], prompt_tokens=d["prompt_tokens"],
+                           completion_tokens=d["completion_tokens"])
+            if event.type == ev.TURN_CANCELLED:
+                doc["reason"] = d.get("reason")
+            if event.type == ev.TURN_REAPED:
+                doc["reason"] = "lease expired"
+        doc["version"] = event.position
+        self.dirty.add(("turns", turn_id))
+
+    def _fold_agent(self, event: RecordedEvent) -> None:
+        d = event.data
+        agent_id = d.get("agent_id")
+        if event.type == ev.AGENT_REGISTERED:
+            self.agents[agent_id] = {
+                "agent_id": agent_id, "name": d["name"], "pool": d["pool"],
+                "priority_class": d["priority_class"], "token_hash": d["token_hash"],
+                "context_budget_tokens": d.get("context_budget_tokens"),
+                "registered_at": d["at"], "hibernated": False, "last_active_at": d["at"]}
+            self.token_index[d["token_hash"]] = agent_id
+        elif agent_id not in self.agents:
+            return
+        elif event.type == ev.AGENT_HIBERNATED:
+            self.agents[agent_id]["hibernated"] = True
+        elif event.type == ev.AGENT_WOKEN:
+            self.agents[agent_id].update(hibernated=False, last_active_at=d["at"])
+        else:
+            return
+        self.dirty.add(("agents", agent_id))
+
+    def _fold_turn_input(self, event: RecordedEvent) -> None:
+        d = event.data
+        if event.type == ev.TURN_REQUESTED:
+            self.turns[d["turn_id"]] = {
+                "turn_id": d["turn_id"], "agent_id": d["agent_id"], "pool": d["pool"],
+                "status": ev.QUEUED, "level": None, "lane": None,
+                "estimated_tokens": d["estimated_tokens"], "max_output_tokens": d["max_output_tokens"],
+                "requested_at": d["at"], "queued_at": None, "granted_at": None,
+                "lease_expires_at": None, "finished_at": None, "outcome": None, "reason": None,
+                "prompt_tokens": None, "completion_tokens": None, "reserved_tokens": None,
+                "version": event.position}
+            self.dirty.add(("turns", d["turn_id"]))
+            agent = self.agents.get(d["agent_id"])
+            if agent is not None:
+                agent["last_active_at"] = d["at"]
+                self.dirty.add(("agents", d["agent_id"]))
+
+    # -- views the API needs -------------------------------------------------------------
+    def agent_view(self, agent_id: str) -> dict | None:
+        doc = self.agents.get(agent_id)
+        if doc is None:
+            return None
+        sched = self.pools.get(doc["pool"])
+        live = sched.agents.get(agent_id) if sched else None
+        state = ev.HIBERNATED if doc["hibernated"] else ev.ACTIVE
+        if live is not None and live.state == ev.QUARANTINED:
+            state = ev.QUARANTINED
+        level = live.level if live is not None else (
+            sched.settings.entry_level(doc["priority_class"]) if sched else 0)
+        return {**doc, "level": level, "state": state,
+                "reaps": live.reaps if live else 0, "completions": live.completions if live else 0}
+
+    # -- documents (persistence and replay comparison) ------------------------------------
+    def doc(self, projection: str, key: str) -> dict | None:
+        if projection == "pools":
+            return self.pool_docs.get(key)
+        if projection == "agents":
+            return self.agents.get(key)
+        if projection == "turns":
+            return self.turns.get(key)
+        if projection == "scheduler":
+            state = self.pools.get(key)
+            return state.to_dict() if state else None
+        raise KeyError(projection)
+
+    def all_docs(self) -> dict[tuple[str, str], dict]:
+        out: dict[tuple[str, str], dict] = {}
+        for name, doc in self.pool_docs.items():
+            out[("pools", name)] = doc
+        for name, state in self.pools.items():
+            out[("scheduler", name)] = state.to_dict()
+        for key, doc in self.agents.items():
+            out[("agents", key)] = doc
+        for key, doc in self.turns.items():
+            out[("turns", key)] = doc
+        return out
+
+    @classmethod
+    def from_docs(cls, position: int, docs: dict[tuple[str, str], dict]) -> "CoreModel":
+        model = cls(position=position)
+        for (projection, key), doc in docs.items():
+            if projection == "pools":
+                model.pool_docs[key] = doc
+            elif projection == "scheduler":
+                model.pools[key] = PoolState.from_dict(doc)
+            elif projection == "agents":
+                model.agents[key] = doc
+                model.token_index[doc["token_hash"]] = key
+            elif projection == "turns":
+                model.turns[key] = doc
+        return model
+
+
+def canonical_hash(docs: dict[tuple[str, str], Any]) -> str:
+    """sha256 over a canonical JSON serialisation of documents, sorted by key."""
+    digest = hashlib.sha256()
+    for (projection, key) in sorted(docs):
+        digest.update(json.dumps([projection, key, docs[(projection, key)]], sort_keys=True,
+                                 separators=(",", ":"), ensure_ascii=False).encode())
+    return digest.hexdigest()

@@ -1,0 +1,155 @@
+"""Keeps a CoreModel caught up with the log and persists it with a forward-only checkpoint."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from app.eventstore.listener import LogListener
+from app.eventstore.model import RecordedEvent
+from app.eventstore.store import EventStore
+
+from .core import CoreModel
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "core"
+
+
+async def load_docs(conn, projections: tuple[str, ...]) -> dict[tuple[str, str], dict]:
+    rows = await conn.fetch("SELECT projection, key, doc FROM read_models WHERE projection = ANY($1::text[])",
+                            list(projections))
+    return {(r["projection"], r["key"]): r["doc"] for r in rows}
+
+
+async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str, str], dict]) -> bool:
+    """Write `docs` and move checkpoint `name` to `position`, in one transaction, only
+    forward: the checkpoint row is locked first, and a runner that finds it already at
+    or past `position` writes nothing (a faster worker got there first)."""
+    async with conn.transaction():
+        await conn.execute("INSERT INTO projection_checkpoints (name, position) VALUES ($1, 0) "
+                           "ON CONFLICT (name) DO NOTHING", name)
+        current = await conn.fetchval(
+            "SELECT position FROM projection_checkpoints WHERE name = $1 FOR UPDATE", name)
+        if current >= position:
+            return False
+        if docs:
+            await conn.executemany(
+                "INSERT INTO read_models (projection, key, doc) VALUES ($1, $2, $3) "
+                "ON CONFLICT (projection, key) DO UPDATE SET doc = EXCLUDED.doc",
+                [(p, k, d) for (p, k), d in docs.items()])
+        await conn.execute("UPDATE projection_checkpoints SET position = $2 WHERE name = $1",
+                           name, position)
+        return True
+
+
+class Projector:
+    def __init__(self, store: EventStore, listener: LogListener, *, persist_interval: float = 0.2):
+        self.store = store
+        self.listener = listener
+        self.model = CoreModel()
+        self.persist_interval = persist_interval
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        self._subscribers: list[Callable[[RecordedEvent], None]] = []
+        self._tasks: list[asyncio.Task] = []
+
+    def subscribe(self, callback: Callable[[RecordedEvent], None]) -> Callable[[], None]:
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
+
+    async def load(self) -> None:
+        """Start from the persisted documents (fast restart), then fold the rest of the log."""
+        async with self.store.pool.acquire() as conn:
+            position = await conn.fetchval(
+                "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT)
+            if position:
+                self.model = CoreModel.from_docs(position, await load_docs(conn, ("pools", "agents", "turns", "scheduler")))
+        await self.catch_up()
+
+    async def catch_up(self) -> int:
+        folded = 0
+        async with self._lock:
+            while True:
+                events = await self.store.read(self.model.position, 1000)
+                for event in events:
+                    self.model.fold(event)
+                    for callback in list(self._subscribers):
+                        callback(event)
+                folded += len(events)
+                if len(events) < 1000:
+                    break
+        if folded:
+            async with self._changed:
+                self._changed.notify_all()
+        return folded
+
+    async def wait_position(self, position: int) -> None:
+        if self.model.position < position:
+            await self.catch_up()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until predicate() holds on the model, or timeout; returns predicate()."""
+        if predicate():
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        async with self._changed:
+            while not predicate():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+        return True
+
+    async def persist(self) -> bool:
+        model = self.model
+        if not model.dirty:
+            return False
+        position = model.position
+        keys, model.dirty = model.dirty, set()
+        docs = {k: model.doc(*k) for k in keys}
+        docs = {k: v for k, v in docs.items() if v is not None}
+        try:
+            async with self.store.pool.acquire() as conn:
+                return await save_checkpointed(conn, CHECKPOINT, position, docs)
+        except BaseException:
+            model.dirty |= keys
+            raise
+
+    async def start(self) -> None:
+        await self.load()
+        self._tasks = [asyncio.create_task(self._follow(), name="projector-follow"),
+                       asyncio.create_task(self._persist_loop(), name="projector-persist")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(Exception):
+            await self.catch_up()
+            await self.persist()
+
+    async def _follow(self) -> None:
+        while True:
+            generation = self.listener.generation
+            try:
+                folded = await self.catch_up()
+            except Exception as exc:  # the database may be restarting; keep our position
+                log.warning("projector could not read the log: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            if not folded:
+                await self.listener.wait(generation)
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.persist_interval)
+            try:
+                await self.persist()
+            except Exception as exc:
+                log.warning("projector could not persist: %s", exc)

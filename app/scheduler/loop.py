@@ -1,0 +1,194 @@
+"""The per-pool writer: one leader per pool, elected by a PostgreSQL advisory lock.
+
+The leader folds the pool's inputs in log order through the pure core (decide) and
+appends the decisions to `pool-<name>` with the stream's expected version. The advisory
+lock makes a second leader unlikely; the expected version makes a double grant
+impossible even if two processes both believe they lead (e.g. a paused process whose
+session lock was lost): the loser's append fails and it steps down.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+
+import asyncpg
+
+from app.domain import events as ev
+from app.domain.decide import Decision, decide, next_deadline
+from app.domain.state import PoolState
+from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
+from app.eventstore.store import EventStore
+from app.projections.runner import Projector
+
+log = logging.getLogger(__name__)
+
+
+def lock_key(pool: str) -> int:
+    """A stable signed 64-bit advisory-lock key per pool."""
+    return int.from_bytes(hashlib.sha256(f"agentrm-pool:{pool}".encode()).digest()[:8], "big", signed=True)
+
+
+class LostLeadership(Exception):
+    pass
+
+
+class PoolScheduler:
+    def __init__(self, pool: str, store: EventStore, projector: Projector, url: str, *,
+                 clock: Callable[[], float] = time.time, retry_interval: float = 1.0):
+        self.pool = pool
+        self.stream = f"pool-{pool}"
+        self.store = store
+        self.projector = projector
+        self.url = url
+        self.clock = clock
+        self.retry_interval = retry_interval
+        self.leading = asyncio.Event()
+        self.state: PoolState | None = None
+
+    async def run(self) -> None:
+        while True:
+            conn = None
+            try:
+                conn = await asyncpg.connect(self.url)
+                if await conn.fetchval("SELECT pg_try_advisory_lock($1)", lock_key(self.pool)):
+                    await self._lead(conn)
+            except asyncio.CancelledError:
+                raise
+            except (LostLeadership, ConcurrencyError) as exc:
+                log.warning("scheduler for pool %s stepped down: %s", self.pool, exc)
+            except Exception as exc:
+                log.warning("scheduler for pool %s failed: %r", self.pool, exc)
+            finally:
+                self.leading.clear()
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()  # closing the session releases the advisory lock
+            await asyncio.sleep(self.retry_interval)
+
+    def _relevant(self, event: RecordedEvent) -> bool:
+        if event.stream == self.stream:
+            return True
+        return event.type in ev.INPUTS and event.data.get("pool") == self.pool
+
+    async def _lead(self, lock_conn: asyncpg.Connection) -> None:
+        await self.projector.catch_up()
+        model = self.projector.model
+        if self.pool not in model.pools:
+            return
+        # Copy the state and subscribe with no await in between: the inbox then holds
+        # exactly the events after the copied position.
+        state = model.pools[self.pool].copy()
+        position = model.position
+        inbox: asyncio.Queue[RecordedEvent] = asyncio.Queue()
+        unsubscribe = self.projector.subscribe(
+            lambda e: inbox.put_nowait(e) if self._relevant(e) else None)
+        self.state = state
+        self.leading.set()
+        log.info("scheduler for pool %s leads from position %d", self.pool, position)
+        try:
+            # Inputs that arrived before we led and that no decision has answered yet.
+            backlog = await self._unanswered(state.inputs_through, position)
+            await self._process(state, backlog)
+            while True:
+                if lock_conn.is_closed():
+                    raise LostLeadership("lock session closed")
+                batch = await self._next_batch(state, inbox)
+                await self._process(state, batch)
+        finally:
+            unsubscribe()
+            self.state = None
+
+    async def _unanswered(self, after: int, up_to: int) -> list[RecordedEvent]:
+        found: list[RecordedEvent] = []
+        while after < up_to:
+            events = await self.store.read(after, 1000, types=ev.INPUTS, up_to=up_to)
+            if not events:
+                break
+            found += [e for e in events if e.data.get("pool") == self.pool]
+            after = events[-1].position
+        return found
+
+    async def _next_batch(self, state: PoolState, inbox: asyncio.Queue) -> list[RecordedEvent]:
+        now = self.clock()
+        deadline = next_deadline(state, now)
+        timeout = None if deadline is None else max(0.0, deadline - now)
+        batch: list[RecordedEvent] = []
+        try:
+            batch.append(await asyncio.wait_for(inbox.get(), timeout=min(timeout or 1.0, 1.0)))
+        except asyncio.TimeoutError:
+            return batch
+        while not inbox.empty():
+            batch.append(inbox.get_nowait())
+        return batch
+
+    async def _process(self, state: PoolState, batch: list[RecordedEvent]) -> None:
+        decisions: list[tuple[Decision, RecordedEvent | None]] = []
+        expected = state.version
+        for event in batch:
+            if event.stream == self.stream:
+                if event.version <= expected:
+                    continue  # our own decision coming back through the log
+                raise LostLeadership(f"foreign write at {self.stream} v{event.version}")
+            if event.position <= state.inputs_through:
+                continue
+            for d in decide(state, event.type, event.data, self.clock(), cause=event.position):
+                decisions.append((d, event))
+        if not batch or not decisions:
+            # Time passed (or nothing answered): fire timers and grant what now fits.
+            for d in decide(state, None, None, self.clock()):
+                decisions.append((d, None))
+        if not decisions:
+            return
+        new = [NewEvent(self.stream, type_, data, self._metadata(data, cause))
+               for (type_, data), cause in decisions]
+        recorded = await self.store.append(new, {self.stream: expected})
+        state.version = recorded[-1].version
+        state.position = recorded[-1].position
+
+    def _metadata(self, data: dict, cause: RecordedEvent | None) -> dict:
+        meta = {"actor": f"scheduler:{self.pool}",
+                "causation": cause.position if cause is not None else "timer"}
+        correlation = data.get("turn_id") or (cause.metadata.get("correlation") if cause else None)
+        if correlation:
+            meta["correlation"] = correlation
+        return meta
+
+
+class SchedulerSupervisor:
+    """Runs one PoolScheduler per pool this worker knows of; each competes for its lock."""
+
+    def __init__(self, store: EventStore, projector: Projector, url: str, **kwargs):
+        self.store, self.projector, self.url, self.kwargs = store, projector, url, kwargs
+        self.schedulers: dict[str, PoolScheduler] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._watch: asyncio.Task | None = None
+
+    def ensure(self) -> None:
+        for pool in list(self.projector.model.pools):
+            if pool not in self._tasks:
+                scheduler = PoolScheduler(pool, self.store, self.projector, self.url, **self.kwargs)
+                self.schedulers[pool] = scheduler
+                self._tasks[pool] = asyncio.create_task(scheduler.run(), name=f"scheduler-{pool}")
+
+    async def start(self) -> None:
+        self.ensure()
+        self._watch = asyncio.create_task(self._watch_pools(), name="scheduler-supervisor")
+
+    async def _watch_pools(self) -> None:
+        while True:
+            await self.projector.wait_until(
+                lambda: any(p not in self._tasks for p in self.projector.model.pools), 1.0)
+            self.ensure()
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values()) + ([self._watch] if self._watch else [])
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

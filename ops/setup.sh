@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs everything AgentRM needs; idempotent and quick when nothing is missing.
+# - a virtualenv in .venv with the project and its test extras
+# - torch pinned to the CPU build BEFORE sentence-transformers (an unpinned torch
+#   would pull a multi-GB CUDA build)
+# - PostgreSQL server binaries (Debian's package) when none are installed
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+STAMP=.venv/.agentrm-setup
+WANT="$(sha256sum pyproject.toml | cut -c1-16)"
+
+have_pg() {
+  command -v initdb >/dev/null 2>&1 && return 0
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+}
+
+if ! have_pg; then
+  echo "setup: PostgreSQL server binaries missing; installing Debian's postgresql"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q postgresql
+fi
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x .venv/bin/agentrm ]; then
+  exit 0
+fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[test]"
+echo "$WANT" > "$STAMP"
+echo "setup: done"
