@@ -119,6 +119,7 @@ class EventStore:
 
     async def read(self, after: int = 0, limit: int = 1000, *, types: Iterable[str] | None = None,
                    streams: Iterable[str] | None = None, correlation: str | None = None,
+                   agent_id: str | None = None,
                    up_to: int | None = None, conn: asyncpg.Connection | None = None
                    ) -> list[RecordedEvent]:
         """Events with position > after (and <= up_to), in position order."""
@@ -132,6 +133,9 @@ class EventStore:
         if correlation:
             args.append(correlation)
             clauses.append(f"metadata->>'correlation' = ${len(args)}")
+        if agent_id:
+            args.append(agent_id)
+            clauses.append(f"data->>'agent_id' = ${len(args)}")
         if up_to is not None:
             args.append(up_to)
             clauses.append(f"position <= ${len(args)}")

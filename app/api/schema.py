@@ -1,0 +1,257 @@
+"""The strawberry schema: thin resolvers over app.service (rules live there)."""
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+
+import strawberry
+from strawberry.types import Info
+
+from app.auth import Principal, authenticate, parse_bearer, require, require_operator
+from app.domain import events as ev
+from app.domain.decide import available
+from app.domain.settings import PoolSettings
+from app.errors import BadInput, Forbidden, NotFound, ServiceError
+from app.eventstore.listener import follow
+from app.replay import pool_state_at, replay_check
+
+from . import types as t
+from .errors import ErrorCodes, as_graphql_error
+
+
+def runtime(info: Info):
+    return info.context["runtime"]
+
+
+def principal(info: Info) -> Principal | None:
+    """HTTP: the Authorization header. WebSocket: `authorization` in connection_init."""
+    cached = info.context.get("principal", "unset")
+    if cached != "unset":
+        return cached
+    request = info.context["request"]
+    header = None
+    params = info.context.get("connection_params")
+    if isinstance(params, dict):
+        header = params.get("authorization") or params.get("Authorization")
+    if header is None and hasattr(request, "headers"):
+        header = request.headers.get("authorization")
+    rt = runtime(info)
+    found = authenticate(parse_bearer(header), rt.operator_token, rt.projector.model.token_index)
+    info.context["principal"] = found
+    return found
+
+
+def _scheduler_state(state, now: float) -> t.SchedulerState:
+    requests, tokens = available(state, now)
+    s = state.settings
+    paused = state.paused_until if state.paused_until and state.paused_until > now else None
+    return t.SchedulerState(
+        pool=s.name, position=state.position,
+        lanes=[t.LaneSlot(index=i, turn_id=tid,
+                          agent_id=state.turns[tid].agent_id if tid in state.turns else None)
+               for i, tid in enumerate(state.lanes)],
+        levels=[t.LevelQueue(level=i, queued=[t.QueuedTurn(turn_id=tid, agent_id=state.turns[tid].agent_id)
+                                              for tid in queue])
+                for i, queue in enumerate(state.queues)],
+        rate_limit=t.RateLimit(rpm=s.rpm, tpm=s.tpm, available_requests=round(requests, 3),
+                               available_tokens=round(tokens, 3), paused_until=t.ts(paused),
+                               rate_factor=round(state.rate_factor, 4)))
+
+
+def _check_pool_visible(info: Info, pool: str) -> None:
+    who = require(principal(info))
+    if not who.is_operator:
+        agent = runtime(info).service.agent_view(who.agent_id)
+        if agent["pool"] != pool:
+            raise Forbidden("agents may read only their own pool")
+
+
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def me(self, info: Info) -> t.Agent | None:
+        who = principal(info)
+        if who is None or who.is_operator:
+            return None
+        return t.Agent.of(runtime(info).service.agent_view(who.agent_id))
+
+    @strawberry.field
+    def agent(self, info: Info, id: strawberry.ID) -> t.Agent | None:
+        try:
+            return t.Agent.of(runtime(info).service.visible_agent(principal(info), str(id)))
+        except NotFound:
+            return None
+
+    @strawberry.field
+    def agents(self, info: Info, pool: str | None = None) -> list[t.Agent]:
+        return [t.Agent.of(v) for v in runtime(info).service.list_agents(principal(info), pool)]
+
+    @strawberry.field
+    def pools(self, info: Info) -> list[t.Pool]:
+        require(principal(info))
+        svc = runtime(info).service
+        return [t.Pool.of(svc.pool_view(name)) for name in sorted(svc.model.pools)]
+
+    @strawberry.field
+    def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
+        try:
+            return t.Turn.of(runtime(info).service.visible_turn(principal(info), str(id)))
+        except NotFound:
+            return None
+
+    @strawberry.field
+    def scheduler(self, info: Info, pool: str = "default") -> t.SchedulerState:
+        _check_pool_visible(info, pool)
+        state = runtime(info).projector.model.pools.get(pool)
+        if state is None:
+            raise NotFound(f"no pool named {pool!r}")
+        return _scheduler_state(state, time.time())
+
+    @strawberry.field
+    async def scheduler_at(self, info: Info, position: int, pool: str = "default") -> t.SchedulerState:
+        _check_pool_visible(info, pool)
+        if position < 0:
+            raise BadInput("position must be >= 0")
+        state = await pool_state_at(runtime(info).store, pool, position)
+        if state is None:
+            raise NotFound(f"pool {pool!r} did not exist at position {position}")
+        return _scheduler_state(state, state.clock)
+
+    @strawberry.field
+    async def events(self, info: Info, after: int = 0, limit: int = 100, types: list[str] | None = None,
+                     agent_id: strawberry.ID | None = None) -> list[t.Event]:
+        require_operator(principal(info))
+        if not 1 <= limit <= 1000:
+            raise BadInput("limit must be between 1 and 1000")
+        if after < 0:
+            raise BadInput("after must be >= 0")
+        found = await runtime(info).store.read(after, limit, types=types or None,
+                                               agent_id=str(agent_id) if agent_id else None)
+        return [t.Event.of(e) for e in found]
+
+    @strawberry.field
+    async def replay_check(self, info: Info, pool: str | None = None) -> t.ReplayReport:
+        require_operator(principal(info))
+        rt = runtime(info)
+        if pool is not None and pool not in rt.projector.model.pools:
+            raise NotFound(f"no pool named {pool!r}")
+        report = await replay_check(rt.store, rt.projector, pool)
+        return t.ReplayReport(events_replayed=report.events_replayed, live_hash=report.live_hash,
+                              replay_hash=report.replay_hash, matches=report.matches,
+                              position=report.position)
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation
+    async def create_pool(self, info: Info, input: t.PoolInput) -> t.Pool:
+        defaults = PoolSettings()
+        try:
+            settings = PoolSettings(
+                name=input.name, lanes=input.lanes, rpm=input.rpm, tpm=input.tpm,
+                lease_seconds=input.lease_seconds,
+                levels=input.levels if input.levels is not None else defaults.levels,
+                boost_seconds=input.boost_seconds if input.boost_seconds is not None else defaults.boost_seconds,
+                tokenizer=input.tokenizer or defaults.tokenizer, upstream_base_url=input.upstream_base_url)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(str(exc)) from None
+        view = await runtime(info).service.create_pool(principal(info), settings, input.upstream_api_key)
+        return t.Pool.of(view)
+
+    @strawberry.mutation
+    async def register_agent(self, info: Info, input: t.RegisterAgentInput) -> t.AgentRegistration:
+        agent, token = await runtime(info).service.register_agent(
+            principal(info), input.name, input.pool, input.priority_class.value, input.context_budget_tokens)
+        return t.AgentRegistration(agent=t.Agent.of(agent), token=token)
+
+    @strawberry.mutation
+    async def release_agent(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
+        return t.Agent.of(await runtime(info).service.release_agent(principal(info), str(agent_id)))
+
+    @strawberry.mutation
+    async def request_turn(self, info: Info, input: t.TurnRequestInput) -> t.Turn:
+        return t.Turn.of(await runtime(info).service.request_turn(
+            principal(info), input.estimated_tokens, input.max_output_tokens, input.wait_seconds))
+
+    @strawberry.mutation
+    async def heartbeat(self, info: Info, turn_id: strawberry.ID) -> t.Turn:
+        return t.Turn.of(await runtime(info).service.heartbeat(principal(info), str(turn_id)))
+
+    @strawberry.mutation
+    async def complete_turn(self, info: Info, input: t.CompleteTurnInput) -> t.Turn:
+        return t.Turn.of(await runtime(info).service.complete_turn(
+            principal(info), str(input.turn_id), input.outcome.value, input.prompt_tokens,
+            input.completion_tokens, input.retry_after_seconds, input.rate_limit_headers))
+
+    @strawberry.mutation
+    async def cancel_turn(self, info: Info, turn_id: strawberry.ID) -> t.Turn:
+        return t.Turn.of(await runtime(info).service.cancel_turn(principal(info), str(turn_id)))
+
+    @strawberry.mutation
+    async def hibernate_agent(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
+        return t.Agent.of(await runtime(info).service.set_hibernated(principal(info), str(agent_id), True))
+
+    @strawberry.mutation
+    async def wake_agent(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
+        return t.Agent.of(await runtime(info).service.set_hibernated(principal(info), str(agent_id), False))
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription
+    async def events(self, info: Info, after: int | None = None, types: list[str] | None = None,
+                     agent_id: strawberry.ID | None = None) -> AsyncGenerator[t.Event, None]:
+        try:
+            who = require(principal(info))
+            if not who.is_operator:
+                if agent_id is not None and str(agent_id) != who.agent_id:
+                    raise Forbidden("agents may follow only their own events")
+                agent_id = strawberry.ID(who.agent_id)
+            if after is not None and after < 0:
+                raise BadInput("after must be >= 0")
+        except ServiceError as exc:
+            raise as_graphql_error(exc) from None
+        rt = runtime(info)
+        start = after if after is not None else await rt.store.head()
+        wanted = set(types or ())
+        agent = str(agent_id) if agent_id else None
+
+        def accept(e) -> bool:
+            if wanted and e.type not in wanted:
+                return False
+            return agent is None or e.data.get("agent_id") == agent
+        async for event in follow(rt.store, rt.listener, start, accept=accept):
+            yield t.Event.of(event)
+
+    @strawberry.subscription
+    async def turn(self, info: Info, turn_id: strawberry.ID) -> AsyncGenerator[t.Turn, None]:
+        rt = runtime(info)
+        try:
+            doc = rt.service.visible_turn(principal(info), str(turn_id))
+        except ServiceError as exc:
+            raise as_graphql_error(exc) from None
+        key = (doc["status"], doc["version"])
+        yield t.Turn.of(doc)
+        while doc["finished_at"] is None:
+            await rt.projector.wait_until(
+                lambda: (rt.projector.model.turns[str(turn_id)]["status"],
+                         rt.projector.model.turns[str(turn_id)]["version"]) != key, 30.0)
+            doc = rt.projector.model.turns[str(turn_id)]
+            if (doc["status"], doc["version"]) != key:
+                key = (doc["status"], doc["version"])
+                yield t.Turn.of(doc)
+
+
+class AgentRMSchema(strawberry.Schema):
+    def process_errors(self, errors, execution_context=None) -> None:
+        # A client's mistake is an answer, not a server fault: log only the unexpected.
+        unexpected = [e for e in errors if e.original_error is not None
+                      and not isinstance(e.original_error, ServiceError)]
+        if unexpected:
+            super().process_errors(unexpected, execution_context)
+
+
+schema = AgentRMSchema(query=Query, mutation=Mutation, subscription=Subscription,
+                       extensions=[ErrorCodes])

@@ -1,0 +1,221 @@
+"""GraphQL types of the public contract (CONTRACT.md). Names are the contract: keep them."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+
+import strawberry
+from strawberry.scalars import JSON
+
+
+def ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
+
+
+@strawberry.enum
+class PriorityClass(Enum):
+    INTERACTIVE = "INTERACTIVE"
+    BATCH = "BATCH"
+    BACKGROUND = "BACKGROUND"
+
+
+@strawberry.enum(name="AgentState")
+class AgentStateEnum(Enum):
+    ACTIVE = "ACTIVE"
+    HIBERNATED = "HIBERNATED"
+    QUARANTINED = "QUARANTINED"
+
+
+@strawberry.enum
+class TurnStatus(Enum):
+    QUEUED = "QUEUED"
+    GRANTED = "GRANTED"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    REAPED = "REAPED"
+
+
+@strawberry.enum
+class Outcome(Enum):
+    OK = "OK"
+    RATE_LIMITED = "RATE_LIMITED"
+    ERROR = "ERROR"
+
+
+@strawberry.type
+class Pool:
+    name: str
+    lanes: int
+    rpm: int
+    tpm: int
+    lease_seconds: float
+    levels: int
+    boost_seconds: float
+    tokenizer: str
+    upstream_base_url: str | None
+    has_upstream_api_key: bool
+
+    @classmethod
+    def of(cls, v: dict) -> "Pool":
+        return cls(name=v["name"], lanes=v["lanes"], rpm=v["rpm"], tpm=v["tpm"],
+                   lease_seconds=v["lease_seconds"], levels=v["levels"], boost_seconds=v["boost_seconds"],
+                   tokenizer=v["tokenizer"], upstream_base_url=v["upstream_base_url"],
+                   has_upstream_api_key=v["has_upstream_api_key"])
+
+
+@strawberry.type
+class Agent:
+    id: strawberry.ID
+    name: str
+    pool: str
+    priority_class: PriorityClass
+    level: int
+    state: AgentStateEnum
+    context_budget_tokens: int | None
+    reaps: int
+    completions: int
+    registered_at: datetime
+
+    @classmethod
+    def of(cls, v: dict) -> "Agent":
+        return cls(id=strawberry.ID(v["agent_id"]), name=v["name"], pool=v["pool"],
+                   priority_class=PriorityClass(v["priority_class"]), level=v["level"],
+                   state=AgentStateEnum(v["state"]), context_budget_tokens=v.get("context_budget_tokens"),
+                   reaps=v["reaps"], completions=v["completions"], registered_at=ts(v["registered_at"]))
+
+
+@strawberry.type
+class AgentRegistration:
+    agent: Agent
+    token: str
+
+
+@strawberry.type
+class Turn:
+    id: strawberry.ID
+    agent_id: strawberry.ID
+    pool: str
+    status: TurnStatus
+    lane: int | None
+    level: int | None
+    estimated_tokens: int
+    max_output_tokens: int
+    requested_at: datetime
+    queued_at: datetime | None
+    granted_at: datetime | None
+    lease_expires_at: datetime | None
+    finished_at: datetime | None
+    outcome: Outcome | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, v: dict) -> "Turn":
+        return cls(id=strawberry.ID(v["turn_id"]), agent_id=strawberry.ID(v["agent_id"]), pool=v["pool"],
+                   status=TurnStatus(v["status"]), lane=v["lane"], level=v["level"],
+                   estimated_tokens=v["estimated_tokens"], max_output_tokens=v["max_output_tokens"],
+                   requested_at=ts(v["requested_at"]), queued_at=ts(v["queued_at"]),
+                   granted_at=ts(v["granted_at"]), lease_expires_at=ts(v["lease_expires_at"]),
+                   finished_at=ts(v["finished_at"]),
+                   outcome=Outcome(v["outcome"]) if v.get("outcome") else None, reason=v.get("reason"))
+
+
+@strawberry.type
+class LaneSlot:
+    index: int
+    turn_id: strawberry.ID | None
+    agent_id: strawberry.ID | None
+
+
+@strawberry.type
+class QueuedTurn:
+    turn_id: strawberry.ID
+    agent_id: strawberry.ID
+
+
+@strawberry.type
+class LevelQueue:
+    level: int
+    queued: list[QueuedTurn]
+
+
+@strawberry.type
+class RateLimit:
+    rpm: int
+    tpm: int
+    available_requests: float
+    available_tokens: float
+    paused_until: datetime | None
+    rate_factor: float
+
+
+@strawberry.type
+class SchedulerState:
+    pool: str
+    position: int
+    lanes: list[LaneSlot]
+    levels: list[LevelQueue]
+    rate_limit: RateLimit
+
+
+@strawberry.type
+class Event:
+    position: int
+    stream: str
+    version: int
+    type: str
+    data: JSON
+    metadata: JSON
+    recorded_at: datetime
+
+    @classmethod
+    def of(cls, e) -> "Event":
+        return cls(position=e.position, stream=e.stream, version=e.version, type=e.type,
+                   data=e.data, metadata=e.metadata, recorded_at=e.recorded_at)
+
+
+@strawberry.type
+class ReplayReport:
+    events_replayed: int
+    live_hash: str
+    replay_hash: str
+    matches: bool
+    position: int
+
+
+@strawberry.input
+class PoolInput:
+    name: str
+    lanes: int
+    rpm: int
+    tpm: int
+    lease_seconds: float = 30.0
+    levels: int | None = None
+    boost_seconds: float | None = None
+    tokenizer: str | None = None
+    upstream_base_url: str | None = None
+    upstream_api_key: str | None = None
+
+
+@strawberry.input
+class RegisterAgentInput:
+    name: str
+    pool: str = "default"
+    priority_class: PriorityClass = PriorityClass.INTERACTIVE
+    context_budget_tokens: int | None = None
+
+
+@strawberry.input
+class TurnRequestInput:
+    estimated_tokens: int
+    max_output_tokens: int | None = None
+    wait_seconds: float = 0.0
+
+
+@strawberry.input
+class CompleteTurnInput:
+    turn_id: strawberry.ID
+    outcome: Outcome = Outcome.OK
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    retry_after_seconds: float | None = None
+    rate_limit_headers: JSON | None = None

@@ -1,0 +1,80 @@
+"""A small demo fleet of simulated agents, so the console shows live work under `make run`.
+
+They use the same service calls a real agent's GraphQL requests reach: interactive agents
+make short calls with think time, batch agents long calls back to back, a background
+agent bursts; now and then a provider answers 429, and one call in fifty hangs (it never
+completes or heartbeats, so its lease expires and the reaper frees the lane)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+
+from app.auth import OPERATOR, Principal
+from app.domain import events as ev
+from app.errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+FLEET = [("demo-chat-1", ev.INTERACTIVE), ("demo-chat-2", ev.INTERACTIVE), ("demo-chat-3", ev.INTERACTIVE),
+         ("demo-batch-1", ev.BATCH), ("demo-batch-2", ev.BATCH), ("demo-cron", ev.BACKGROUND)]
+
+
+async def _agent_loop(rt, agent_id: str, priority_class: str, rng: random.Random) -> None:
+    svc, me = rt.service, Principal("agent", agent_id)
+    while True:
+        try:
+            if svc.agent_view(agent_id)["state"] == ev.QUARANTINED:
+                await asyncio.sleep(5)
+                await svc.release_agent(OPERATOR, agent_id)
+                continue
+            batchy = priority_class != ev.INTERACTIVE
+            tokens = rng.randint(2000, 12000) if batchy else rng.randint(300, 3000)
+            turn = await svc.request_turn(me, tokens, 512, wait_seconds=30)
+            if turn["status"] != ev.GRANTED:
+                await asyncio.sleep(1)
+                continue
+            if rng.random() < 0.02:
+                continue  # a hung call: never heard of again; the lease reaps it
+            call = rng.uniform(2, 8) if batchy else rng.uniform(0.3, 1.5)
+            while call > 10:
+                await asyncio.sleep(10)
+                call -= 10
+                await svc.heartbeat(me, turn["turn_id"])
+            await asyncio.sleep(call)
+            if rng.random() < 0.03:
+                await svc.complete_turn(me, turn["turn_id"], ev.RATE_LIMITED, 0, 0, 2.0,
+                                        {"x-ratelimit-remaining-requests": "0"})
+            else:
+                await svc.complete_turn(me, turn["turn_id"], ev.OK, tokens, rng.randint(50, 500))
+            await asyncio.sleep(rng.uniform(0, 1) if batchy else rng.uniform(2, 6))  # tool time / thinking
+        except asyncio.CancelledError:
+            raise
+        except ServiceError as exc:
+            log.debug("demo agent %s: %s", agent_id, exc)
+            await asyncio.sleep(1)
+
+
+async def start_demo(rt, seed: int = 7) -> asyncio.Task:
+    rng = random.Random(seed)
+    existing = {v["name"]: v for v in rt.service.list_agents(OPERATOR, "default")}
+    agents = []
+    for name, cls in FLEET:
+        view = existing.get(name)
+        if view is None:
+            view, _token = await rt.service.register_agent(OPERATOR, name, "default", cls)
+        agents.append((view["agent_id"], cls))
+
+    async def run_all() -> None:
+        tasks = [asyncio.create_task(_agent_loop(rt, a, c, random.Random(rng.random()))) for a, c in agents]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    return asyncio.create_task(run_all(), name="demo-fleet")

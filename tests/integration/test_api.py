@@ -1,0 +1,263 @@
+"""The GraphQL API over real HTTP and WebSocket, against the real database."""
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.client import (CANCEL, COMPLETE, CREATE_POOL, HEARTBEAT, REQUEST, SCHEDULER, TURN_FIELDS,
+                          GraphQLClient, GraphQLError, register)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+async def new_pool(operator, lanes=2, lease=30.0, rpm=6000, tpm=1_000_000, boost=None) -> str:
+    name = unique("p")
+    await operator(CREATE_POOL, name=name, lanes=lanes, rpm=rpm, tpm=tpm, lease=lease, boost=boost)
+    return name
+
+
+async def head(server) -> int:
+    return await server.runtime.store.head()
+
+
+@pytest.fixture(autouse=True)
+async def replay_matches_after_each_test(request, server):
+    """Rebuilding every projection from position 0 must equal the live one."""
+    yield
+    from app.replay import replay_check
+    rt = server.runtime
+    report = await replay_check(rt.store, rt.projector)
+    assert report.matches, f"replay differs from live: {report.differences}"
+
+
+async def test_turn_lifecycle_request_heartbeat_complete(server, operator):
+    pool = await new_pool(operator)
+    agent_id, token = await register(operator, "worker", pool)
+    async with GraphQLClient(server, token) as agent:
+        me = await agent("{ me { id name pool level state priorityClass } }")
+        assert me["me"] == {"id": agent_id, "name": "worker", "pool": pool, "level": 0,
+                            "state": "ACTIVE", "priorityClass": "INTERACTIVE"}
+        turn = (await agent(REQUEST, est=1000, out=200, wait=5))["requestTurn"]
+        assert turn["status"] == "GRANTED" and turn["lane"] in (0, 1) and turn["leaseExpiresAt"]
+        beat = (await agent(HEARTBEAT, id=turn["id"]))["heartbeat"]
+        assert beat["leaseExpiresAt"] > turn["leaseExpiresAt"]
+        done = (await agent(COMPLETE, id=turn["id"], outcome="OK", p=900, c=150))["completeTurn"]
+        assert done["status"] == "COMPLETED" and done["outcome"] == "OK" and done["finishedAt"]
+        state = (await agent(SCHEDULER, pool=pool))["scheduler"]
+        assert all(lane["turnId"] is None for lane in state["lanes"])
+        # reservation reconciled: 1200 reserved, 1050 used
+        assert state["rateLimit"]["availableTokens"] >= 1_000_000 - 1050 - 1
+
+
+async def test_queueing_when_lanes_are_full_and_wait_timeout_keeps_it_queued(server, operator):
+    pool = await new_pool(operator, lanes=1)
+    _, t1 = await register(operator, "first", pool)
+    _, t2 = await register(operator, "second", pool)
+    async with GraphQLClient(server, t1) as a1, GraphQLClient(server, t2) as a2:
+        held = (await a1(REQUEST, est=10, out=10, wait=5))["requestTurn"]
+        assert held["status"] == "GRANTED"
+        waiting = (await a2(REQUEST, est=10, out=10, wait=0.3))["requestTurn"]
+        assert waiting["status"] == "QUEUED" and waiting["level"] == 0
+        state = (await operator(SCHEDULER, pool=pool))["scheduler"]
+        assert state["levels"][0]["queued"] == [{"turnId": waiting["id"], "agentId": waiting["agentId"]}]
+        async with a2.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
+                                id=waiting["id"]) as sub:
+            first = (await sub.next())["turn"]
+            assert first["status"] == "QUEUED"
+            await a1(COMPLETE, id=held["id"], outcome="OK", p=10, c=10)
+            granted = (await sub.next())["turn"]
+            assert granted["status"] == "GRANTED" and granted["lane"] == 0
+            await a2(COMPLETE, id=waiting["id"], outcome="OK", p=10, c=10)
+            assert (await sub.next())["turn"]["status"] == "COMPLETED"
+
+
+async def test_auth_rules(server, operator):
+    pool = await new_pool(operator)
+    _, t1 = await register(operator, "alice", pool)
+    other_pool = await new_pool(operator)
+    _, t2 = await register(operator, "bob", other_pool)
+    async with GraphQLClient(server, None) as anon, GraphQLClient(server, "Bearer-nonsense") as bad, \
+            GraphQLClient(server, t1) as alice, GraphQLClient(server, t2) as bob:
+        before = await head(server)
+        for client in (anon, bad):
+            with pytest.raises(GraphQLError) as err:
+                await client(REQUEST, est=1, out=1, wait=0)
+            assert err.value.code == "UNAUTHENTICATED"
+        with pytest.raises(GraphQLError) as err:
+            await alice(CREATE_POOL, name=unique("x"), lanes=1, rpm=1, tpm=1, lease=5.0)
+        assert err.value.code == "FORBIDDEN"
+        with pytest.raises(GraphQLError) as err:
+            await alice("{ agents { id } }")
+        assert err.value.code == "FORBIDDEN"
+        turn = (await alice(REQUEST, est=1, out=1, wait=5))["requestTurn"]
+        before = await head(server)
+        for query, variables in ((HEARTBEAT, {"id": turn["id"]}), (CANCEL, {"id": turn["id"]}),
+                                 (COMPLETE, {"id": turn["id"], "outcome": "OK"})):
+            with pytest.raises(GraphQLError) as err:
+                await bob(query, **variables)
+            assert err.value.code == "FORBIDDEN"
+        with pytest.raises(GraphQLError) as err:
+            await bob(SCHEDULER, pool=pool)
+        assert err.value.code == "FORBIDDEN"
+        assert await head(server) == before, "a refused request appended events"
+        await alice(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
+
+
+async def test_bad_input_gets_a_clear_error_and_appends_nothing(server, operator):
+    pool = await new_pool(operator, tpm=10_000)
+    _, token = await register(operator, "careless", pool)
+    async with GraphQLClient(server, token) as agent:
+        turn = (await agent(REQUEST, est=10, out=10, wait=5))["requestTurn"]
+        before = await head(server)
+        cases = [
+            (REQUEST, {"est": -5, "out": 0, "wait": 0}, "BAD_USER_INPUT", "estimatedTokens"),
+            (REQUEST, {"est": 9_000, "out": 5_000, "wait": 0}, "BAD_USER_INPUT", "exceeds"),
+            (REQUEST, {"est": 1, "out": 1, "wait": 10_000}, "BAD_USER_INPUT", "waitSeconds"),
+            (HEARTBEAT, {"id": str(uuid.uuid4())}, "NOT_FOUND", "no turn"),
+            (COMPLETE, {"id": turn["id"], "outcome": "OK", "p": -1}, "BAD_USER_INPUT", "promptTokens"),
+            (COMPLETE, {"id": turn["id"], "outcome": "OK", "headers": "{not json"}, "BAD_USER_INPUT", "JSON"),
+            (COMPLETE, {"id": turn["id"], "outcome": "OK", "headers": [1, 2]}, "BAD_USER_INPUT", "object"),
+            (COMPLETE, {"id": turn["id"], "outcome": "MAYBE"}, None, "MAYBE"),
+        ]
+        for query, variables, code, words in cases:
+            with pytest.raises(GraphQLError) as err:
+                await agent(query, **variables)
+            if code:
+                assert err.value.code == code, (variables, err.value.errors)
+            assert words in str(err.value), (words, str(err.value))
+        with pytest.raises(GraphQLError) as err:
+            await operator(CREATE_POOL, name="bad name!", lanes=0, rpm=1, tpm=1, lease=5.0)
+        assert err.value.code == "BAD_USER_INPUT" and "lanes" in str(err.value)
+        with pytest.raises(GraphQLError) as err:
+            await operator(CREATE_POOL, name=pool, lanes=1, rpm=1, tpm=1, lease=5.0)
+        assert err.value.code == "CONFLICT"
+        with pytest.raises(GraphQLError) as err:
+            await operator("mutation { registerAgent(input: {name: \"x\", pool: \"nope\"}) { token } }")
+        assert err.value.code == "NOT_FOUND"
+        assert await head(server) == before
+        await agent(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
+        before = await head(server)
+        with pytest.raises(GraphQLError) as err:
+            await agent(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
+        assert err.value.code == "CONFLICT" and "already completed" in str(err.value)
+        assert await head(server) == before
+    # a body that is not JSON at all
+    async with GraphQLClient(server, None) as raw:
+        response = await raw._http.post(server.http, content=b"{oops", headers={"content-type": "application/json"})
+        assert response.status_code == 400 and response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+
+
+TURN_TYPES = ["TurnRequested", "TurnQueued", "TurnGranted", "CompletionReported", "TurnCompleted"]
+
+
+async def test_events_query_and_subscription_replay_then_live_without_gaps(server, operator):
+    pool = await new_pool(operator)
+    agent_id, token = await register(operator, "watched", pool)
+    start = await head(server)
+    async with GraphQLClient(server, token) as agent:
+        t1 = (await agent(REQUEST, est=5, out=5, wait=5))["requestTurn"]
+        async with operator.subscribe(
+                "subscription($after: Int, $agent: ID, $types: [String!]) { events(after: $after, "
+                "agentId: $agent, types: $types) { position type data } }", after=start, agent=agent_id,
+                types=TURN_TYPES) as sub:
+            replayed = [(await sub.next())["events"] for _ in range(3)]
+            assert [e["type"] for e in replayed] == ["TurnRequested", "TurnQueued", "TurnGranted"]
+            await agent(COMPLETE, id=t1["id"], outcome="OK", p=5, c=5)
+            live = [(await sub.next())["events"] for _ in range(2)]
+            assert [e["type"] for e in live] == ["CompletionReported", "TurnCompleted"]
+            positions = [e["position"] for e in replayed + live]
+            assert positions == sorted(set(positions))
+    listed = (await operator("query($a: Int!, $id: ID, $t: [String!]) { events(after: $a, agentId: $id, "
+                             "types: $t) { position type } }", a=start, id=agent_id, t=TURN_TYPES))["events"]
+    assert [e["position"] for e in listed] == positions
+
+
+async def test_cancel_queued_and_granted_turns(server, operator):
+    pool = await new_pool(operator, lanes=1)
+    _, token = await register(operator, "canceller", pool)
+    async with GraphQLClient(server, token) as agent:
+        granted = (await agent(REQUEST, est=1, out=1, wait=5))["requestTurn"]
+        queued = (await agent(REQUEST, est=1, out=1, wait=0))["requestTurn"]
+        assert queued["status"] == "QUEUED"
+        assert (await agent(CANCEL, id=queued["id"]))["cancelTurn"]["status"] == "CANCELLED"
+        assert (await operator(CANCEL, id=granted["id"]))["cancelTurn"]["status"] == "CANCELLED"
+        state = (await operator(SCHEDULER, pool=pool))["scheduler"]
+        assert state["lanes"][0]["turnId"] is None
+
+
+async def test_zombie_is_reaped_and_repeat_offender_quarantined_until_released(server, operator):
+    pool = await new_pool(operator, lanes=1, lease=1.0)
+    agent_id, token = await register(operator, "zombie", pool)
+    async with GraphQLClient(server, token) as agent:
+        for _ in range(3):   # the default quarantine threshold
+            turn = (await agent(REQUEST, est=1, out=1, wait=5))["requestTurn"]
+            assert turn["status"] == "GRANTED"
+            async with agent.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
+                                       id=turn["id"]) as sub:
+                assert (await sub.next())["turn"]["status"] == "GRANTED"
+                reaped = (await sub.next(timeout=10))["turn"]
+            assert reaped["status"] == "REAPED" and reaped["reason"] == "lease expired"
+        me = (await agent("{ me { state } }"))["me"]
+        assert me["state"] == "QUARANTINED"
+        with pytest.raises(GraphQLError) as err:
+            await agent(REQUEST, est=1, out=1, wait=0)
+        assert err.value.code == "FORBIDDEN"
+        released = (await operator("mutation($id: ID!) { releaseAgent(agentId: $id) { state } }", id=agent_id))
+        assert released["releaseAgent"]["state"] == "ACTIVE"
+        turn = (await agent(REQUEST, est=1, out=1, wait=5))["requestTurn"]
+        assert turn["status"] == "GRANTED"
+        await agent(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
+
+
+async def test_rate_limited_completion_pauses_the_pool(server, operator):
+    pool = await new_pool(operator, lanes=2)
+    _, t1 = await register(operator, "hit429", pool)
+    _, t2 = await register(operator, "bystander", pool)
+    async with GraphQLClient(server, t1) as a1, GraphQLClient(server, t2) as a2:
+        turn = (await a1(REQUEST, est=10, out=10, wait=5))["requestTurn"]
+        await a1(COMPLETE, id=turn["id"], outcome="RATE_LIMITED", retry=1.5,
+                 headers={"x-ratelimit-remaining-requests": "0", "retry-after": "1"})
+        state = (await operator(SCHEDULER, pool=pool))["scheduler"]
+        assert state["rateLimit"]["pausedUntil"] is not None and state["rateLimit"]["rateFactor"] == 0.5
+        waiting = (await a2(REQUEST, est=10, out=10, wait=0.5))["requestTurn"]
+        assert waiting["status"] == "QUEUED"          # nobody hammers the provider during the pause
+        async with a2.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
+                                id=waiting["id"]) as sub:
+            assert (await sub.next())["turn"]["status"] == "QUEUED"
+            assert (await sub.next(timeout=10))["turn"]["status"] == "GRANTED"
+        await a2(COMPLETE, id=waiting["id"], outcome="OK", p=10, c=10)
+    types = [e["type"] for e in (await operator("{ events(after: 0, limit: 1000, types: [\"PoolPaused\", \"PoolResumed\"]) { type data } }"))["events"]]
+    assert "PoolPaused" in types and "PoolResumed" in types
+
+
+async def test_scheduler_at_a_past_position(server, operator):
+    pool = await new_pool(operator, lanes=1)
+    _, token = await register(operator, "traveller", pool)
+    async with GraphQLClient(server, token) as agent:
+        turn = (await agent(REQUEST, est=1, out=1, wait=5))["requestTurn"]
+        granted_at = await head(server)
+        await agent(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
+    query = "query($p: Int!, $pool: String!) { schedulerAt(position: $p, pool: $pool) { position lanes { turnId } } }"
+    past = (await operator(query, p=granted_at, pool=pool))["schedulerAt"]
+    assert past["lanes"][0]["turnId"] == turn["id"]
+    now = (await operator(SCHEDULER, pool=pool))["scheduler"]
+    assert now["lanes"][0]["turnId"] is None
+
+
+async def test_replay_check_query(server, operator):
+    report = (await operator("{ replayCheck { eventsReplayed liveHash replayHash matches } }"))["replayCheck"]
+    assert report["matches"] and report["eventsReplayed"] > 0 and report["liveHash"] == report["replayHash"]
+
+
+async def test_exported_sdl_matches_the_code():
+    from app.api.schema import schema
+    exported = (ROOT / "schema" / "agentrm.graphql").read_text()
+    assert exported.strip() == schema.as_str().strip(), "schema/agentrm.graphql drifted: run `make schema`"

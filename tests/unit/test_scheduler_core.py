@@ -1,0 +1,257 @@
+"""The pure scheduling core: rules as examples, invariants as properties."""
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings, strategies as st
+
+from app.domain import events as ev
+from app.domain.admission import parse_duration, parse_rate_headers
+from app.domain.apply import apply, new_pool
+from app.domain.decide import decide, next_deadline
+from app.domain.settings import PoolSettings
+
+
+def pool(**kw):
+    s = PoolSettings(**{"lanes": 2, "rpm": 600, "tpm": 100_000, **kw})
+    return new_pool({"settings": s.to_dict(), "at": 0.0})
+
+
+def register(state, agent_id, cls=ev.INTERACTIVE, now=0.0):
+    return decide(state, ev.AGENT_REGISTERED, {"agent_id": agent_id, "name": agent_id, "priority_class": cls}, now)
+
+
+def request(state, turn_id, agent_id, now, est=100, out=100):
+    return decide(state, ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": agent_id,
+                                             "estimated_tokens": est, "max_output_tokens": out, "at": now}, now)
+
+
+def complete(state, turn_id, now, outcome=ev.OK, p=100, c=50, **extra):
+    return decide(state, ev.COMPLETION_REPORTED, {"turn_id": turn_id, "outcome": outcome,
+                                                  "prompt_tokens": p, "completion_tokens": c, **extra}, now)
+
+
+def types(decisions):
+    return [t for t, _ in decisions]
+
+
+def test_higher_level_runs_first_and_fifo_within_a_level():
+    s = pool(lanes=1)
+    register(s, "bg", ev.BACKGROUND)
+    register(s, "i1")
+    register(s, "i2")
+    register(s, "b", ev.BATCH)
+    request(s, "t-hold", "i1", 1.0)          # takes the only lane
+    request(s, "t-bg", "bg", 2.0)
+    request(s, "t-b", "b", 3.0)
+    request(s, "t-i2", "i2", 4.0)
+    assert s.queues == [["t-i2"], ["t-b"], ["t-bg"]]
+    out = complete(s, "t-hold", 5.0)
+    granted = [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED]
+    assert granted == ["t-i2"]
+
+
+def test_agent_that_uses_its_allotment_is_demoted_and_boost_lifts_it_back():
+    s = pool(lanes=1, allotment_seconds=(10.0, 20.0, math.inf), boost_seconds=100.0)
+    register(s, "a")
+    request(s, "t1", "a", 1.0)
+    out = complete(s, "t1", 12.0)            # 11 lane-seconds > 10 at level 0
+    demoted = [d for t, d in out if t == ev.AGENT_DEMOTED]
+    assert demoted and demoted[0]["from_level"] == 0 and demoted[0]["to_level"] == 1
+    assert s.agents["a"].level == 1
+    out = decide(s, None, None, 101.0)
+    assert ev.LEVELS_BOOSTED in types(out)
+    assert s.agents["a"].level == 0
+
+
+def test_boost_lifts_long_waiting_turns_to_the_top_so_nothing_starves():
+    s = pool(lanes=1, boost_seconds=50.0)
+    register(s, "hog")
+    register(s, "bg", ev.BACKGROUND)
+    request(s, "h0", "hog", 0.0)
+    request(s, "b0", "bg", 1.0)
+    t = 0.0
+    granted_bg = False
+    for i in range(1, 200):                  # an interactive agent that never stops asking
+        t += 0.5
+        out = complete(s, f"h{i-1}", t) + request(s, f"h{i}", "hog", t)
+        granted_bg |= any(d["turn_id"] == "b0" for ty, d in out if ty == ev.TURN_GRANTED)
+        if granted_bg:
+            break
+        out = decide(s, None, None, t)
+        granted_bg |= any(d["turn_id"] == "b0" for ty, d in out if ty == ev.TURN_GRANTED)
+        if granted_bg:
+            break
+    assert granted_bg, "the background turn starved"
+    assert t <= 2 * 50.0 + 1
+
+
+def test_expired_lease_is_reaped_and_repeat_offender_quarantined():
+    s = pool(lanes=1, lease_seconds=5.0, quarantine_after_reaps=2)
+    register(s, "z")
+    request(s, "t1", "z", 0.0)
+    assert next_deadline(s, 0.0) == 5.0
+    out = decide(s, None, None, 5.0)
+    assert types(out)[0] == ev.TURN_REAPED and s.lanes == [None]
+    request(s, "t2", "z", 6.0)
+    request(s, "t3", "z", 6.0)               # queued behind t2
+    out = decide(s, None, None, 11.0)
+    assert ev.TURN_REAPED in types(out) and ev.AGENT_QUARANTINED in types(out)
+    assert s.agents["z"].state == ev.QUARANTINED
+    assert "t3" not in s.turns               # its queued turn was cancelled with it
+    out = request(s, "t4", "z", 12.0)
+    assert types(out) == [ev.TURN_CANCELLED]
+
+
+def test_heartbeat_extends_the_lease():
+    s = pool(lease_seconds=5.0)
+    register(s, "a")
+    request(s, "t", "a", 0.0)
+    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "t"}, 4.0)
+    assert out[0][0] == ev.LEASE_EXTENDED and out[0][1]["lease_expires_at"] == 9.0
+    assert ev.TURN_REAPED not in types(decide(s, None, None, 8.0))
+
+
+def test_rate_limited_outcome_pauses_the_pool_and_halves_the_rate():
+    s = pool(lanes=2)
+    register(s, "a")
+    register(s, "b")
+    request(s, "t1", "a", 0.0)
+    out = complete(s, "t1", 1.0, outcome=ev.RATE_LIMITED, retry_after_seconds=3.0)
+    paused = [d for t, d in out if t == ev.POOL_PAUSED][0]
+    assert 4.0 <= paused["until"] < 4.0 + s.settings.jitter_seconds
+    assert paused["rate_factor"] == 0.5
+    out = request(s, "t2", "b", 2.0)
+    assert types(out) == [ev.TURN_QUEUED]    # nobody goes while paused: no 429 cascade
+    out = decide(s, None, None, paused["until"] + 0.5)
+    assert ev.POOL_RESUMED in types(out)
+    # the request bucket restarts empty and refills at the halved rate: 5 req/s * 0.5s
+    assert ev.TURN_GRANTED in types(out)
+
+
+def test_request_larger_than_the_pool_can_ever_admit_is_refused():
+    s = pool(tpm=1000)
+    register(s, "a")
+    out = request(s, "t", "a", 0.0, est=900, out=200)
+    assert types(out) == [ev.TURN_CANCELLED] and "exceeds" in out[0][1]["reason"]
+
+
+def test_provider_headers_lower_the_bucket():
+    s = pool()
+    register(s, "a")
+    request(s, "t", "a", 0.0)
+    complete(s, "t", 1.0, rate_limit_headers={"x-ratelimit-remaining-requests": "3",
+                                             "x-ratelimit-remaining-tokens": "50"})
+    assert s.requests.level <= 3 and s.tokens.level <= 50
+
+
+def test_header_parsing_both_providers():
+    now = 1_700_000_000.0
+    o = parse_rate_headers({"x-ratelimit-remaining-requests": "59", "x-ratelimit-remaining-tokens": "149000",
+                            "x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "6m0s",
+                            "retry-after": "2"}, now)
+    assert (o.remaining_requests, o.remaining_tokens, o.reset_requests_s, o.reset_tokens_s, o.retry_after_s) \
+        == (59, 149000, 1.0, 360.0, 2.0)
+    a = parse_rate_headers({"anthropic-ratelimit-requests-remaining": "10",
+                            "anthropic-ratelimit-input-tokens-remaining": "4000",
+                            "anthropic-ratelimit-output-tokens-remaining": "900",
+                            "anthropic-ratelimit-tokens-reset": "2023-11-14T22:13:30Z"}, now)
+    assert a.remaining_requests == 10 and a.remaining_tokens == 900 and a.reset_tokens_s == 10.0
+    assert parse_duration("120ms") == 0.12 and parse_duration("garbage") is None
+    assert parse_rate_headers({"x-ratelimit-remaining-requests": "-4"}, now).empty()
+
+
+# -- properties ---------------------------------------------------------------------
+
+AGENTS = [("a0", ev.INTERACTIVE), ("a1", ev.INTERACTIVE), ("a2", ev.BATCH), ("a3", ev.BACKGROUND)]
+
+action = st.one_of(
+    st.tuples(st.just("request"), st.integers(0, 3), st.integers(0, 30_000), st.integers(0, 5_000)),
+    st.tuples(st.just("complete"), st.integers(0, 50), st.sampled_from([ev.OK, ev.OK, ev.RATE_LIMITED, ev.ERROR]),
+              st.integers(0, 40_000)),
+    st.tuples(st.just("heartbeat"), st.integers(0, 50)),
+    st.tuples(st.just("cancel"), st.integers(0, 50)),
+    st.tuples(st.just("wait"), st.floats(0.0, 40.0)),
+)
+
+
+def run_actions(actions, lanes=3):
+    s = pool(lanes=lanes, tpm=60_000, rpm=120, lease_seconds=20.0, boost_seconds=30.0)
+    log = []
+    for agent_id, cls in AGENTS:
+        log += register(s, agent_id, cls)
+    now, n = 0.0, 0
+    issued: list[str] = []
+    granted_once: set[str] = set()
+    for act in actions:
+        kind = act[0]
+        if kind == "wait":
+            now += act[1]
+            out = decide(s, None, None, now)
+        elif kind == "request":
+            tid = f"t{n}"
+            n += 1
+            issued.append(tid)
+            out = request(s, tid, AGENTS[act[1]][0], now, est=act[2], out=act[3])
+        elif issued:
+            tid = issued[act[1] % len(issued)]
+            if kind == "complete":
+                out = complete(s, tid, now, outcome=act[2], p=act[3], c=0)
+            elif kind == "heartbeat":
+                out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": tid}, now)
+            else:
+                out = decide(s, ev.CANCEL_REQUESTED, {"turn_id": tid}, now)
+        else:
+            out = []
+        for t, d in out:
+            if t == ev.TURN_GRANTED:
+                assert d["turn_id"] not in granted_once, "a turn was granted twice"
+                granted_once.add(d["turn_id"])
+        log += out
+        # invariants after every step
+        busy = [x for x in s.lanes if x is not None]
+        assert len(busy) <= s.settings.lanes and len(busy) == len(set(busy))
+        for tid in busy:
+            assert s.turns[tid].status == ev.GRANTED
+        assert all(s.turns[t].status == ev.QUEUED for q in s.queues for t in q)
+    return s, log, issued, now
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(action, max_size=60))
+def test_invariants_hold_and_replaying_decisions_gives_the_live_state(actions):
+    live, log, _issued, _now = run_actions(actions)
+    replayed = pool(lanes=3, tpm=60_000, rpm=120, lease_seconds=20.0, boost_seconds=30.0)
+    for t, d in log:
+        apply(replayed, t, d)
+    assert replayed.canonical_json() == live.canonical_json()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(action, max_size=60))
+def test_reservations_never_exceed_the_bucket(actions):
+    _live, log, _issued, _now = run_actions(actions)
+    check = pool(lanes=3, tpm=60_000, rpm=120, lease_seconds=20.0, boost_seconds=30.0)
+    for t, d in log:
+        if t == ev.TURN_GRANTED:
+            from app.domain.decide import available
+            requests, tokens = available(check, d["at"])
+            assert requests >= 1 - 1e-9 and tokens >= d["reserved_tokens"] - 1e-6
+        apply(check, t, d)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(action, max_size=40))
+def test_every_queued_turn_is_eventually_granted_or_cancelled(actions):
+    s, _log, _issued, now = run_actions(actions)
+    # From here on, every granted call completes promptly; time moves to each deadline.
+    for _ in range(2000):
+        if not s.turns:
+            break
+        for tid, turn in list(s.turns.items()):
+            if turn.status == ev.GRANTED:
+                complete(s, tid, now, p=turn.estimated_tokens, c=0)
+        deadline = next_deadline(s, now)
+        now = max(now + 0.01, deadline if deadline is not None else now + 1.0)
+        decide(s, None, None, now)
+    assert not s.turns, f"turns left waiting: {[(t.turn_id, t.status, t.level) for t in s.turns.values()]}"
