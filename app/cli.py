@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="run benchmarks: scheduler | system | context | all")
     bench.add_argument("which")
 
+    from app.audit.cli import add_commands as add_audit_commands
+    add_audit_commands(sub)
+
     args, rest = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "bench":

@@ -111,6 +111,15 @@ class Service:
         return self.pool_view(settings.name)
 
     # -- agents -----------------------------------------------------------------------
+    async def fresh(self, lookup, *args):
+        """Look something up; on a miss, catch up with the log once and look again. Another
+        worker may have written it a moment ago (read-your-writes across workers)."""
+        try:
+            return lookup(*args)
+        except NotFound:
+            await self.projector.catch_up()
+            return lookup(*args)
+
     def agent_view(self, agent_id: str) -> dict:
         view = self.model.agent_view(agent_id)
         if view is None:
@@ -134,6 +143,8 @@ class Service:
         if not isinstance(name, str) or not 1 <= len(name.strip()) <= 128:
             raise BadInput("name must be 1 to 128 characters")
         if pool not in self.model.pools:
+            await self.projector.catch_up()
+        if pool not in self.model.pools:
             raise NotFound(f"no pool named {pool!r}")
         if priority_class not in ev.PRIORITY_CLASSES:
             raise BadInput(f"priorityClass must be one of {', '.join(ev.PRIORITY_CLASSES)}")
@@ -150,7 +161,7 @@ class Service:
 
     async def release_agent(self, principal: Principal | None, agent_id: str) -> dict:
         principal = require_operator(principal)
-        view = self.agent_view(agent_id)
+        view = await self.fresh(self.agent_view, agent_id)
         if view["state"] != ev.QUARANTINED:
             raise Conflict(f"agent {agent_id} is not quarantined")
         await self._append([NewEvent(f"agent-{agent_id}", ev.AGENT_RELEASED,
@@ -163,7 +174,7 @@ class Service:
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
                              extra: dict | None = None) -> dict:
         principal = require_self_or_operator(principal, agent_id)
-        view = self.agent_view(agent_id)
+        view = await self.fresh(self.agent_view, agent_id)
         if view["hibernated"] == hibernated:
             return view
         type_ = ev.AGENT_HIBERNATED if hibernated else ev.AGENT_WOKEN
@@ -193,7 +204,7 @@ class Service:
 
     async def request_turn(self, principal: Principal | None, estimated_tokens: int,
                            max_output_tokens: int | None = None, wait_seconds: float = 0.0) -> dict:
-        agent = self._calling_agent(principal)
+        agent = await self.fresh(self._calling_agent, principal)
         est = _check_int("estimatedTokens", estimated_tokens, 0, MAX_TOKENS_PER_CALL)
         out = _check_int("maxOutputTokens", 0 if max_output_tokens is None else max_output_tokens,
                          0, MAX_TOKENS_PER_CALL)
@@ -242,7 +253,7 @@ class Service:
         return self.turn_view(turn_id)
 
     async def heartbeat(self, principal: Principal | None, turn_id: str) -> dict:
-        doc = self._own_turn(principal, turn_id)
+        doc = await self.fresh(self._own_turn, principal, turn_id)
         if doc["status"] != ev.GRANTED:
             raise Conflict(f"turn {turn_id} is {doc['status']}; only a GRANTED turn takes heartbeats")
         return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, {},
@@ -252,7 +263,7 @@ class Service:
                             prompt_tokens: int | None = None, completion_tokens: int | None = None,
                             retry_after_seconds: float | None = None,
                             rate_limit_headers: Any = None) -> dict:
-        doc = self._own_turn(principal, turn_id)
+        doc = await self.fresh(self._own_turn, principal, turn_id)
         if outcome not in (ev.OK, ev.RATE_LIMITED, ev.ERROR):
             raise BadInput("outcome must be OK, RATE_LIMITED or ERROR")
         data: dict[str, Any] = {
@@ -272,7 +283,7 @@ class Service:
                                           lambda t, _before: t["finished_at"] is not None)
 
     async def cancel_turn(self, principal: Principal | None, turn_id: str) -> dict:
-        doc = self._own_turn(principal, turn_id, operator_ok=True)
+        doc = await self.fresh(lambda: self._own_turn(principal, turn_id, operator_ok=True))
         if doc["finished_at"] is not None:
             raise Conflict(f"turn {turn_id} is already {doc['status'].lower()}")
         return await self._input_and_wait(principal, doc, ev.CANCEL_REQUESTED,

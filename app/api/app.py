@@ -12,6 +12,7 @@ from starlette.routing import Route, WebSocketRoute
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
+from app.auth import authenticate, parse_bearer
 from app.config import operator_token
 from app.runtime import Runtime
 
@@ -27,7 +28,12 @@ class AgentRMGraphQL(GraphQL):
         self.rt_holder = rt_holder
 
     async def get_context(self, request, response) -> dict:
-        return {"request": request, "response": response, "runtime": self.rt_holder["runtime"]}
+        rt = self.rt_holder["runtime"]
+        context = {"request": request, "response": response, "runtime": rt}
+        token = parse_bearer(request.headers.get("authorization")) if hasattr(request, "headers") else None
+        if token and authenticate(token, rt.operator_token, rt.projector.model.token_index) is None:
+            await rt.projector.catch_up()  # an agent registered a moment ago on another worker
+        return context
 
     async def run(self, request, *args, **kwargs):
         # A body that is not JSON gets a GraphQL-shaped error with a code, not a bare 400.

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 import strawberry
 from strawberry.types import Info
 
-from app.auth import Principal, authenticate, parse_bearer, require, require_operator
+from app.auth import require, require_operator
 from app.domain import events as ev
 from app.domain.decide import available
 from app.domain.settings import PoolSettings
@@ -16,29 +16,9 @@ from app.eventstore.listener import follow
 from app.replay import pool_state_at, replay_check
 
 from . import types as t
+from .audit_schema import AuditQuery
+from .context import principal, runtime
 from .errors import ErrorCodes, as_graphql_error
-
-
-def runtime(info: Info):
-    return info.context["runtime"]
-
-
-def principal(info: Info) -> Principal | None:
-    """HTTP: the Authorization header. WebSocket: `authorization` in connection_init."""
-    cached = info.context.get("principal", "unset")
-    if cached != "unset":
-        return cached
-    request = info.context["request"]
-    header = None
-    params = info.context.get("connection_params")
-    if isinstance(params, dict):
-        header = params.get("authorization") or params.get("Authorization")
-    if header is None and hasattr(request, "headers"):
-        header = request.headers.get("authorization")
-    rt = runtime(info)
-    found = authenticate(parse_bearer(header), rt.operator_token, rt.projector.model.token_index)
-    info.context["principal"] = found
-    return found
 
 
 def _scheduler_state(state, now: float) -> t.SchedulerState:
@@ -69,7 +49,7 @@ def _check_pool_visible(info: Info, pool: str) -> None:
 
 
 @strawberry.type
-class Query:
+class Query(AuditQuery):
     @strawberry.field
     def me(self, info: Info) -> t.Agent | None:
         who = principal(info)

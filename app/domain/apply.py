@@ -34,6 +34,9 @@ def _advance(state: PoolState, at: float) -> None:
 
 def _enqueue(state: PoolState, turn: TurnState) -> None:
     queue = state.queues[turn.level]
+    if not queue or state.turns[queue[-1]].seq < turn.seq:
+        queue.append(turn.turn_id)  # the common case: a new arrival goes last
+        return
     seqs = [state.turns[t].seq for t in queue]
     queue.insert(bisect.bisect_right(seqs, turn.seq), turn.turn_id)
 

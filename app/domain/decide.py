@@ -59,6 +59,22 @@ def decide(state: PoolState, input_type: str | None, data: dict | None, now: flo
     return step.out
 
 
+def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float) -> list[Decision]:
+    """decide() for a batch of inputs that arrived together: timers fire once, each input is
+    answered in order, and granting runs once at the end (its decisions cite the last
+    input as their cause). Same rules, less work per input under load."""
+    now = max(now, state.clock)
+    step = _Step(state, now, None)
+    _fire_timers(step)
+    for type_, data, cause in inputs:
+        step.cause = cause
+        handler = _INPUT_HANDLERS.get(type_)
+        if handler is not None:
+            handler(step, data)
+    _dispatch(step)
+    return step.out
+
+
 def factor_at(state: PoolState, now: float) -> float:
     return aimd_factor(state.rate_factor, state.rate_factor_at, now, state.settings.aimd_increase_per_minute)
 

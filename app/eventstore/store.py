@@ -1,6 +1,7 @@
 """Append and read the event log (PostgreSQL through asyncpg)."""
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -33,9 +34,14 @@ NOTIFY_CHANNEL = "agentrm_events"
 # measures the ratio against raw inserts and COPY.
 APPEND_LOCK_KEY = 0x4147454E54524D  # "AGENTRM"
 
+MAX_GROUP = 500  # requests per group-commit transaction
+
 _INSERT = """
 INSERT INTO events (stream, version, type, data, metadata)
-SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[])
+SELECT stream, version, type, data, metadata
+FROM unnest($1::text[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[])
+     WITH ORDINALITY AS u(stream, version, type, data, metadata, n)
+ORDER BY n
 RETURNING position, stream, version, type, data, metadata, recorded_at
 """
 
@@ -62,9 +68,21 @@ def _record(row) -> RecordedEvent:
                          recorded_at=row["recorded_at"])
 
 
+class _Pending:
+    __slots__ = ("events", "expected", "future")
+
+    def __init__(self, events, expected, future):
+        self.events, self.expected, self.future = events, expected, future
+
+
 class EventStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
+        # Group commit: appends that arrive while a transaction is in flight wait and go
+        # together in the next one. The append lock serialises transactions, so without
+        # this every concurrent request would pay its own lock + fsync in turn.
+        self._pending: list[_Pending] = []
+        self._flusher: asyncio.Task | None = None
         # In-process listeners are poked right after a commit, so a reader in the same
         # process need not wait for the NOTIFY round trip (NOTIFY still wakes the others).
         self._after_append: list[Callable[[int], None]] = []
@@ -80,42 +98,77 @@ class EventStore:
         ConcurrencyError and appends nothing."""
         if not events:
             return []
-        expected_versions = expected_versions or {}
-        if conn is None:
-            async with self.pool.acquire() as own:
-                recorded = await self._append(own, events, expected_versions)
+        expected_versions = dict(expected_versions or {})
+        if conn is not None:
+            # Part of the caller's own transaction: cannot be grouped with others.
+            results = await self._append_group(conn, [_Pending(list(events), expected_versions, None)])
+            recorded = results[0]
+            if isinstance(recorded, Exception):
+                raise recorded
         else:
-            recorded = await self._append(conn, events, expected_versions)
+            future = asyncio.get_running_loop().create_future()
+            self._pending.append(_Pending(list(events), expected_versions, future))
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
+            recorded = await future
         for callback in self._after_append:
             callback(recorded[-1].position)
         return recorded
 
-    async def _append(self, conn, events, expected_versions) -> list[RecordedEvent]:
+    async def _flush(self) -> None:
+        while self._pending:
+            group, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
+            try:
+                async with self.pool.acquire() as conn:
+                    async with conn.transaction():
+                        results = await self._append_group(conn, group)
+            except BaseException as exc:  # the whole transaction failed: so did every append in it
+                for pending in group:
+                    if not pending.future.done():
+                        pending.future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for pending, result in zip(group, results):
+                if isinstance(result, Exception):
+                    pending.future.set_exception(result)
+                else:
+                    pending.future.set_result(result)
+
+    async def _append_group(self, conn, group: list[_Pending]) -> list[list[RecordedEvent] | Exception]:
+        """Append several independent requests in one transaction. Each request's
+        expected versions are checked against the versions left by the requests before it
+        in the group; a request that fails its check is left out, alone."""
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK_KEY)
-            streams = sorted({e.stream for e in events})
+            streams = sorted({e.stream for p in group for e in p.events} |
+                             {s for p in group for s in p.expected})
             rows = await conn.fetch(
                 "SELECT stream, max(version) AS v FROM events WHERE stream = ANY($1::text[]) "
                 "GROUP BY stream", streams)
             current = {s: -1 for s in streams}
             current.update({r["stream"]: r["v"] for r in rows})
-            for stream, expected in expected_versions.items():
-                actual = current.get(stream)
-                if actual is None:
-                    actual = await conn.fetchval(
-                        "SELECT coalesce(max(version), -1) FROM events WHERE stream = $1", stream)
-                if expected is not None and actual != expected:
-                    raise ConcurrencyError(stream, expected, actual)
-            versions = []
-            for e in events:
-                current[e.stream] += 1
-                versions.append(current[e.stream])
-            rows = await conn.fetch(_INSERT, [e.stream for e in events], versions,
-                                    [e.type for e in events], [e.data for e in events],
-                                    [e.metadata for e in events])
-            last = rows[-1]["position"]
-            await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, str(last))
-        return [_record(r) for r in rows]
+            outcome: list = []
+            accepted: list[tuple[int, NewEvent, int]] = []
+            for index, pending in enumerate(group):
+                conflict = next((ConcurrencyError(s, want, current[s]) for s, want in pending.expected.items()
+                                 if want is not None and current[s] != want), None)
+                if conflict:
+                    outcome.append(conflict)
+                    continue
+                outcome.append([])
+                for e in pending.events:
+                    current[e.stream] += 1
+                    accepted.append((index, e, current[e.stream]))
+            if accepted:
+                rows = await conn.fetch(_INSERT, [e.stream for _, e, _ in accepted], [v for _, _, v in accepted],
+                                        [e.type for _, e, _ in accepted], [e.data for _, e, _ in accepted],
+                                        [e.metadata for _, e, _ in accepted])
+                rows = sorted(rows, key=lambda r: r["position"])  # = insertion order (ORDER BY n)
+                for (index, _e, _v), row in zip(accepted, rows):
+                    outcome[index].append(_record(row))
+                await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, str(rows[-1]["position"]))
+        return outcome
 
     async def read(self, after: int = 0, limit: int = 1000, *, types: Iterable[str] | None = None,
                    streams: Iterable[str] | None = None, correlation: str | None = None,

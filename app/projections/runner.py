@@ -68,10 +68,10 @@ class Projector:
                 self.model = CoreModel.from_docs(position, await load_docs(conn, ("pools", "agents", "turns", "scheduler")))
         await self.catch_up()
 
-    async def catch_up(self) -> int:
+    async def catch_up(self, until: int | None = None) -> int:
         folded = 0
         async with self._lock:
-            while True:
+            while until is None or self.model.position < until:
                 events = await self.store.read(self.model.position, 1000)
                 for event in events:
                     self.model.fold(event)
@@ -86,8 +86,10 @@ class Projector:
         return folded
 
     async def wait_position(self, position: int) -> None:
+        """Read-your-writes: return once the model includes `position`. Concurrent callers
+        share one read: whoever gets the lock first reads for everybody."""
         if self.model.position < position:
-            await self.catch_up()
+            await self.catch_up(until=position)
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Wait until predicate() holds on the model, or timeout; returns predicate()."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import asyncpg
 
 from app.domain import events as ev
-from app.domain.decide import Decision, decide, next_deadline
+from app.domain.decide import decide_many, next_deadline
 from app.domain.state import PoolState
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.eventstore.store import EventStore
@@ -126,25 +126,22 @@ class PoolScheduler:
         return batch
 
     async def _process(self, state: PoolState, batch: list[RecordedEvent]) -> None:
-        decisions: list[tuple[Decision, RecordedEvent | None]] = []
         expected = state.version
+        inputs: list[RecordedEvent] = []
         for event in batch:
             if event.stream == self.stream:
                 if event.version <= expected:
                     continue  # our own decision coming back through the log
                 raise LostLeadership(f"foreign write at {self.stream} v{event.version}")
-            if event.position <= state.inputs_through:
-                continue
-            for d in decide(state, event.type, event.data, self.clock(), cause=event.position):
-                decisions.append((d, event))
-        if not batch or not decisions:
-            # Time passed (or nothing answered): fire timers and grant what now fits.
-            for d in decide(state, None, None, self.clock()):
-                decisions.append((d, None))
+            if event.position > state.inputs_through:
+                inputs.append(event)
+        by_position = {e.position: e for e in inputs}
+        # With no inputs this just fires the timers due and grants what now fits.
+        decisions = decide_many(state, [(e.type, e.data, e.position) for e in inputs], self.clock())
         if not decisions:
             return
-        new = [NewEvent(self.stream, type_, data, self._metadata(data, cause))
-               for (type_, data), cause in decisions]
+        new = [NewEvent(self.stream, type_, data, self._metadata(data, by_position.get(data.get("cause"))))
+               for type_, data in decisions]
         recorded = await self.store.append(new, {self.stream: expected})
         state.version = recorded[-1].version
         state.position = recorded[-1].position

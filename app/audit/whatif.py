@@ -1,0 +1,382 @@
+"""Counterfactual replay: a recorded workload run again through the pure scheduler core
+under other settings, on a virtual clock, without touching the log.
+
+What is taken from the record (the workload) and what is re-decided (the policy):
+- Inputs: registrations, releases, turn requests and cancels of the pool, in log order.
+  Each enters the simulated scheduler at the moment the real scheduler saw it (the `at`
+  of the first decision it caused; its own `data.at` if it caused none), so that a
+  replay under the recorded settings takes exactly the real steps. Latency still counts
+  from the client's request time (`TurnRequested.data.at`).
+- Calls: a turn's call lasts what it lasted in reality, TurnGranted.at -> TurnCompleted.at,
+  and ends with the recorded CompletionReported (outcome, tokens, retry-after, headers).
+  So when a turn is granted in the counterfactual run, its completion is scheduled at
+  grant + recorded duration; while in flight it heartbeats every lease/3.
+- Hung calls (reaped in reality) never complete: they send the heartbeats they really
+  sent (at the same offsets from their grant), then fall silent and are reaped by lease.
+- Turns whose fate is unknown (still queued or in flight at the end of the log) hold a
+  lane once granted and are left out of the metrics.
+The provider is not modelled: a call that met a 429 in reality meets it again, whatever
+the counterfactual's pacing; 429 counts therefore compare pacing only through pauses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from app.domain import events as ev
+from app.domain.decide import decide, next_deadline
+from app.domain.settings import PoolSettings
+from app.domain.state import PoolState
+
+from . import Record
+
+Decision = tuple[str, dict]
+_REPLAYED_INPUTS = (ev.AGENT_REGISTERED, ev.AGENT_RELEASED, ev.TURN_REQUESTED, ev.CANCEL_REQUESTED)
+MAX_STEPS = 2_000_000
+
+
+@dataclass
+class TurnSpec:
+    turn_id: str
+    agent_id: str
+    requested_at: float                     # the client's time: latency counts from here
+    duration: float | None = None           # granted -> completed in reality
+    completion: dict | None = None          # the recorded CompletionReported data
+    reaped: bool = False
+    heartbeat_offsets: list[float] = field(default_factory=list)   # for hung calls only
+    granted_at: float | None = None         # the recorded grant and completion times and the
+    completed_at: float | None = None       # completion's log position: ties in the virtual
+    completion_position: float = math.inf   # clock break in log order, as they did for real
+
+    @property
+    def fate_known(self) -> bool:
+        return self.reaped or (self.duration is not None and self.completion is not None)
+
+
+@dataclass
+class Workload:
+    pool: str
+    settings: PoolSettings
+    start: float
+    end: float
+    first_position: int
+    last_position: int
+    inputs: list[tuple[float, int, str, dict]]     # (arrival, position, type, data) in log order
+    turns: dict[str, TurnSpec]
+    actual: list[Decision]                         # recorded decisions about the window's turns
+
+
+def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last: int | None = None) -> Workload:
+    """The recorded workload of `pool`: turns requested at positions in [first, last]."""
+    records = sorted(records, key=lambda r: r.position)
+    stream = f"pool-{pool}"
+    created = next((r for r in records if r.stream == stream and r.type == ev.POOL_CREATED), None)
+    if created is None:
+        raise ValueError(f"pool {pool!r} has no PoolCreated event in the log")
+    last = last if last is not None else (records[-1].position if records else 0)
+    decisions = [r for r in records if r.stream == stream and r.type != ev.POOL_CREATED]
+    seen_at: dict[int, float] = {}
+    for r in decisions:
+        cause = r.data.get("cause")
+        if isinstance(cause, int) and cause not in seen_at:
+            seen_at[cause] = r.data["at"]
+
+    inputs = [r for r in records if r.type in ev.INPUTS and r.data.get("pool") == pool]
+    turns: dict[str, TurnSpec] = {}
+    for r in inputs:
+        if r.type == ev.TURN_REQUESTED and first <= r.position <= last:
+            turns[r.data["turn_id"]] = TurnSpec(r.data["turn_id"], r.data["agent_id"], r.data["at"])
+    _durations(turns, decisions, inputs, seen_at)
+
+    start = created.data["at"] if first <= created.position else None
+    replayed: list[tuple[float, int, str, dict]] = []
+    clock = -math.inf
+    for r in inputs:
+        if r.type not in _REPLAYED_INPUTS:
+            continue
+        in_window = first <= r.position <= last
+        if r.type == ev.AGENT_REGISTERED and r.position <= last:
+            pass                                  # agents registered before the window still exist
+        elif r.type == ev.CANCEL_REQUESTED and r.data.get("turn_id") in turns:
+            pass                                  # a window turn's cancel, wherever it lies
+        elif not in_window:
+            continue
+        arrival = seen_at.get(r.position, r.data.get("at", 0.0))
+        clock = max(clock, arrival)               # inputs keep their log order
+        replayed.append((clock, r.position, r.type, r.data))
+    if start is None:
+        start = min((a for a, _, t, _ in replayed if t != ev.AGENT_REGISTERED), default=created.data["at"])
+        replayed = [(max(a, start), p, t, d) for a, p, t, d in replayed]
+    actual = [(r.type, r.data) for r in decisions if r.data.get("turn_id") in turns]
+    end = max([d["at"] for _, d in actual] + [start])
+    return Workload(pool, PoolSettings.from_dict(created.data["settings"]), start, end,
+                    first, last, replayed, turns, actual)
+
+
+def _durations(turns: dict[str, TurnSpec], decisions: list[Record], inputs: list[Record],
+               seen_at: dict[int, float]) -> None:
+    granted: dict[str, float] = {}
+    for r in decisions:
+        spec = turns.get(r.data.get("turn_id"))
+        if spec is None:
+            continue
+        if r.type == ev.TURN_GRANTED:
+            granted[spec.turn_id] = spec.granted_at = r.data["at"]
+        elif r.type == ev.TURN_COMPLETED and spec.turn_id in granted:
+            spec.duration = r.data["at"] - granted[spec.turn_id]
+            spec.completed_at = r.data["at"]
+        elif r.type == ev.TURN_REAPED:
+            spec.reaped = True
+    for r in inputs:
+        spec = turns.get(r.data.get("turn_id"))
+        if spec is None:
+            continue
+        if r.type == ev.COMPLETION_REPORTED and spec.completion is None:
+            spec.completion = {k: v for k, v in r.data.items() if k != "at"}
+            spec.completion_position = r.position
+        elif r.type == ev.HEARTBEAT_SENT and spec.turn_id in granted:
+            offset = seen_at.get(r.position, r.data["at"]) - granted[spec.turn_id]
+            if offset >= 0:
+                spec.heartbeat_offsets.append(offset)
+    for spec in turns.values():
+        if spec.reaped:
+            spec.duration, spec.completion = None, None
+        else:
+            spec.heartbeat_offsets = []
+
+
+# -- settings ---------------------------------------------------------------------------
+
+def counterfactual_settings(recorded: PoolSettings, *, lanes: int | None = None, policy: str | None = None,
+                            lease_seconds: float | None = None, levels: int | None = None,
+                            boost_seconds: float | None = None,
+                            allotment_seconds: tuple[float, ...] | None = None) -> PoolSettings:
+    changes: dict = {}
+    for key, value in (("lanes", lanes), ("policy", policy), ("lease_seconds", lease_seconds),
+                       ("levels", levels), ("boost_seconds", boost_seconds),
+                       ("allotment_seconds", allotment_seconds)):
+        if value is not None:
+            changes[key] = value
+    if changes.get("policy") == "fifo":
+        changes["levels"] = 1                     # FIFO is MLFQ with one level: no demotion, no priority
+    return dataclasses.replace(recorded, **changes).validate()
+
+
+# -- the virtual-clock run ----------------------------------------------------------------
+
+@dataclass
+class SimRun:
+    decisions: list[Decision]
+    end: float
+    steps: int
+    complete: bool                                # every turn of known fate finished
+
+
+def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) -> SimRun:
+    state = PoolState.new(settings, w.start)
+    heap: list[tuple[float, float, int, str, object]] = []
+    order = itertools.count()
+
+    def push(at: float, kind: str, payload, key: float = math.inf) -> None:
+        # (time, log position, sequence): simultaneous events run in log order
+        heapq.heappush(heap, (at, key, next(order), kind, payload))
+
+    for arrival, position, type_, data in w.inputs:
+        push(arrival, "input", (type_, data), position)
+    waiting = {t for t, spec in w.turns.items() if spec.fate_known}
+    horizon = w.end + max(600.0, 10.0 * (w.end - w.start))
+    out: list[Decision] = []
+    now, steps = w.start, 0
+    beat = settings.lease_seconds / 3.0
+
+    def in_flight(turn_id: str) -> bool:
+        turn = state.turns.get(turn_id)
+        return turn is not None and turn.status == ev.GRANTED
+
+    while waiting and steps < max_steps:
+        steps += 1
+        t_heap = heap[0][0] if heap else math.inf
+        deadline = next_deadline(state, now)
+        t_timer = math.inf if deadline is None else deadline
+        t = min(t_heap, t_timer)
+        if math.isinf(t) or t > horizon:
+            break
+        now = max(now, t)
+        decided: list[Decision] = []
+        if t_heap <= t_timer:
+            _, _, _, kind, payload = heapq.heappop(heap)
+            if kind == "input":
+                type_, data = payload
+                decided = decide(state, type_, data, now)
+            elif kind == "complete":
+                turn_id, data = payload
+                if in_flight(turn_id):
+                    decided = decide(state, ev.COMPLETION_REPORTED, data, now)
+            elif kind == "heartbeat":
+                turn_id, periodic = payload
+                if in_flight(turn_id):
+                    turn = state.turns[turn_id]
+                    decided = decide(state, ev.HEARTBEAT_SENT, {"turn_id": turn_id, "agent_id": turn.agent_id,
+                                                                "pool": w.pool, "at": now}, now)
+                    if periodic and in_flight(turn_id):
+                        push(now + beat, "heartbeat", (turn_id, True))
+        else:
+            decided = decide(state, None, None, now)
+        for type_, data in decided:
+            out.append((type_, data))
+            turn_id = data.get("turn_id")
+            if type_ == ev.TURN_GRANTED:
+                _schedule_call(w.turns.get(turn_id), data["at"], beat, push)
+            elif type_ in (ev.TURN_COMPLETED, ev.TURN_REAPED, ev.TURN_CANCELLED):
+                waiting.discard(turn_id)
+    return SimRun(out, now, steps, not waiting)
+
+
+def _schedule_call(spec: TurnSpec | None, granted_at: float, beat: float, push) -> None:
+    if spec is None:
+        return
+    if spec.reaped:
+        for offset in spec.heartbeat_offsets:
+            push(granted_at + offset, "heartbeat", (spec.turn_id, False))
+        return
+    if spec.fate_known:
+        # At the recorded grant time, use the recorded completion time itself: g + (c - g)
+        # need not round back to c, and a one-ulp shift can reorder simultaneous events.
+        done = spec.completed_at if granted_at == spec.granted_at else granted_at + spec.duration
+        push(done, "complete", (spec.turn_id, spec.completion), spec.completion_position)
+    push(granted_at + beat, "heartbeat", (spec.turn_id, True))
+
+
+# -- metrics, the same for the record and the counterfactual ----------------------------
+
+@dataclass
+class RunMetrics:
+    turns: int = 0
+    finished: int = 0
+    completed_ok: int = 0
+    rate_limited: int = 0
+    errors: int = 0
+    reaped: int = 0
+    cancelled: int = 0
+    unfinished: int = 0
+    latency_p50: float | None = None
+    latency_p90: float | None = None
+    latency_p99: float | None = None
+    latency_max: float | None = None
+    lane_seconds: float = 0.0
+    productive_lane_seconds: float = 0.0
+    lane_waste: float | None = None
+    throughput_per_minute: float | None = None
+    span_seconds: float = 0.0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    values = sorted(values)
+    k = (len(values) - 1) * q / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def grants(turns: dict[str, TurnSpec], decisions: Iterable[Decision]) -> list[tuple[str, int]]:
+    return [(d["turn_id"], d["lane"]) for t, d in decisions if t == ev.TURN_GRANTED and d["turn_id"] in turns]
+
+
+def measure(turns: dict[str, TurnSpec], decisions: Iterable[Decision]) -> RunMetrics:
+    """Latency is request -> finish (completed with any outcome, or reaped); lane waste is
+    the share of held lane-seconds that did not end in an OK completion; throughput is OK
+    completions per minute from the first request to the last finish."""
+    granted: dict[str, float] = {}
+    finish: dict[str, tuple[str, float, str | None]] = {}
+    last_at = max((s.requested_at for s in turns.values()), default=0.0)
+    for type_, d in decisions:
+        turn_id = d.get("turn_id")
+        if turn_id not in turns:
+            continue
+        last_at = max(last_at, d["at"])
+        if type_ == ev.TURN_GRANTED:
+            granted[turn_id] = d["at"]
+        elif type_ in (ev.TURN_COMPLETED, ev.TURN_REAPED, ev.TURN_CANCELLED) and turn_id not in finish:
+            finish[turn_id] = (type_, d["at"], d.get("outcome"))
+    m = RunMetrics(turns=len(turns))
+    latencies = []
+    for turn_id, spec in turns.items():
+        held_from = granted.get(turn_id)
+        if turn_id not in finish:
+            m.unfinished += 1
+            if held_from is not None:
+                m.lane_seconds += last_at - held_from
+            continue
+        type_, at, outcome = finish[turn_id]
+        hold = at - held_from if held_from is not None else 0.0
+        m.lane_seconds += hold
+        if type_ == ev.TURN_CANCELLED:
+            m.cancelled += 1
+            continue
+        m.finished += 1
+        latencies.append(at - spec.requested_at)
+        if type_ == ev.TURN_REAPED:
+            m.reaped += 1
+        elif outcome == ev.OK:
+            m.completed_ok += 1
+            m.productive_lane_seconds += hold
+        elif outcome == ev.RATE_LIMITED:
+            m.rate_limited += 1
+        else:
+            m.errors += 1
+    m.latency_p50, m.latency_p90 = percentile(latencies, 50), percentile(latencies, 90)
+    m.latency_p99, m.latency_max = percentile(latencies, 99), (max(latencies) if latencies else None)
+    if m.lane_seconds > 0:
+        m.lane_waste = 1.0 - m.productive_lane_seconds / m.lane_seconds
+    first = min((s.requested_at for s in turns.values()), default=0.0)
+    m.span_seconds = max(0.0, last_at - first)
+    if m.span_seconds > 0:
+        m.throughput_per_minute = m.completed_ok * 60.0 / m.span_seconds
+    return m
+
+
+@dataclass
+class WhatIfReport:
+    pool: str
+    from_position: int
+    to_position: int
+    recorded_settings: PoolSettings
+    settings: PoolSettings
+    actual: RunMetrics
+    whatif: RunMetrics
+    grants_compared: int                 # grants of turns whose durations are known
+    same_grant_order: bool               # ... same order and same lanes as recorded
+    first_divergence: str | None
+    simulation_complete: bool
+    actual_grants: list[tuple[str, int]]
+    whatif_grants: list[tuple[str, int]]
+
+
+def what_if(w: Workload, settings: PoolSettings) -> WhatIfReport:
+    run = simulate(w, settings)
+    known = {t: s for t, s in w.turns.items() if s.duration is not None}
+    real, sim = grants(w.turns, w.actual), grants(w.turns, run.decisions)
+    real_known, sim_known = [g for g in real if g[0] in known], [g for g in sim if g[0] in known]
+    divergence = None
+    for i, (a, b) in enumerate(itertools.zip_longest(real_known, sim_known)):
+        if a != b:
+            divergence = (f"grant #{i + 1}: recorded {a[0][:8] + ' on lane ' + str(a[1]) if a else 'nothing'}, "
+                          f"counterfactual {b[0][:8] + ' on lane ' + str(b[1]) if b else 'nothing'}")
+            break
+    return WhatIfReport(w.pool, w.first_position, w.last_position, w.settings, settings,
+                        measure(w.turns, w.actual), measure(w.turns, run.decisions), len(real_known),
+                        divergence is None, divergence, run.complete, real, sim)
+
+
+def report_dict(r: WhatIfReport) -> dict:
+    return {"pool": r.pool, "from_position": r.from_position, "to_position": r.to_position,
+            "recorded_settings": r.recorded_settings.to_dict(), "settings": r.settings.to_dict(),
+            "actual": dataclasses.asdict(r.actual), "whatif": dataclasses.asdict(r.whatif),
+            "grants_compared": r.grants_compared, "same_grant_order": r.same_grant_order,
+            "first_divergence": r.first_divergence, "simulation_complete": r.simulation_complete}

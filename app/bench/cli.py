@@ -1,0 +1,75 @@
+"""`agentrm bench scheduler|system|context|all [--out DIR] [...]`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_OUT = Path("bench/results")
+
+
+def _system(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench system")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    from app.cli import database_url
+    from app.db.embedded import ensure_database
+    from app.db.migrate import upgrade
+    from .system_bench import run, to_markdown
+    # A database of its own: the benchmark writes tens of thousands of events.
+    base = database_url()
+    admin = base.rsplit("/", 1)[0] + "/postgres"
+    ensure_database(admin, "agentrm_bench", recreate=True)
+    url = base.rsplit("/", 1)[0] + "/agentrm_bench"
+    upgrade(url)
+    result = run(args.out, url, quick=args.quick)
+    print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
+    return 0
+
+
+def _context(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench context")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--sessions", type=int, default=3)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    from .context_bench import run
+    result = run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick)
+    if args.json:
+        print(json.dumps(result, sort_keys=True, default=str))
+    else:
+        print((args.out / "context.md").read_text())
+    return 0
+
+
+def _scheduler(argv: list[str]) -> int:
+    from .scheduler_bench import main
+    return main(argv)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("scheduler", "system", "context", "all"):
+        print("usage: agentrm bench scheduler|system|context|all [options]", file=sys.stderr)
+        return 2
+    which, rest = argv[0], argv[1:]
+    if which == "scheduler":
+        return _scheduler(rest)
+    if which == "system":
+        return _system(rest)
+    if which == "context":
+        return _context(rest)
+    p = argparse.ArgumentParser(prog="agentrm bench all")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(rest)
+    out = ["--out", str(args.out)]
+    code = _scheduler(out + (["--seeds", "2", "--minutes", "3"] if args.quick else []))
+    code |= _system(out + (["--quick"] if args.quick else []))
+    code |= _context(out + (["--quick"] if args.quick else []))
+    print(f"results in {args.out}/")
+    return code

@@ -1,0 +1,263 @@
+"""A seeded workload for the scheduler benchmark: a fleet of agents and what each will ask of
+the provider, fixed before any policy runs so that every policy faces the same trace.
+
+Three kinds of agent, after the classes the scheduler knows:
+- interactive: a user sends a message, the agent answers with a short run of 1-4 LLM calls
+  with tool calls between them, then the user thinks (exponential think time) before the next
+  message. Short outputs; the prompt grows with the conversation, as a chat transcript does.
+- batch: long jobs of many LLM calls back to back, with heavy-tailed (Pareto) outputs and tool
+  times; the prompt grows within a job and is compacted back when it nears its cap.
+- background: cron jobs. Every agent of this class fires on the same period (cron
+  expressions cluster on round minutes), so the fleet sees bursts of short sub-agent calls.
+A fraction of calls hang: the provider accepts them and never answers. The hang belongs to
+the first attempt of a call; a retry of it is answered, so every policy can finish the work.
+
+`call_attempts(trace)` flattens a trace into per-agent sequences of calls, so that a live
+check can drive the same trace through the real service with real clients.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+
+INTERACTIVE, BATCH, BACKGROUND = "INTERACTIVE", "BATCH", "BACKGROUND"
+CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
+
+
+@dataclass(frozen=True)
+class WorkloadParams:
+    """Everything that shapes the trace. Published with every report (`to_dict`)."""
+    agents: int = 200
+    minutes: float = 10.0
+    seed: int = 1
+    hang_rate: float = 0.01                 # share of calls whose first attempt never returns
+    share_interactive: float = 0.5
+    share_batch: float = 0.3                # background gets the rest
+    # interactive
+    interactive_think_mean_s: float = 30.0
+    interactive_calls_per_run: tuple[int, int] = (1, 4)
+    interactive_output_median: int = 250
+    interactive_max_output: int = 1024
+    interactive_prompt_start: int = 1_500
+    interactive_prompt_cap: int = 24_000
+    # batch
+    batch_calls_per_job: tuple[int, int] = (8, 30)
+    batch_output_min: int = 300             # Pareto scale
+    batch_output_alpha: float = 1.5         # Pareto shape: heavy tail
+    batch_max_output: int = 4096
+    batch_prompt_start: int = 4_000
+    batch_prompt_cap: int = 48_000
+    batch_job_gap_mean_s: float = 5.0
+    # background
+    background_period_s: float = 120.0
+    background_jitter_s: float = 5.0
+    background_calls_per_burst: tuple[int, int] = (3, 8)
+    background_output_median: int = 400
+    background_max_output: int = 2048
+    background_prompt_start: int = 2_000
+    # tools (between calls of one run)
+    tool_median_s: float = 2.0
+    tool_sigma: float = 1.0                 # lognormal spread
+    batch_tool_min_s: float = 1.0           # Pareto scale for batch tools
+    batch_tool_alpha: float = 1.3
+    tool_max_s: float = 120.0
+    tool_result_tokens: tuple[int, int] = (200, 1_500)
+    # provider speed
+    ttft_base_s: float = 0.4                # time to first token, plus prompt prefill below
+    prefill_tokens_per_s: float = 20_000.0
+    decode_tokens_per_s: float = 60.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One LLM call an agent needs answered, and what the provider will do with it."""
+    call_id: str
+    prompt_tokens: int
+    max_output_tokens: int
+    output_tokens: int
+    provider_latency_s: float               # from request sent to the last byte
+    tool_after_s: float                     # tool time before the agent's next call (0 at run end)
+    hangs: bool
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One agent run: the calls that answer one message, one job, or one cron firing.
+    It starts at max(end of previous run + idle_before_s, not_before_s)."""
+    idle_before_s: float
+    not_before_s: float
+    calls: tuple[CallSpec, ...]
+
+
+@dataclass(frozen=True)
+class AgentScript:
+    agent_id: str
+    priority_class: str
+    runs: tuple[RunSpec, ...]
+
+
+@dataclass(frozen=True)
+class Trace:
+    params: WorkloadParams
+    agents: tuple[AgentScript, ...] = field(default_factory=tuple)
+
+    @property
+    def duration_s(self) -> float:
+        return self.params.minutes * 60.0
+
+    def call_count(self) -> int:
+        return sum(len(r.calls) for a in self.agents for r in a.runs)
+
+
+class _Draw:
+    """The distributions the generator uses, over one seeded random stream."""
+
+    def __init__(self, rng: random.Random, p: WorkloadParams):
+        self.rng, self.p = rng, p
+
+    def lognormal(self, median: float, sigma: float) -> float:
+        return median * math.exp(self.rng.gauss(0.0, sigma))
+
+    def pareto(self, scale: float, alpha: float) -> float:
+        return scale * self.rng.paretovariate(alpha)
+
+    def tool_time(self, priority_class: str) -> float:
+        p = self.p
+        if priority_class == BATCH:
+            return min(p.tool_max_s, self.pareto(p.batch_tool_min_s, p.batch_tool_alpha))
+        return min(p.tool_max_s, self.lognormal(p.tool_median_s, p.tool_sigma))
+
+    def tool_result(self) -> int:
+        low, high = self.p.tool_result_tokens
+        return self.rng.randint(low, high)
+
+    def latency(self, prompt: int, output: int) -> float:
+        p = self.p
+        return p.ttft_base_s + prompt / p.prefill_tokens_per_s + output / p.decode_tokens_per_s
+
+
+class _CallFactory:
+    def __init__(self, agent_id: str, draw: _Draw):
+        self.agent_id, self.draw, self.count = agent_id, draw, 0
+
+    def make(self, prompt: int, output: int, max_output: int, tool_after: float) -> CallSpec:
+        self.count += 1
+        output = max(1, min(output, max_output))
+        return CallSpec(call_id=f"{self.agent_id}-c{self.count}", prompt_tokens=int(prompt),
+                        max_output_tokens=max_output, output_tokens=int(output),
+                        provider_latency_s=round(self.draw.latency(prompt, output), 4),
+                        tool_after_s=round(tool_after, 4),
+                        hangs=self.draw.rng.random() < self.draw.p.hang_rate)
+
+
+def _run(draw: _Draw, factory: _CallFactory, priority_class: str, n_calls: int, prompt: int,
+         cap: int, output_of, max_output: int) -> tuple[list[CallSpec], int]:
+    """n_calls calls with tools between them; the prompt grows by each answer and tool result.
+    Returns the calls and the prompt size the conversation ends at."""
+    calls = []
+    for i in range(n_calls):
+        last = i == n_calls - 1
+        output = output_of()
+        tool = 0.0 if last else draw.tool_time(priority_class)
+        calls.append(factory.make(min(prompt, cap), output, max_output, tool))
+        prompt += min(output, max_output) + (0 if last else draw.tool_result())
+        if prompt > cap:
+            prompt = draw.p.batch_prompt_start if priority_class == BATCH else cap  # compaction
+    return calls, prompt
+
+
+def _interactive(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
+    p, rng = draw.p, draw.rng
+    factory, runs, prompt, t = _CallFactory(agent_id, draw), [], p.interactive_prompt_start, 0.0
+    while t < horizon:
+        think = rng.expovariate(1.0 / p.interactive_think_mean_s)
+        t += think
+        calls, prompt = _run(draw, factory, INTERACTIVE, rng.randint(*p.interactive_calls_per_run),
+                             prompt, p.interactive_prompt_cap,
+                             lambda: int(draw.lognormal(p.interactive_output_median, 0.6)),
+                             p.interactive_max_output)
+        prompt += 100  # the user's next message
+        runs.append(RunSpec(idle_before_s=round(think, 4), not_before_s=0.0, calls=tuple(calls)))
+        t += sum(c.provider_latency_s + c.tool_after_s for c in calls)
+    return AgentScript(agent_id, INTERACTIVE, tuple(runs))
+
+
+def _batch(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
+    p, rng = draw.p, draw.rng
+    factory, runs, t = _CallFactory(agent_id, draw), [], 0.0
+    first = True
+    while t < horizon:
+        # Jobs start staggered over the first minute, then follow each other closely.
+        gap = rng.uniform(0.0, 60.0) if first else rng.expovariate(1.0 / p.batch_job_gap_mean_s)
+        first = False
+        t += gap
+        calls, _ = _run(draw, factory, BATCH, rng.randint(*p.batch_calls_per_job), p.batch_prompt_start,
+                        p.batch_prompt_cap, lambda: int(draw.pareto(p.batch_output_min, p.batch_output_alpha)),
+                        p.batch_max_output)
+        runs.append(RunSpec(idle_before_s=round(gap, 4), not_before_s=0.0, calls=tuple(calls)))
+        t += sum(c.provider_latency_s + c.tool_after_s for c in calls)
+    return AgentScript(agent_id, BATCH, tuple(runs))
+
+
+def _background(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
+    p, rng = draw.p, draw.rng
+    factory, runs = _CallFactory(agent_id, draw), []
+    # Cron on a shared period: everyone fires near the same instants (the burst), each agent
+    # at its own small offset, as `*/2 * * * *` jobs started by different hosts would.
+    offset = rng.uniform(0.0, p.background_jitter_s)
+    fire = offset + rng.choice((0.0, p.background_period_s / 2))
+    while fire < horizon:
+        calls, _ = _run(draw, factory, BACKGROUND, rng.randint(*p.background_calls_per_burst),
+                        p.background_prompt_start, p.interactive_prompt_cap,
+                        lambda: int(draw.lognormal(p.background_output_median, 0.5)), p.background_max_output)
+        runs.append(RunSpec(idle_before_s=0.0, not_before_s=round(fire, 4), calls=tuple(calls)))
+        fire += p.background_period_s
+    return AgentScript(agent_id, BACKGROUND, tuple(runs))
+
+
+def class_counts(p: WorkloadParams) -> dict[str, int]:
+    interactive = round(p.agents * p.share_interactive)
+    batch = min(p.agents - interactive, round(p.agents * p.share_batch))
+    return {INTERACTIVE: interactive, BATCH: batch, BACKGROUND: p.agents - interactive - batch}
+
+
+def generate(params: WorkloadParams) -> Trace:
+    """The trace for `params`: the same parameters always give the same trace."""
+    horizon = params.minutes * 60.0
+    agents: list[AgentScript] = []
+    makers = {INTERACTIVE: _interactive, BATCH: _batch, BACKGROUND: _background}
+    index = 0
+    for priority_class, count in class_counts(params).items():
+        for _ in range(count):
+            agent_id = f"{priority_class[:3].lower()}{index:04d}"
+            # One stream per agent: adding agents never changes the existing agents' scripts.
+            rng = random.Random(f"{params.seed}/{agent_id}")
+            agents.append(makers[priority_class](agent_id, _Draw(rng, params), horizon))
+            index += 1
+    return Trace(params=params, agents=tuple(agents))
+
+
+def call_attempts(trace: Trace) -> dict[str, list[dict]]:
+    """Per agent, the calls it will make in order, with what happens around each: for a live
+    check that replays this trace through the real service. `idle_before_s`/`not_before_s`
+    apply to the first call of a run (think time, job gap, cron instant); `tool_after_s` is
+    spent after a successful answer, outside any turn."""
+    out: dict[str, list[dict]] = {}
+    for agent in trace.agents:
+        seq = []
+        for run in agent.runs:
+            for i, call in enumerate(run.calls):
+                seq.append({
+                    "call_id": call.call_id, "priority_class": agent.priority_class,
+                    "idle_before_s": run.idle_before_s if i == 0 else 0.0,
+                    "not_before_s": run.not_before_s if i == 0 else 0.0,
+                    "prompt_tokens": call.prompt_tokens, "max_output_tokens": call.max_output_tokens,
+                    "output_tokens": call.output_tokens, "provider_latency_s": call.provider_latency_s,
+                    "tool_after_s": call.tool_after_s, "hangs": call.hangs,
+                })
+        out[agent.agent_id] = seq
+    return out

@@ -1,0 +1,137 @@
+"""The compaction shell: turns a CompactionPlan into ContextCompacted event data.
+
+It runs the impure parts (the summarizer may call a model or an LLM) and returns a plain
+dict; recording it as an event and folding it with ``app.domain.context.apply`` is the
+caller's job, so replay never calls the summarizer again.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from app.context.facts import extract_facts, fact_shape, normalize
+from app.context.summarize import Summarizer
+from app.domain.context import AgentContext, CompactionPlan, ContextMessage, KeyFact
+
+TokenCounter = Callable[[str], int]
+
+# ~200 tokens: small enough that a recalled chunk spends little budget on text around the
+# needle, large enough to keep a question and its answer (usually adjacent messages)
+# together and to give MiniLM (trained on short paragraphs; it truncates at 256 word
+# pieces) a coherent passage to embed.
+CHUNK_TARGET_TOKENS = 200
+
+
+def render_message(message: ContextMessage) -> str:
+    return f"[{message.seq}] {message.role}: {message.content}"
+
+
+def _split_long(text: str, count: TokenCounter, target: int) -> list[str]:
+    """Split an oversized message on line, then word, boundaries into <= target pieces."""
+    pieces: list[str] = []
+    current: list[str] = []
+    current_tokens = 0
+    words = [w for line in text.split("\n") for w in (line.split(" ") + ["\n"])]
+    for word in words:
+        cost = 1 if word == "\n" else count(" " + word)  # as the word is tokenized mid-text
+        if current and current_tokens + cost > target:
+            pieces.append(" ".join(current).replace(" \n ", "\n").strip())
+            current, current_tokens = [], 0
+        current.append(word)
+        current_tokens += cost
+    if current:
+        pieces.append(" ".join(current).replace(" \n ", "\n").strip())
+    return [p for p in pieces if p]
+
+
+def chunk_messages(messages: Sequence[ContextMessage], count: TokenCounter, segment_id: str,
+                   target: int = CHUNK_TARGET_TOKENS) -> list[dict]:
+    """Cold-tier chunks of ~target tokens, cut on message boundaries where possible.
+    A message over 1.5 x target is split on its own (its pieces share its seq)."""
+    chunks: list[dict] = []
+    group: list[ContextMessage] = []
+
+    def emit(text: str, from_seq: int, to_seq: int) -> None:
+        chunks.append({"chunk_id": f"{segment_id}-c{len(chunks) + 1}", "from_seq": from_seq,
+                       "to_seq": to_seq, "text": text, "tokens": count(text)})
+
+    def flush() -> None:
+        nonlocal group
+        if group:
+            emit("\n".join(render_message(m) for m in group), group[0].seq, group[-1].seq)
+        group = []
+
+    for message in messages:
+        rendered = render_message(message)
+        tokens = count(rendered)
+        if tokens > target * 3 // 2:
+            flush()
+            for piece in _split_long(rendered, count, target):
+                emit(piece, message.seq, message.seq)
+            continue
+        # Exact count of the joined text (BPE is not additive across the separator).
+        if group and count("\n".join([render_message(m) for m in group] + [rendered])) > target:
+            flush()
+        group.append(message)
+    flush()
+    return chunks
+
+
+def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
+            count: TokenCounter, now: float) -> dict:
+    """ContextCompacted data for ``plan``. ``count`` is a text token counter (count_text).
+
+    tokens_before / tokens_after measure the agent's resident context, hot messages plus
+    warm summaries plus live facts, so the event shows what the compaction saved net of
+    what it added."""
+    chosen = set(plan.seqs)
+    span = [m for m in state.hot if m.seq in chosen]
+    if not span:
+        raise ValueError("compaction plan names no hot message")
+
+    live_by_key = {f.key: f for f in state.live_facts}
+    facts: list[dict] = []
+    superseded: list[dict] = []
+    for message in span:
+        for index, fact in enumerate(extract_facts(message.content, message.seq, message.role)):
+            previous = live_by_key.get(fact.key)
+            if previous is not None and (previous.value or normalize(previous.text)) == fact.value:
+                continue  # restating a live fact is not news
+            record = {"fact_id": f"f{message.seq}.{index}", "kind": fact.kind, "text": fact.text,
+                      "key": fact.key, "value": fact.value, "source_seq": fact.source_seq,
+                      "role": message.role, "tokens": count(fact.text),
+                      "shape": fact_shape(fact.kind, fact.text)}
+            if previous is not None:
+                superseded.append({"fact_id": previous.fact_id, "by": record["fact_id"]})
+            facts.append(record)
+            live_by_key[fact.key] = KeyFact(**{k: record[k] for k in (
+                "fact_id", "kind", "text", "key", "source_seq", "tokens", "role", "value")})
+
+    summary = summarizer.summarize([(m.role, m.content) for m in span], plan.summary_target_tokens, count)
+    summary_tokens = count(summary.text)
+    chunks = chunk_messages(span, count, plan.segment_id)
+
+    superseded_ids = {s["fact_id"] for s in superseded}
+    warm_before = sum(s.summary_tokens for s in state.warm_segments) + sum(f.tokens for f in state.live_facts)
+    warm_after = (warm_before + summary_tokens
+                  + sum(f["tokens"] for f in facts if f["fact_id"] not in superseded_ids)
+                  - sum(f.tokens for f in state.live_facts if f.fact_id in superseded_ids))
+    hot_after = state.hot_tokens - sum(m.tokens for m in span)
+    return {
+        "agent_id": state.agent_id,
+        "segment_id": plan.segment_id,
+        "from_seq": plan.from_seq,
+        "to_seq": plan.to_seq,
+        "summary": summary.text,
+        "summary_tokens": summary_tokens,
+        "facts": facts,
+        "superseded": superseded,
+        "chunks": chunks,
+        "tokens_before": state.hot_tokens + warm_before,
+        "tokens_after": hot_after + warm_after,
+        "hot_tokens_before": state.hot_tokens,
+        "hot_tokens_after": hot_after,
+        "facts_kept": len(facts) - len(superseded_ids & {f["fact_id"] for f in facts}),
+        "summarizer": summary.summarizer,
+        "cost": dict(summary.cost),
+        "at": now,
+    }

@@ -1,0 +1,297 @@
+"""Deterministic key-fact extraction: the things agents forget after a compaction.
+
+Pure regex and heuristics, no model: the same span always yields the same facts, so a
+compaction can be replayed and audited, and extraction costs microseconds per message.
+
+One fact per sentence (or per error line): a sentence that holds an instruction *and* an
+identifier is one fact of the more important kind, because the view shows the sentence,
+and showing it twice would spend tokens for nothing. The sentence, not just the matched
+token, is kept because "ORD-48213" alone answers nothing; "the refund is for order
+ORD-48213" does.
+
+Supersession: every fact carries a ``key`` and a ``value``. Facts with the same key and a
+different value contradict each other, and the later one supersedes the earlier (both are
+kept; the compactor marks the old one). Keys come from assignment-like phrasing
+("set X to Y", "X is Y", "X = Y", "use Y for X", "deadline is ..."), from rules with their
+modal words removed ("always run X" vs "never run X"), or else from the fact's own text
+(then only an identical sentence shares the key, and is a duplicate, not a contradiction).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.domain.context import FACT_KIND_PRIORITY
+
+INSTRUCTION = "instruction"
+DECISION = "decision"
+ERROR = "error"
+TODO = "todo"
+IDENTIFIER = "identifier"
+PATH = "path"
+URL = "url"
+QUANTITY = "quantity"
+ENTITY = "entity"
+
+# Lower number = more important; the domain owns the order because assemble_view ranks by it.
+KIND_PRIORITY = FACT_KIND_PRIORITY
+KINDS = tuple(KIND_PRIORITY)
+assert set(KINDS) == {INSTRUCTION, DECISION, ERROR, TODO, IDENTIFIER, PATH, URL, QUANTITY, ENTITY}
+
+MAX_FACT_CHARS = 300
+
+_I = re.IGNORECASE
+
+_URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", _I)
+_INSTRUCTION = re.compile(
+    r"\b(?:must(?:\s+not)?|never|always|shall|do\s+not|don't|should\s+not|shouldn't|mustn't)\b", _I)
+_DECISION = re.compile(
+    r"\b(?:we|i)\s+(?:have\s+)?decided\b|\bdecision\s*:|\bdecided\s+to\b|\bchose\b|\bchosen\b"
+    r"|\bwill\s+use\b|\bgoing\s+with\b|\bwe\s+agreed\b|\bagreed\s+to\b|\bchange\s+of\s+plan\b", _I)
+_TODO = re.compile(r"\b(?:TODO|FIXME|XXX)\b|\bneed\s+to\b|\bstill\s+have\s+to\b|^\s*[-*]\s*\[ \]")
+_ERROR = re.compile(
+    r"\b[A-Z]\w*(?:Error|Exception)\b\s*:|^\s*(?:error|fatal|panic)\b\s*[:!]"
+    r"|\bHTTP(?:/\d(?:\.\d)?)?\s+[45]\d\d\b|\bstatus(?:\s+code)?\s*[=:]?\s*[45]\d\d\b"
+    r"|\b[45]\d\d\s+(?:Bad\s+Request|Unauthorized|Forbidden|Not\s+Found|Conflict|Too\s+Many\s+Requests"
+    r"|Internal\s+Server\s+Error|Bad\s+Gateway|Service\s+Unavailable|Gateway\s+Timeout)\b", re.M)
+_IDENTIFIER = re.compile(
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"      # UUID
+    r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b"                                         # ticket ABC-123
+    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b"                    # git/sha hashes
+    r"|\b\w*(?:id|ID|Id)\s*[=:#]\s*[\w.-]+"                                   # id=..., user_id: ...
+    r"|\border\s*#\s*\d+|#\d{3,}\b", 0)
+_PATH = re.compile(
+    r"(?<![\w:/.])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"                          # /srv/app/x.yaml
+    r"|\b[\w.-]+/[\w./-]*\.[A-Za-z0-9]{1,8}\b"                                 # app/context/tokens.py
+    r"|\b[A-Za-z]:\\(?:[\w .-]+\\)*[\w.-]+")                                   # C:\Users\x\y.txt
+_UNITS = (
+    r"ms|milliseconds?|s|secs?|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?"
+    r"|[KMGTP]i?B|bytes?|KB|kb|mb|gb|tb|%|percent|USD|EUR|GBP|dollars?|euros?|tokens?|req/s|rps|rpm|tpm"
+    r"|qps|Hz|kHz|MHz|GHz|cores?|CPUs?|GPUs?|nodes?|replicas?|workers?|users?|requests?|rows?|items?"
+    r"|km|m|cm|mm|kg|g|lbs?|°C|°F|x")
+_MONTHS = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+           r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
+# Dates count as quantities: a deadline is a number with a unit of time, and it is the
+# fact most often restated ("the deadline is now ...") and so most often superseded.
+_QUANTITY = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}\s+" + _MONTHS + r"\b|\b" + _MONTHS + r"\s+\d{1,2}(?:st|nd|rd|th)?\b"
+    r"|(?:[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?)?)"
+    r"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:" + _UNITS + r")(?![\w])")
+_NUMERIC_SETTING = re.compile(
+    r"^\s*[A-Za-z_][\w.-]*\s*[=:]\s*-?\d[\d.,]*\s*$|\bset\s+\S.{0,60}?\s+to\s+-?\d", _I)
+_ENTITY = re.compile(r"\b[A-Z][a-z]+(?:\s+(?:of|de|van|von|for)\s+[A-Z][a-z]+|\s+[A-Z][a-z]+)+\b")
+_ENTITY_STOP = {"The", "A", "An", "We", "I", "It", "This", "That", "These", "Those", "Our", "My",
+                "Your", "If", "When", "Then", "So", "And", "But", "Or", "Please", "Also", "Let",
+                "Yes", "No", "Ok", "Okay", "Next", "Now", "Here", "There", "Note", "Decision",
+                "Change", "Set", "Use", "Always", "Never", "Do", "Don't", "Must", "Done",
+                "Running", "Checking", "Reading", "Looking", "Good", "Great", "Thanks", "Sure"}
+
+_KIND_PATTERNS = ((INSTRUCTION, _INSTRUCTION), (DECISION, _DECISION), (ERROR, _ERROR),
+                  (TODO, _TODO), (IDENTIFIER, _IDENTIFIER), (PATH, _PATH), (URL, _URL),
+                  (QUANTITY, _QUANTITY))
+
+# -- supersession keys -------------------------------------------------------------------
+_SUBJECT = r"(?P<subj>[A-Za-z][\w .'/-]{1,60}?)"
+_SET_TO = re.compile(
+    r"\b(?:set|change|changed|update|updated|raise|raised|lower|lowered|bump|bumped|increase|increased"
+    r"|decrease|decreased|move|moved|reduce|reduced)\s+" + _SUBJECT + r"\s+(?:to|=)\s+(?P<val>.+)$", _I)
+_USE_FOR = re.compile(
+    r"\b(?:use|using|switch\s+to|switched\s+to|go\s+with|going\s+with|chose|choose|pick|picked|adopt)\s+"
+    r"(?P<val>[\w .+#-]{1,40}?)\s+(?:for|as)\s+" + _SUBJECT + r"(?:\s+instead)?\s*[.!;]?$", _I)
+_IS = re.compile(
+    r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads\s+up)[,:]\s+)?" + _SUBJECT +
+    r"\s+(?:is|are|was|will\s+be)\s+(?:now\s+|still\s+|actually\s+)?(?:set\s+to\s+|changed\s+to\s+|moved\s+to\s+)?"
+    r"(?P<val>[^.;!?]{1,120}?)\s*[.;!?]?$", _I)
+_ASSIGN = re.compile(r"^\s*(?P<subj>[A-Za-z][\w.-]{0,40}(?:\s+[\w.-]+){0,3})\s*(?:=|:)\s*(?P<val>\S.{0,160}?)\s*$")
+_LEADING_NOISE = re.compile(
+    r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads up|please|and|but|then|decision|"
+    r"change of plan)[,:]?\s+)+", _I)
+_ARTICLES = re.compile(r"^(?:the|a|an|our|my|your|their|its|this|that)\s+", _I)
+_VAGUE_SUBJECTS = {"it", "this", "that", "there", "which", "what", "here", "he", "she", "they",
+                   "we", "i", "you", "everything", "nothing", "something", "result", "output",
+                   "answer", "reason", "problem", "issue", "question", "thing", "plan", "idea"}
+_LABELS = {"decision", "note", "todo", "fixme", "error", "warning", "update", "summary", "info",
+           "debug", "traceback", "example", "usage", "output", "result", "step", "question",
+           "answer", "reason", "http", "https", "file", "line", "user", "assistant", "tool", "system"}
+_MODALS = re.compile(
+    r"\b(?:must(?:\s+not)?|never|always|shall(?:\s+not)?|do\s+not|don't|should(?:\s+not)?|shouldn't"
+    r"|mustn't|please|you|we|to)\b", _I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
+_TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\)")
+_EXCEPTION_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+@dataclass(frozen=True)
+class ExtractedFact:
+    kind: str
+    text: str
+    key: str
+    value: str
+    source_seq: int
+
+
+def normalize(text: str) -> str:
+    """Lower case, single spaces, no surrounding punctuation: the comparison form."""
+    text = re.sub(r"\s+", " ", text.strip().lower())
+    return text.strip(" .,;:!?\"'`()[]")
+
+
+def _normalize_subject(subject: str) -> str:
+    subject = _LEADING_NOISE.sub("", subject.strip())
+    subject = _ARTICLES.sub("", normalize(subject))
+    return re.sub(r"^(?:new|current|default)\s+", "", subject)
+
+
+def _normalize_value(value: str) -> str:
+    value = normalize(value)
+    value = re.sub(r"\s+(?:instead|now|from now on|going forward)$", "", value)
+    return value.strip(" .,;:!?")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Lines, then sentences within a line. Paths and versions (x.y) do not end a sentence
+    because a sentence break needs whitespace then a capital, digit or quote."""
+    sentences: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            sentences.extend(s.strip() for s in _SENTENCE_END.split(line) if s.strip())
+    return sentences
+
+
+def supersession_key(sentence: str) -> tuple[str, str] | None:
+    """(subject, value) when the sentence assigns a value to a subject, else None.
+
+    >>> supersession_key("Set the request timeout to 45 s.")
+    ('request timeout', '45 s')
+    """
+    s = sentence.strip()
+    for pattern, prefix in ((_SET_TO, ""), (_USE_FOR, "use for "), (_IS, ""), (_ASSIGN, "")):
+        m = pattern.search(s)
+        if not m:
+            continue
+        subject = _normalize_subject(m.group("subj"))
+        value = _normalize_value(m.group("val"))
+        words = subject.split()
+        if (not subject or not value or len(words) > 6 or subject in _VAGUE_SUBJECTS
+                or words[0] in _VAGUE_SUBJECTS or subject in _LABELS):
+            continue
+        if pattern is _ASSIGN and ("://" in s or len(value.split()) > 12):
+            continue  # "https://..." or a long "Label: prose" line is not an assignment
+        return prefix + subject, value
+    return None
+
+
+def _rule_key(sentence: str) -> str:
+    """A rule's key is its action without the modal words, so "always X" and "never X"
+    share a key (the later one supersedes) while their values stay different."""
+    return "rule:" + re.sub(r"\s+", " ", _MODALS.sub(" ", normalize(sentence))).strip()
+
+
+def classify(sentence: str) -> str | None:
+    """The most important kind the sentence matches, or None for no fact."""
+    for kind, pattern in _KIND_PATTERNS:
+        if pattern.search(sentence):
+            return kind
+    if _NUMERIC_SETTING.search(sentence):
+        return QUANTITY  # a number without a unit, but explicitly assigned: a setting
+    if _named_entities(sentence):
+        return ENTITY
+    return None
+
+
+def _named_entities(sentence: str) -> list[str]:
+    found = []
+    for m in _ENTITY.finditer(sentence):
+        words = m.group(0).split()
+        while words and words[0] in _ENTITY_STOP:
+            words.pop(0)
+        if len(words) >= 2:
+            found.append(" ".join(words))
+    return found
+
+
+def _clip(sentence: str, kind: str) -> str:
+    """Keep the fact within MAX_FACT_CHARS, centred on the match so the value survives."""
+    if len(sentence) <= MAX_FACT_CHARS:
+        return sentence
+    pattern = dict(_KIND_PATTERNS).get(kind)
+    m = pattern.search(sentence) if pattern else None
+    centre = (m.start() + m.end()) // 2 if m else 0
+    start = max(0, min(centre - MAX_FACT_CHARS // 2, len(sentence) - MAX_FACT_CHARS))
+    return sentence[start:start + MAX_FACT_CHARS].strip()
+
+
+def _fact_units(content: str) -> list[str]:
+    """Sentences to classify. A Python traceback collapses to its exception line: the
+    frames are paths and line numbers that would flood the warm tier with noise."""
+    units: list[str] = []
+    in_traceback = False
+    for line in content.splitlines():
+        if _TRACEBACK_START.match(line):
+            in_traceback = True
+            continue
+        if in_traceback:
+            if _EXCEPTION_LINE.match(line):
+                units.append(line.strip())
+                in_traceback = False
+            continue
+        units.extend(split_sentences(line))
+    return units
+
+
+# Tool output is bulk: a directory listing is 14 paths, a log is 10 "processed N items"
+# lines. Those are enumerations, not 14 key facts; keeping them all would flood the warm
+# tier and push the user's instructions out of the view. The most important few survive
+# (errors first); the full output stays in the cold tier, searchable.
+MAX_FACTS_PER_TOOL_MESSAGE = 3
+
+
+def extract_facts(content: str, source_seq: int, role: str = "user") -> list[ExtractedFact]:
+    """Key facts of one message, in order of appearance, without duplicates; for a tool
+    message, only its MAX_FACTS_PER_TOOL_MESSAGE most important ones."""
+    facts = _extract_all(content, source_seq)
+    if role == "tool" and len(facts) > MAX_FACTS_PER_TOOL_MESSAGE:
+        ranked = sorted(range(len(facts)), key=lambda i: (KIND_PRIORITY[facts[i].kind], i))
+        keep = set(ranked[:MAX_FACTS_PER_TOOL_MESSAGE])
+        facts = [f for i, f in enumerate(facts) if i in keep]
+    return facts
+
+
+def fact_shape(kind: str, text: str) -> str:
+    """What makes two facts "the same sort of line": errors group by exception class or
+    HTTP status, everything else by its text with numbers and hex ids masked. Used by the
+    view to show one fact per shape before it shows a second of any shape."""
+    if kind == ERROR:
+        m = re.search(r"\b([A-Za-z_][\w.]*(?:Error|Exception))\b", text)
+        if m:
+            return "error:" + m.group(1).lower()
+        m = re.search(r"\b(?:HTTP|status)\D{0,12}([45])\d\d\b", text, _I)
+        if m:
+            return f"error:http {m.group(1)}xx"
+    masked = re.sub(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b|\d+", "#", text.lower())
+    return f"{kind}:" + re.sub(r"\s+", " ", masked).strip()
+
+
+def _extract_all(content: str, source_seq: int) -> list[ExtractedFact]:
+    facts: list[ExtractedFact] = []
+    seen: set[str] = set()
+    for sentence in _fact_units(content):
+        kind = classify(sentence)
+        if kind is None:
+            continue
+        text = _clip(sentence, kind)
+        # Errors are occurrences, not settings: "ValueError: x" then "ValueError: y" are two
+        # errors, so they never get an assignment key that would let one supersede the other.
+        assignment = None if kind == ERROR else supersession_key(sentence)
+        if assignment is not None:
+            key, value = assignment
+        elif kind == INSTRUCTION:
+            key, value = _rule_key(sentence), normalize(sentence)
+        else:
+            key = value = f"{kind}:{normalize(sentence)}"
+        if key in seen and any(f.key == key and f.value == value for f in facts):
+            continue
+        seen.add(key)
+        facts.append(ExtractedFact(kind=kind, text=text, key=key, value=value, source_seq=source_seq))
+    return facts

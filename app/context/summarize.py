@@ -1,0 +1,169 @@
+"""Summarizers for compaction: pluggable, with a default that needs no LLM.
+
+- ``ExtractiveSummarizer`` (default): picks the span's most central sentences by embedding
+  similarity, with a redundancy penalty, up to a token target, in original order. It
+  cannot invent anything (every sentence is verbatim from the span) and costs CPU only.
+- ``OpenAICompatibleSummarizer`` (off unless configured): any server that speaks
+  ``POST /v1/chat/completions`` (OpenAI, vLLM, llama.cpp, Ollama ...), by URL and model.
+
+Key facts are extracted separately (app.context.facts) and kept next to the summary, so a
+summarizer may drop detail without the instructions, ids and paths being lost.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import httpx
+import numpy as np
+
+from app.context.embedder import TextEmbedder
+from app.context.facts import split_sentences
+
+TokenCounter = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Summary:
+    text: str
+    summarizer: str
+    cost: dict = field(default_factory=dict)  # {"cpu_seconds"} or {"prompt_tokens", "completion_tokens"}
+
+
+class Summarizer(Protocol):
+    name: str
+
+    def summarize(self, messages: Sequence[tuple[str, str]], target_tokens: int,
+                  count: TokenCounter) -> Summary: ...
+
+
+class SummarizerError(RuntimeError):
+    """The summarizer could not produce a summary (the compaction is then not recorded)."""
+
+
+# Sentences shorter than this carry no content worth a summary slot ("Done.", "OK, next.").
+_MIN_WORDS = 4
+# A single "sentence" longer than this is a log line or minified blob; clip it so one
+# candidate cannot swallow the whole target.
+_MAX_SENTENCE_CHARS = 400
+
+
+class ExtractiveSummarizer:
+    """Embedding-centrality sentence selection (centroid similarity, as in LexRank with
+    uniform weights: for unit vectors, the sum of similarities to all sentences equals the
+    similarity to their centroid) with an MMR-style redundancy penalty, so that ten
+    near-identical log lines do not fill the summary."""
+
+    name = "extractive"
+
+    def __init__(self, embedder: TextEmbedder, redundancy: float = 0.6) -> None:
+        self._embedder = embedder
+        self._redundancy = redundancy
+
+    def candidate_sentences(self, messages: Sequence[tuple[str, str]]) -> list[str]:
+        seen: set[str] = set()
+        sentences: list[str] = []
+        for _role, content in messages:
+            for sentence in split_sentences(content):
+                sentence = sentence[:_MAX_SENTENCE_CHARS]
+                if len(sentence.split()) >= _MIN_WORDS and sentence not in seen:
+                    seen.add(sentence)
+                    sentences.append(sentence)
+        return sentences
+
+    def summarize(self, messages: Sequence[tuple[str, str]], target_tokens: int,
+                  count: TokenCounter) -> Summary:
+        started = time.process_time()
+        sentences = self.candidate_sentences(messages)
+        if not sentences or target_tokens <= 0:
+            return Summary("", self.name, {"cpu_seconds": time.process_time() - started, "sentences": 0})
+        vectors = self._embedder.embed(sentences)
+        chosen = select_central(vectors, [count(s) + 1 for s in sentences], target_tokens, self._redundancy)
+        text = " ".join(sentences[i] for i in sorted(chosen))
+        return Summary(text, self.name, {"cpu_seconds": time.process_time() - started,
+                                         "sentences": len(sentences)})
+
+
+def select_central(vectors: np.ndarray, costs: Sequence[int], budget: int, redundancy: float) -> list[int]:
+    """Greedy: highest (centrality - redundancy x max similarity to already chosen) that
+    still fits the budget. Deterministic: ties go to the earlier sentence."""
+    n = vectors.shape[0]
+    centroid = vectors.mean(axis=0)
+    norm = float(np.linalg.norm(centroid)) or 1.0
+    centrality = vectors @ (centroid / norm)
+    max_sim = np.zeros(n, dtype=np.float32)
+    available = np.ones(n, dtype=bool)
+    chosen: list[int] = []
+    spent = 0
+    while True:
+        fits = available & (np.asarray(costs) <= budget - spent)
+        if not fits.any():
+            return chosen
+        score = np.where(fits, centrality - redundancy * max_sim, -np.inf)
+        best = int(np.argmax(score))  # argmax returns the first maximum
+        chosen.append(best)
+        spent += costs[best]
+        available[best] = False
+        max_sim = np.maximum(max_sim, vectors @ vectors[best])
+
+
+_SYSTEM_PROMPT = (
+    "You compact an AI agent's conversation history. Write a faithful, dense summary of the "
+    "messages below in at most {target} tokens. Keep verbatim every instruction and "
+    "constraint, decision, identifier, file path, URL, number with its unit, error message "
+    "and open TODO. Do not add anything that is not in the messages.")
+
+
+class OpenAICompatibleSummarizer:
+    """LLM summaries through an OpenAI-compatible chat endpoint. Off by default: it is
+    used only when configured (``summarizer_from_env`` or explicit construction)."""
+
+    name = "openai-compatible"
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None,
+                 timeout_seconds: float = 60.0, client: httpx.Client | None = None) -> None:
+        base = base_url.rstrip("/")
+        # Accept both "http://host:8000" and "http://host:8000/v1", as clients commonly do.
+        self.url = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+        self.model = model
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = timeout_seconds
+        self._client = client
+
+    def summarize(self, messages: Sequence[tuple[str, str]], target_tokens: int,
+                  count: TokenCounter) -> Summary:
+        transcript = "\n".join(f"{role}: {content}" for role, content in messages)
+        body = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": _SYSTEM_PROMPT.format(target=target_tokens)},
+                         {"role": "user", "content": transcript}],
+            "max_tokens": max(16, target_tokens),
+            "temperature": 0,
+        }
+        try:
+            if self._client is not None:
+                response = self._client.post(self.url, json=body, headers=self._headers, timeout=self._timeout)
+            else:
+                with httpx.Client(timeout=self._timeout) as client:
+                    response = client.post(self.url, json=body, headers=self._headers)
+            response.raise_for_status()
+            payload = response.json()
+            text = payload["choices"][0]["message"]["content"] or ""
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise SummarizerError(f"summarizer at {self.url} failed: {exc}") from exc
+        usage = payload.get("usage") or {}
+        cost = {"prompt_tokens": int(usage.get("prompt_tokens", 0)),
+                "completion_tokens": int(usage.get("completion_tokens", count(text)))}
+        return Summary(text.strip(), self.name, cost)
+
+
+def summarizer_from_env(embedder: TextEmbedder, env: dict | None = None) -> Summarizer:
+    """The configured summarizer: the LLM one only when AGENTRM_SUMMARIZER_URL and
+    AGENTRM_SUMMARIZER_MODEL are both set, the extractive one otherwise."""
+    env = dict(os.environ if env is None else env)
+    url, model = env.get("AGENTRM_SUMMARIZER_URL"), env.get("AGENTRM_SUMMARIZER_MODEL")
+    if url and model:
+        return OpenAICompatibleSummarizer(url, model, env.get("AGENTRM_SUMMARIZER_API_KEY"))
+    return ExtractiveSummarizer(embedder)
