@@ -8,7 +8,7 @@ from app.domain.apply import apply, new_pool
 from app.domain import events as ev
 from app.domain.state import PoolState
 from app.eventstore.store import EventStore
-from app.projections.core import CoreModel, canonical_hash
+from app.projections.core import PROJECTIONS, CoreModel, canonical_hash
 from app.projections.runner import CHECKPOINT, Projector, load_docs
 
 PAGE = 5000
@@ -41,7 +41,7 @@ def _scope(docs: dict, pool: str | None) -> dict:
         return docs
     agents = {k for (p, k), d in docs.items() if p == "agents" and d.get("pool") == pool}
     return {(p, k): d for (p, k), d in docs.items()
-            if (p in ("pools", "scheduler") and k == pool) or (p == "agents" and k in agents)
+            if (p in ("pools", "scheduler") and k == pool) or (p in ("agents", "context") and k in agents)
             or (p == "turns" and d.get("pool") == pool)}
 
 
@@ -54,7 +54,7 @@ async def replay_check(store: EventStore, projector: Projector, pool: str | None
         async with conn.transaction(isolation="repeatable_read"):
             position = await conn.fetchval(
                 "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT) or 0
-            live_docs = await load_docs(conn, ("pools", "agents", "turns", "scheduler"))
+            live_docs = await load_docs(conn, PROJECTIONS)
     rebuilt, count = await rebuild(store, up_to=position)
     live, replayed = _scope(live_docs, pool), _scope(rebuilt.all_docs(), pool)
     # jsonb round trip: compare both through the same JSON normalisation

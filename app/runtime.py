@@ -46,12 +46,17 @@ class Runtime:
         if "default" not in self.projector.model.pools:
             with contextlib.suppress(Conflict):
                 await self.service.create_pool(OPERATOR, default_pool or default_pool_settings())
+        from app.context.service import ContextService
+        self.context = ContextService(
+            self.service, hibernate_idle_seconds=float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800")))
+        await self.context.start()
         self.supervisor = SchedulerSupervisor(self.store, self.projector, self.url)
         if self.run_schedulers:
             await self.supervisor.start()
         return self
 
     async def stop(self) -> None:
+        await self.context.stop()
         await self.supervisor.stop()
         await self.projector.stop()
         await self.listener.stop()

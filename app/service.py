@@ -17,6 +17,7 @@ from typing import Any
 from app.auth import (Principal, hash_token, new_agent_token, require, require_operator,
                       require_self_or_operator)
 from app.domain import events as ev
+from app.domain.context import resume_point_for
 from app.domain.settings import PoolSettings
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, RecordedEvent
@@ -179,6 +180,9 @@ class Service:
             return view
         type_ = ev.AGENT_HIBERNATED if hibernated else ev.AGENT_WOKEN
         data = {"agent_id": agent_id, "pool": view["pool"], "at": _now(), **(extra or {})}
+        if hibernated:
+            # What a wake needs to restore the hot and warm tiers exactly (with a digest).
+            data["resume_point"] = resume_point_for(self.model.context_of(agent_id))
         await self._append([NewEvent(f"agent-{agent_id}", type_, data, self._meta(principal))])
         return self.agent_view(agent_id)
 

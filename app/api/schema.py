@@ -17,6 +17,7 @@ from app.replay import pool_state_at, replay_check
 
 from . import types as t
 from .audit_schema import AuditQuery
+from .context_schema import ContextMutation, ContextQuery
 from .context import principal, runtime
 from .errors import ErrorCodes, as_graphql_error
 
@@ -49,7 +50,7 @@ def _check_pool_visible(info: Info, pool: str) -> None:
 
 
 @strawberry.type
-class Query(AuditQuery):
+class Query(AuditQuery, ContextQuery):
     @strawberry.field
     def me(self, info: Info) -> t.Agent | None:
         who = principal(info)
@@ -124,7 +125,7 @@ class Query(AuditQuery):
 
 
 @strawberry.type
-class Mutation:
+class Mutation(ContextMutation):
     @strawberry.mutation
     async def create_pool(self, info: Info, input: t.PoolInput) -> t.Pool:
         defaults = PoolSettings()

@@ -12,12 +12,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.domain import context as ctx
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.state import PoolState
 from app.eventstore.model import RecordedEvent, category_of
 
-PROJECTIONS = ("pools", "agents", "turns", "scheduler")
+PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context")
 
 _TURN_STATUS = {ev.TURN_QUEUED: ev.QUEUED, ev.TURN_GRANTED: ev.GRANTED,
                 ev.TURN_COMPLETED: ev.COMPLETED, ev.TURN_CANCELLED: ev.CANCELLED,
@@ -32,6 +33,7 @@ class CoreModel:
     agents: dict[str, dict] = field(default_factory=dict)
     turns: dict[str, dict] = field(default_factory=dict)
     token_index: dict[str, str] = field(default_factory=dict)
+    contexts: dict[str, ctx.AgentContext] = field(default_factory=dict)
     dirty: set[tuple[str, str]] = field(default_factory=set)
 
     # -- the fold -----------------------------------------------------------------------
@@ -46,6 +48,17 @@ class CoreModel:
             self._fold_agent(event)
         elif category == "turn":
             self._fold_turn_input(event)
+        elif category == "context":
+            self._fold_context(event.data["agent_id"], event)
+
+    def context_of(self, agent_id: str) -> ctx.AgentContext:
+        return self.contexts.get(agent_id) or ctx.new_context(agent_id)
+
+    def _fold_context(self, agent_id: str, event: RecordedEvent) -> None:
+        if event.type not in ctx.CONTEXT_EVENTS:
+            return
+        self.contexts[agent_id] = ctx.apply(self.context_of(agent_id), event.type, event.data)
+        self.dirty.add(("context", agent_id))
 
     def _fold_pool(self, event: RecordedEvent) -> None:
         name = event.stream.split("-", 1)[1]
@@ -108,8 +121,10 @@ class CoreModel:
             return
         elif event.type == ev.AGENT_HIBERNATED:
             self.agents[agent_id]["hibernated"] = True
+            self._fold_context(agent_id, event)
         elif event.type == ev.AGENT_WOKEN:
             self.agents[agent_id].update(hibernated=False, last_active_at=d["at"])
+            self._fold_context(agent_id, event)
         else:
             return
         self.dirty.add(("agents", agent_id))
@@ -157,6 +172,9 @@ class CoreModel:
         if projection == "scheduler":
             state = self.pools.get(key)
             return state.to_dict() if state else None
+        if projection == "context":
+            context = self.contexts.get(key)
+            return ctx.state_to_dict(context) if context else None
         raise KeyError(projection)
 
     def all_docs(self) -> dict[tuple[str, str], dict]:
@@ -169,6 +187,8 @@ class CoreModel:
             out[("agents", key)] = doc
         for key, doc in self.turns.items():
             out[("turns", key)] = doc
+        for key, context in self.contexts.items():
+            out[("context", key)] = ctx.state_to_dict(context)
         return out
 
     @classmethod
@@ -184,6 +204,8 @@ class CoreModel:
                 model.token_index[doc["token_hash"]] = key
             elif projection == "turns":
                 model.turns[key] = doc
+            elif projection == "context":
+                model.contexts[key] = ctx.state_from_dict(doc)
         return model
 
 

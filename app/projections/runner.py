@@ -10,7 +10,7 @@ from app.eventstore.listener import LogListener
 from app.eventstore.model import RecordedEvent
 from app.eventstore.store import EventStore
 
-from .core import CoreModel
+from .core import PROJECTIONS, CoreModel
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Projector:
             position = await conn.fetchval(
                 "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT)
             if position:
-                self.model = CoreModel.from_docs(position, await load_docs(conn, ("pools", "agents", "turns", "scheduler")))
+                self.model = CoreModel.from_docs(position, await load_docs(conn, PROJECTIONS))
         await self.catch_up()
 
     async def catch_up(self, until: int | None = None) -> int:

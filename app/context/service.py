@@ -1,0 +1,264 @@
+"""The context lifecycle shell: append, compact, assemble views, index cold chunks.
+
+Rules live in app/domain/context.py (pure); this module adds the event store, the
+tokenizer, the embedding model and the summarizer around them.
+
+- append: each message is a `ContextAppended` event in `context-<agent>` (expected
+  version, so two writers cannot interleave sequence numbers). The append that takes hot
+  tokens past the agent's high watermark also compacts, in a worker thread, before it
+  answers: the next view is already within budget.
+- view: pinned, facts, warm, hot, then cold chunks ranked by cosine similarity to the
+  query (exact search over the agent's stored embeddings) blended with recency.
+- index: a background task embeds new cold chunks and stores them in Postgres, off the
+  request path; chunks not yet embedded rank by recency alone.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from app.auth import Principal, require, require_self_or_operator
+from app.domain import context as ctx
+from app.domain import events as ev
+from app.errors import BadInput, Conflict, Forbidden
+from app.eventstore.model import ConcurrencyError, NewEvent
+from app.service import Service
+
+from .tokens import count_message, count_text
+
+log = logging.getLogger(__name__)
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+class ContextService:
+    def __init__(self, service: Service, *, compaction: ctx.CompactionSettings | None = None,
+                 hibernate_idle_seconds: float = ctx.DEFAULT_IDLE_SECONDS):
+        self.service = service
+        self.store = service.store
+        self.projector = service.projector
+        self.compaction = compaction or ctx.CompactionSettings()
+        self.hibernate_idle_seconds = hibernate_idle_seconds
+        self._embedder = None
+        self._summarizer = None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._index_wake = asyncio.Event()
+
+    # -- collaborators (loaded lazily: the model costs seconds and memory) ---------------
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from .embedder import default_embedder
+            self._embedder = default_embedder()
+        return self._embedder
+
+    @property
+    def summarizer(self):
+        if self._summarizer is None:
+            from .summarize import summarizer_from_env
+            self._summarizer = summarizer_from_env(self.embedder)
+        return self._summarizer
+
+    def _encoding(self, agent: dict) -> str:
+        pool = self.service.model.pools.get(agent["pool"])
+        return pool.settings.tokenizer if pool else "cl100k_base"
+
+    def _target(self, principal: Principal | None, agent_id: str | None) -> dict:
+        principal = require(principal)
+        if agent_id is None:
+            if principal.is_operator:
+                raise BadInput("agentId is required for the operator")
+            agent_id = principal.agent_id
+        require_self_or_operator(principal, agent_id)
+        return self.service.agent_view(agent_id)
+
+    def state(self, agent_id: str) -> ctx.AgentContext:
+        return self.service.model.context_of(agent_id)
+
+    # -- commands --------------------------------------------------------------------------
+    async def append(self, principal: Principal | None, messages: Sequence[tuple[str, str, bool]],
+                     agent_id: str | None = None) -> dict:
+        agent = await self.service.fresh(self._target, principal, agent_id)
+        if not messages:
+            raise BadInput("at least one message is required")
+        try:
+            ctx.validate_append([(role, content) for role, content, _pinned in messages])
+        except ctx.ContextLimitError as exc:
+            raise BadInput(str(exc)) from None
+        agent_id = agent["agent_id"]
+        encoding = self._encoding(agent)
+        async with self._locks.setdefault(agent_id, asyncio.Lock()):
+            if agent["hibernated"]:
+                await self.service.set_hibernated(principal, agent_id, False, {"reason": "context appended"})
+            for attempt in range(3):
+                state = self.state(agent_id)
+                at = time.time()
+                events = [NewEvent(f"context-{agent_id}", ctx.CONTEXT_APPENDED,
+                                   {"agent_id": agent_id, "seq": state.last_seq + 1 + i, "role": role,
+                                    "content": content, "pinned": bool(pinned),
+                                    "tokens": count_message(role, content, encoding), "at": at},
+                                   {"actor": require(principal).actor, "correlation": agent_id})
+                          for i, (role, content, pinned) in enumerate(messages)]
+                try:
+                    await self.service._append(events, {f"context-{agent_id}": self._version(state)})
+                    break
+                except ConcurrencyError:
+                    await self.projector.catch_up()  # another worker appended: renumber and retry
+            else:
+                raise Conflict("the context changed concurrently too often; try again")
+            await self._maybe_compact(agent, self.compaction, principal)
+        return ctx.context_stats(self.state(agent_id))
+
+    async def compact(self, principal: Principal | None, agent_id: str | None = None) -> dict:
+        """Compact now, whatever the watermarks say (all but the latest exchange)."""
+        agent = await self.service.fresh(self._target, principal, agent_id)
+        forced = ctx.CompactionSettings(mode=ctx.FIXED, high_watermark=2e-6, low_watermark=1e-6,
+                                        max_high_shift=0.0, max_low_shift=0.0)
+        async with self._locks.setdefault(agent["agent_id"], asyncio.Lock()):
+            if agent["hibernated"]:
+                raise Conflict("agent is hibernated; wake it first")
+            result = await self._maybe_compact(agent, forced, principal)
+        if result is None:
+            state = self.state(agent["agent_id"])
+            stats = ctx.context_stats(state)
+            resident = stats["hot_tokens"] + stats["warm_tokens"]
+            return {"agent_id": agent["agent_id"], "compacted": False, "tokens_before": resident,
+                    "tokens_after": resident, "key_facts_kept": len(state.live_facts), "summarizer": None}
+        return result
+
+    def _version(self, state: ctx.AgentContext) -> int:
+        # The context stream holds one event per appended message plus one per compaction.
+        return state.last_seq + state.compactions - 1
+
+    async def _maybe_compact(self, agent: dict, settings: ctx.CompactionSettings,
+                             principal: Principal | None) -> dict | None:
+        agent_id = agent["agent_id"]
+        budget = agent.get("context_budget_tokens") or 8192
+        state = self.state(agent_id)
+        plan = ctx.plan_compaction(state, budget, settings, time.time())
+        if plan is None:
+            return None
+        encoding = self._encoding(agent)
+        data = await asyncio.to_thread(
+            _compact_in_thread, state, plan, self.summarizer, encoding, time.time())
+        data["at"] = time.time()
+        data["budget_tokens"] = budget
+        try:
+            await self.service._append(
+                [NewEvent(f"context-{agent_id}", ctx.CONTEXT_COMPACTED, data,
+                          {"actor": require(principal).actor if principal else "context-manager",
+                           "correlation": agent_id})],
+                {f"context-{agent_id}": self._version(state)})
+        except ConcurrencyError:
+            return None  # the context moved on meanwhile; the next append re-plans
+        self._index_wake.set()
+        return {"agent_id": agent_id, "compacted": True, "tokens_before": data["tokens_before"],
+                "tokens_after": data["tokens_after"], "key_facts_kept": len(self.state(agent_id).live_facts),
+                "summarizer": data.get("summarizer")}
+
+    # -- views -------------------------------------------------------------------------------
+    async def view(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
+                   query: str | None = None) -> ctx.ContextView:
+        agent = await self.service.fresh(self._target, principal, agent_id)
+        try:
+            ctx.validate_budget(budget_tokens)
+        except ctx.ContextLimitError as exc:
+            raise BadInput(str(exc)) from None
+        if query is not None and len(query) > ctx.MAX_MESSAGE_CHARS:
+            raise BadInput(f"query may be at most {ctx.MAX_MESSAGE_CHARS} characters")
+        state = self.state(agent["agent_id"])
+        if state.hibernated:
+            # Reading is not activity: show what a wake would restore without waking.
+            state = ctx.apply(state, ev.AGENT_WOKEN, {"agent_id": state.agent_id, "at": time.time()})
+        scores = None
+        if query and state.cold.chunks:
+            scores = await self._chunk_scores(agent["agent_id"], query)
+        encoding = self._encoding(agent)
+        return ctx.assemble_view(state, budget_tokens, scores,
+                                 lambda role, content: count_message(role, content, encoding), time.time())
+
+    async def _chunk_scores(self, agent_id: str, query: str) -> dict[str, float]:
+        async with self.store.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT chunk_id, embedding FROM context_embeddings WHERE agent_id = $1",
+                                    agent_id)
+        if not rows:
+            return {}
+        query_vec = (await asyncio.to_thread(self.embedder.embed, [query]))[0]
+        matrix = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+        cosines = matrix @ query_vec  # both sides are unit-normalised: exact cosine
+        return {r["chunk_id"]: float(c) for r, c in zip(rows, cosines)}
+
+    # -- background: index cold chunks, hibernate idle agents ------------------------------
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._index_loop(), name="context-indexer"),
+                       asyncio.create_task(self._hibernate_loop(), name="context-hibernator")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def index_pending(self) -> int:
+        """Embed every cold chunk that has no stored embedding yet; returns how many."""
+        model = self.service.model
+        async with self.store.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT agent_id, chunk_id FROM context_embeddings")
+        done = {(r["agent_id"], r["chunk_id"]) for r in rows}
+        todo = [(agent_id, chunk) for agent_id, state in list(model.contexts.items())
+                for chunk in state.cold.chunks if (agent_id, chunk.chunk_id) not in done]
+        if not todo:
+            return 0
+        vectors = await asyncio.to_thread(self.embedder.embed, [c.text for _, c in todo])
+        async with self.store.pool.acquire() as conn:
+            await conn.executemany(
+                "INSERT INTO context_embeddings (agent_id, chunk_id, model, embedding) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (agent_id, chunk_id) DO NOTHING",
+                [(a, c.chunk_id, MODEL_NAME, v.tolist()) for (a, c), v in zip(todo, vectors)])
+        return len(todo)
+
+    async def _index_loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._index_wake.wait(), 5.0)
+            self._index_wake.clear()
+            try:
+                await self.index_pending()
+            except Exception as exc:
+                log.warning("context indexer: %s", exc)
+
+    async def hibernate_idle(self, now: float | None = None) -> list[str]:
+        from app.auth import OPERATOR
+        now = time.time() if now is None else now
+        parked = []
+        for agent_id, doc in list(self.service.model.agents.items()):
+            state = self.state(agent_id)
+            idle_since = max(state.last_activity_at, doc.get("last_active_at") or 0.0)
+            if doc["hibernated"] or now - idle_since < self.hibernate_idle_seconds:
+                continue
+            if any(t.agent_id == agent_id for p in self.service.model.pools.values() for t in p.turns.values()):
+                continue  # a queued or running turn is activity
+            with contextlib.suppress(Conflict, Forbidden):
+                await self.service.set_hibernated(OPERATOR, agent_id, True, {"reason": "idle"})
+                parked.append(agent_id)
+        return parked
+
+    async def _hibernate_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(30.0, max(1.0, self.hibernate_idle_seconds / 4)))
+            try:
+                await self.hibernate_idle()
+            except Exception as exc:
+                log.warning("hibernator: %s", exc)
+
+
+def _compact_in_thread(state, plan, summarizer, encoding: str, now: float) -> dict:
+    from .compactor import compact
+    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now)

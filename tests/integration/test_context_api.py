@@ -1,0 +1,164 @@
+"""Context tiers through the real API, database, tokenizer and embedding model."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from app.context.tokens import count_message
+from tests.client import GraphQLClient, GraphQLError, register
+
+APPEND = """mutation($role: String!, $content: String!, $pinned: Boolean!, $agent: ID) {
+  appendContext(input: {role: $role, content: $content, pinned: $pinned, agentId: $agent}) {
+    agentId hotTokens warmTokens coldTokens messages hibernated } }"""
+VIEW = """query($budget: Int!, $agent: ID, $q: String) { context(budgetTokens: $budget, agentId: $agent, query: $q) {
+  agentId tokens budgetTokens pinned items { tier kind role content tokens ref } } }"""
+COMPACT = "mutation($agent: ID) { compactContext(agentId: $agent) { compacted tokensBefore tokensAfter keyFactsKept } }"
+
+FILLER = ("We looked at the logs again and walked through the retry path, the cache warmup and the "
+          "deployment checklist; nothing conclusive yet, so we keep reading the traces step by step. ")
+
+
+async def new_agent(operator, budget=1024):
+    name = f"ctx_{uuid.uuid4().hex[:6]}"
+    return await register(operator, name, budget=budget)
+
+
+def recount(view: dict) -> int:
+    """The view's size by tiktoken's own count: every item plus 3 reply-priming tokens."""
+    return sum(count_message(i["role"], i["content"]) for i in view["items"]) + (3 if view["items"] else 0)
+
+
+@pytest.fixture(autouse=True)
+async def replay_still_matches(server):
+    yield
+    from app.replay import replay_check
+    report = await replay_check(server.runtime.store, server.runtime.projector)
+    assert report.matches, report.differences
+
+
+async def test_tiers_budget_pinned_first_and_supersession(server, operator):
+    agent_id, token = await new_agent(operator, budget=1024)
+    async with GraphQLClient(server, token) as agent:
+        await agent(APPEND, role="system", content="You must never delete files under /srv/data.", pinned=True)
+        await agent(APPEND, role="user", content="The deadline is 2026-12-15 for ticket PAY-4411.", pinned=False)
+        for i in range(12):
+            stats = (await agent(APPEND, role="assistant", content=f"Step {i}. " + FILLER, pinned=False))["appendContext"]
+        await agent(APPEND, role="user", content="Update: the deadline is 2027-01-20 for ticket PAY-4411.", pinned=False)
+        for i in range(12):
+            stats = (await agent(APPEND, role="assistant", content=f"Later step {i}. " + FILLER, pinned=False))["appendContext"]
+        # hot passed the high watermark: spans moved to warm (summaries, facts) and cold
+        assert stats["warmTokens"] > 0 and stats["coldTokens"] > 0
+        assert stats["hotTokens"] <= 0.55 * 1024 + 200
+        assert stats["messages"] == 27
+        for budget in (256, 400, 700, 1024):
+            view = (await agent(VIEW, budget=budget))["context"]
+            assert view["tokens"] <= budget and recount(view) == view["tokens"]
+        view = (await agent(VIEW, budget=1024))["context"]
+        assert view["items"][0]["kind"] == "pinned" and "/srv/data" in view["items"][0]["content"]
+        assert view["pinned"] == ["You must never delete files under /srv/data."]
+        tiers = {i["tier"] for i in view["items"]}
+        assert {"hot", "warm"} <= tiers
+        facts = next(i["content"] for i in view["items"] if i["kind"] == "facts")
+        assert "2027-01-20" in facts and "PAY-4411" in facts
+    # supersession keeps both facts, the old one marked
+    state = server.runtime.context.state(agent_id)
+    deadline_facts = [f for f in state.facts if "deadline" in f.text.lower()]
+    assert len(deadline_facts) >= 2
+    old = [f for f in deadline_facts if "2026-12-15" in f.text]
+    assert old and old[0].superseded_by is not None
+
+
+async def test_hibernate_and_wake_restore_the_view_byte_for_byte(server, operator):
+    agent_id, token = await new_agent(operator, budget=800)
+    async with GraphQLClient(server, token) as agent:
+        await agent(APPEND, role="system", content="Always answer in French.", pinned=True)
+        for i in range(10):
+            await agent(APPEND, role="user", content=f"Note {i}: order #{1000 + i} ships to /opt/site{i}. " + FILLER,
+                        pinned=False)
+        before = (await agent(VIEW, budget=800))["context"]
+        hib = await agent("mutation($id: ID!) { hibernateAgent(agentId: $id) { state } }", id=agent_id)
+        assert hib["hibernateAgent"]["state"] == "HIBERNATED"
+        state = server.runtime.context.state(agent_id)
+        assert state.hibernated and state.hot == () and state.warm_segments == ()
+        stats = (await agent("{ contextStats { hotTokens warmTokens coldTokens hibernated } }"))["contextStats"]
+        assert stats["hibernated"] and stats["hotTokens"] == 0 and stats["warmTokens"] == 0
+        woke = await agent("mutation($id: ID!) { wakeAgent(agentId: $id) { state } }", id=agent_id)
+        assert woke["wakeAgent"]["state"] == "ACTIVE"
+        after = (await agent(VIEW, budget=800))["context"]
+        assert after == before
+
+
+async def test_idle_agents_hibernate_and_their_next_request_wakes_them(server, operator):
+    agent_id, token = await new_agent(operator)
+    async with GraphQLClient(server, token) as agent:
+        await agent(APPEND, role="user", content="Remember the build id is BLD-77.", pinned=False)
+        import time
+        parked = await server.runtime.context.hibernate_idle(now=time.time() + 10_000)
+        assert agent_id in parked
+        assert (await agent("{ me { state } }"))["me"]["state"] == "HIBERNATED"
+        await agent(APPEND, role="user", content="Back again.", pinned=False)
+        assert (await agent("{ me { state } }"))["me"]["state"] == "ACTIVE"
+        view = (await agent(VIEW, budget=1024))["context"]
+        assert any("BLD-77" in i["content"] for i in view["items"])
+
+
+async def test_cold_chunks_are_embedded_off_the_request_path_and_found_by_query(server, operator):
+    agent_id, token = await new_agent(operator, budget=600)
+    async with GraphQLClient(server, token) as agent:
+        await agent(APPEND, role="user", content="The database password rotation happens via the vault-sync job "
+                    "every Tuesday at 03:00 UTC.", pinned=False)
+        for i in range(14):
+            await agent(APPEND, role="assistant", content=f"Unrelated chatter {i} about fonts, colours and "
+                        "spacing in the landing page design review. " + FILLER, pinned=False)
+        result = (await agent(COMPACT))["compactContext"]
+        assert result["tokensBefore"] >= result["tokensAfter"]
+        # wait for the indexer (a background task) to store the embeddings
+        for _ in range(100):
+            async with server.runtime.store.pool.acquire() as conn:
+                n = await conn.fetchval("SELECT count(*) FROM context_embeddings WHERE agent_id = $1", agent_id)
+            if n and n == len(server.runtime.context.state(agent_id).cold.chunks):
+                break
+            await asyncio.sleep(0.2)
+        assert n > 0
+        view = (await agent(VIEW, budget=600, q="when does the vault password rotation run?"))["context"]
+        cold = [i for i in view["items"] if i["tier"] == "cold"]
+        assert cold and "vault-sync" in cold[0]["content"]
+        assert view["tokens"] <= 600
+
+
+async def test_privacy_and_bad_input(server, operator):
+    alice_id, alice = await new_agent(operator)
+    _bob_id, bob = await new_agent(operator)
+    async with GraphQLClient(server, alice) as a, GraphQLClient(server, bob) as b:
+        await a(APPEND, role="user", content="secret plan: project NIGHTJAR", pinned=False)
+        before = await server.runtime.store.head()
+        with pytest.raises(GraphQLError) as err:
+            await b(VIEW, budget=1024, agent=alice_id)
+        assert err.value.code == "FORBIDDEN"
+        with pytest.raises(GraphQLError) as err:
+            await b(APPEND, role="user", content="x", pinned=False, agent=alice_id)
+        assert err.value.code == "FORBIDDEN"
+        with pytest.raises(GraphQLError) as err:
+            await b(COMPACT, agent=alice_id)
+        assert err.value.code == "FORBIDDEN"
+        cases = [
+            (APPEND, {"role": "wizard", "content": "hi", "pinned": False}, "role"),
+            (APPEND, {"role": "user", "content": "x" * 100_001, "pinned": False}, "100000"),
+            (VIEW, {"budget": 10}, "budgetTokens"),
+            (VIEW, {"budget": 10_000_000}, "budgetTokens"),
+        ]
+        for query, variables, words in cases:
+            with pytest.raises(GraphQLError) as err:
+                await a(query, **variables)
+            assert err.value.code == "BAD_USER_INPUT" and words in str(err.value), str(err.value)
+        too_many = [{"role": "user", "content": "m"}] * 101
+        with pytest.raises(GraphQLError) as err:
+            await a("mutation($m: [ContextMessageInput!]!) { appendContextMessages(messages: $m) { messages } }",
+                    m=too_many)
+        assert err.value.code == "BAD_USER_INPUT"
+        assert await server.runtime.store.head() == before
+        # the operator may read anyone's context
+        view = (await operator(VIEW, budget=1024, agent=alice_id))["context"]
+        assert "NIGHTJAR" in view["items"][-1]["content"]
