@@ -8,7 +8,6 @@ import strawberry
 from strawberry.types import Info
 
 from app.auth import require, require_operator
-from app.domain import events as ev
 from app.domain.decide import available
 from app.domain.settings import PoolSettings
 from app.errors import BadInput, Forbidden, NotFound, ServiceError

@@ -39,16 +39,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import random
 import statistics
 import string
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -138,7 +137,7 @@ def _filler(rng: random.Random, turn: int) -> tuple[str, str]:
         ])
     if kind < 0.62:
         passed, failed = rng.randint(20, 400), rng.randint(0, 3)
-        lines = [f"============ test session starts ============",
+        lines = ["============ test session starts ============",
                  f"collected {passed + failed} items",
                  f"tests/{mod}/test_{fn}.py {'.' * rng.randint(5, 30)}"]
         for _ in range(failed):

@@ -93,15 +93,21 @@ async def _store_append_rate(rt: Runtime, tasks: int, per_task: int, batch: int 
     return tasks * per_task * batch / (time.perf_counter() - start)
 
 
-async def _grant_latency(rt: Runtime, concurrent: int, rounds: int) -> list[float]:
-    name = f"bench{concurrent}_{uuid.uuid4().hex[:6]}"
-    await rt.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=max(concurrent, 1), rpm=10_000_000,
+async def _fleet(rt: Runtime, prefix: str, size: int) -> list[Principal]:
+    """A pool with a free lane per agent and limits nobody reaches, and its agents."""
+    name = f"{prefix}_{uuid.uuid4().hex[:6]}"
+    await rt.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=max(size, 1), rpm=10_000_000,
                                                         tpm=10_000_000_000, lease_seconds=300))
     agents = []
-    for i in range(concurrent):
-        view, _ = await rt.service.register_agent(OPERATOR, f"b{i}", name)
+    for i in range(size):
+        view, _ = await rt.service.register_agent(OPERATOR, f"{prefix}{i}", name)
         agents.append(Principal("agent", view["agent_id"]))
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # let the pool's scheduler admit them before timing starts
+    return agents
+
+
+async def _grant_latency(rt: Runtime, concurrent: int, rounds: int) -> list[float]:
+    agents = await _fleet(rt, f"bench{concurrent}", concurrent)
     latencies: list[float] = []
 
     async def one(p: Principal):
@@ -119,14 +125,7 @@ async def _grant_latency(rt: Runtime, concurrent: int, rounds: int) -> list[floa
 
 
 async def _sustained_turns(rt: Runtime, agents_n: int, seconds: float) -> tuple[float, int]:
-    name = f"sustain_{uuid.uuid4().hex[:6]}"
-    await rt.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=agents_n, rpm=10_000_000,
-                                                        tpm=10_000_000_000, lease_seconds=300))
-    agents = []
-    for i in range(agents_n):
-        view, _ = await rt.service.register_agent(OPERATOR, f"s{i}", name)
-        agents.append(Principal("agent", view["agent_id"]))
-    await asyncio.sleep(0.3)
+    agents = await _fleet(rt, "sustain", agents_n)
     start_pos = await rt.store.head()
     done = 0
     stop = time.perf_counter() + seconds

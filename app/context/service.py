@@ -28,6 +28,7 @@ from app.domain import events as ev
 from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent
 from app.service import Service
+from app.tasks import cancel_all
 
 from .tokens import count_message, count_text
 
@@ -200,11 +201,7 @@ class ContextService:
                        asyncio.create_task(self._hibernate_loop(), name="context-hibernator")]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all(self._tasks)
 
     async def index_pending(self) -> int:
         """Embed every cold chunk that has no stored embedding yet; returns how many."""

@@ -163,6 +163,13 @@ def _levels_boosted(state: PoolState, d: dict) -> None:
     state.last_boost_at = d["at"]
 
 
+def _turn_promoted(state: PoolState, d: dict) -> None:
+    turn = state.turns[d["turn_id"]]
+    _dequeue(state, turn)
+    turn.level = d["to_level"]
+    _enqueue(state, turn)
+
+
 def _agent_quarantined(state: PoolState, d: dict) -> None:
     state.agents[d["agent_id"]].state = ev.QUARANTINED
 
@@ -200,6 +207,7 @@ _HANDLERS = {
     ev.TURN_REAPED: _turn_reaped,
     ev.AGENT_DEMOTED: _agent_demoted,
     ev.LEVELS_BOOSTED: _levels_boosted,
+    ev.TURN_PROMOTED: _turn_promoted,
     ev.AGENT_QUARANTINED: _agent_quarantined,
     ev.POOL_PAUSED: _pool_paused,
     ev.POOL_RESUMED: _pool_resumed,

@@ -14,8 +14,10 @@ MLFQ rules (after OSTEP ch. 8, adapted to one-call turns):
  3. An agent enters at its priority class's level (interactive 0, batch 1, background 2).
  4. Each turn's lane-seconds and tokens are charged to its agent at its current level;
     when either allotment is used up the agent moves down one level (its queued turns too).
- 5. Every boost period all agents return to their entry level, and any turn that has
-    waited a whole period is lifted to level 0 (aging), so nothing starves.
+ 5. Every boost period all agents return to their entry level. Independently, a turn
+    that has waited one boost period is promoted to level 0 at that moment (aging, with
+    its own deadline rather than at the next boost instant), so no wait much exceeds one
+    period plus the work ahead of it at level 0: nothing starves.
 Admission: the head turn is granted only if a lane is free, the pool is not paused, and
 both buckets hold its reservation; the head is never skipped for a smaller turn behind
 it, so big requests cannot starve either.
@@ -91,6 +93,9 @@ def next_deadline(state: PoolState, now: float) -> float | None:
                           if t.status == ev.GRANTED and t.lease_expires_at is not None]
     if state.agents:
         times.append(state.last_boost_at + state.settings.boost_seconds)
+    aging = [t.queued_at + state.settings.boost_seconds for q in state.queues[1:] for t in
+             (state.turns[tid] for tid in q[:1])]  # FIFO: a level's oldest turn ages first
+    times.extend(aging)
     if state.paused_until is not None:
         times.append(state.paused_until)
     else:
@@ -114,6 +119,8 @@ def _fire_timers(step: _Step) -> None:
                       if t.status == ev.GRANTED and t.lease_expires_at is not None
                       and t.lease_expires_at <= now), key=lambda t: (t.lease_expires_at, t.turn_id))
     for turn in expired:
+        if state.turns.get(turn.turn_id) is not turn:
+            continue  # already settled earlier in this step
         agent_id = turn.agent_id
         step.emit(ev.TURN_REAPED, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
                   lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at)
@@ -122,14 +129,24 @@ def _fire_timers(step: _Step) -> None:
         if (agent and agent.state == ev.ACTIVE
                 and agent.consecutive_reaps >= state.settings.quarantine_after_reaps):
             step.emit(ev.AGENT_QUARANTINED, agent_id=agent_id, consecutive_reaps=agent.consecutive_reaps)
-            for queued in sorted((t for t in state.turns.values() if t.agent_id == agent_id),
-                                 key=lambda t: t.seq):
+            # Its queued turns go; a call already running keeps its lane until it settles
+            # or its own lease expires (cancelling it would hide a reap from the record).
+            for queued in sorted((t for t in state.turns.values()
+                                  if t.agent_id == agent_id and t.status == ev.QUEUED), key=lambda t: t.seq):
                 step.emit(ev.TURN_CANCELLED, turn_id=queued.turn_id, agent_id=agent_id,
                           reason="agent quarantined")
     if state.agents and now >= state.last_boost_at + state.settings.boost_seconds:
         step.emit(ev.LEVELS_BOOSTED)
     if state.paused_until is not None and now >= state.paused_until:
         step.emit(ev.POOL_RESUMED)
+    for level in range(1, len(state.queues)):
+        for turn_id in list(state.queues[level]):
+            turn = state.turns[turn_id]
+            # Compare with the very expression next_deadline() arms (float rounding).
+            if now < turn.queued_at + state.settings.boost_seconds:
+                break  # FIFO within a level: the rest waited less
+            step.emit(ev.TURN_PROMOTED, turn_id=turn_id, agent_id=turn.agent_id, from_level=level,
+                      to_level=0, waited=now - turn.queued_at)
 
 
 def _after_usage(step: _Step, agent_id: str) -> None:

@@ -30,13 +30,14 @@ TURN_CANCELLED = "TurnCancelled"
 TURN_REAPED = "TurnReaped"
 AGENT_DEMOTED = "AgentDemoted"
 LEVELS_BOOSTED = "LevelsBoosted"
+TURN_PROMOTED = "TurnPromoted"
 AGENT_QUARANTINED = "AgentQuarantined"
 POOL_PAUSED = "PoolPaused"
 POOL_RESUMED = "PoolResumed"
 RATE_OBSERVED = "RateObserved"
 
 DECISIONS = frozenset({AGENT_ADMITTED, QUARANTINE_LIFTED, TURN_QUEUED, TURN_GRANTED, LEASE_EXTENDED, TURN_COMPLETED, TURN_CANCELLED,
-                       TURN_REAPED, AGENT_DEMOTED, LEVELS_BOOSTED, AGENT_QUARANTINED,
+                       TURN_REAPED, AGENT_DEMOTED, LEVELS_BOOSTED, TURN_PROMOTED, AGENT_QUARANTINED,
                        POOL_PAUSED, POOL_RESUMED, RATE_OBSERVED})
 
 # Turn statuses and agent states, as the public contract spells them.

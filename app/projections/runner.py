@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 from app.eventstore.listener import LogListener
+from app.tasks import cancel_all
 from app.eventstore.model import RecordedEvent
 from app.eventstore.store import EventStore
 
@@ -127,11 +128,7 @@ class Projector:
                        asyncio.create_task(self._persist_loop(), name="projector-persist")]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all(self._tasks)
         with contextlib.suppress(Exception):
             await self.catch_up()
             await self.persist()

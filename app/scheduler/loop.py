@@ -23,6 +23,7 @@ from app.domain.state import PoolState
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.eventstore.store import EventStore
 from app.projections.runner import Projector
+from app.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -183,9 +184,4 @@ class SchedulerSupervisor:
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values()) + ([self._watch] if self._watch else [])
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all([*self._tasks.values(), self._watch])

@@ -1,8 +1,6 @@
 """The GraphQL API over real HTTP and WebSocket, against the real database."""
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
 from pathlib import Path
 

@@ -1,0 +1,239 @@
+"""A fake LLM provider on loopback for the live check: an OpenAI-shaped streaming endpoint
+with a true RPM/TPM limit.
+
+Why its own tiny HTTP/1.1 server over asyncio streams rather than Starlette: the live check
+needs three behaviours a framework hides - response headers flushed the instant a call is
+admitted (so a client can tie heartbeats to stream progress), a hung call that sends
+nothing at all until the client hangs up, and a stop that drops hung connections at once.
+
+The limiter is the simulation's own `sim.Provider` (same buckets, same 429 + retry-after,
+same x-ratelimit-* headers), driven by the wall clock: the live run and the simulation face
+the same provider model, only the clock differs. What a call does (output length, latency,
+whether it hangs) comes from the workload trace, sent by the client in the request body's
+`fake` object: the provider is part of the test world, the workload decides the world.
+
+Protocol (POST /v1/chat/completions, JSON body):
+    {"model": str, "max_tokens": int, "prompt_tokens": int,
+     "fake": {"output_tokens": int, "latency_s": float, "hang": bool}}
+Header `x-client-request-id` (OpenAI's own name for it) tags the access log entry.
+- admitted: 200 at once with x-ratelimit-* headers, then Server-Sent Events: a chunk every
+  `chunk_interval_s` until `latency_s` has passed, then a final chunk with `usage`, then
+  `data: [DONE]`. The token charge is corrected to real usage when the stream ends.
+- over the limit: after `Provider.REJECT_LATENCY_S`, 429 with `retry-after` and the headers.
+- hang: admitted (charged in full, never settled) and then silent until the client closes.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+
+from .sim import Provider
+
+MAX_HEADER_BYTES = 16_384
+
+
+@dataclass
+class AccessEntry:
+    """One request as the provider saw it (wall-clock seconds, time.time())."""
+    request_id: str
+    status: int
+    received_at: float
+    finished_at: float | None = None   # last byte sent; None for a hung or aborted call
+    hung: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class FakeProvider:
+    """`await FakeProvider(rpm, tpm).start()`; `.url` is the base URL; `await .stop()`."""
+    rpm: int
+    tpm: int
+    chunk_interval_s: float = 0.05
+    host: str = "127.0.0.1"
+    access_log: list[AccessEntry] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.limiter = Provider(self.rpm, self.tpm)
+        self._started_at = time.time()
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self.url = ""
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self, port: int = 0) -> "FakeProvider":
+        self._started_at = time.time()
+        self._server = await asyncio.start_server(self._serve, self.host, port)
+        bound = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://{self.host}:{bound}"
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        # Hung calls would otherwise keep their handlers (and wait_closed) alive forever.
+        # Abort the sockets rather than cancel the handlers: asyncio's stream callback
+        # logs a spurious error for a handler task that ends cancelled.
+        for writer in list(self._connections.values()):
+            writer.transport.abort()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=2.0)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    def _now(self) -> float:
+        """The limiter's clock: seconds since start, so its buckets start full at start."""
+        return time.time() - self._started_at
+
+    # -- connection loop (HTTP/1.1 keep-alive) --------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections[task] = writer
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    return
+                if not await self._dispatch(request, reader, writer):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _dispatch(self, request: _Request, reader, writer) -> bool:
+        """Answer one request; False when the connection must close."""
+        if request.method != "POST" or request.path != "/v1/chat/completions":
+            await _send_json(writer, 404, {"error": {"message": "not found"}}, {})
+            return True
+        try:
+            body = json.loads(request.body or b"{}")
+            prompt, max_tokens = int(body["prompt_tokens"]), int(body["max_tokens"])
+            fake = body.get("fake") or {}
+        except (ValueError, KeyError, TypeError):
+            await _send_json(writer, 400, {"error": {"message": "bad request"}}, {})
+            return True
+        entry = AccessEntry(request.headers.get("x-client-request-id", ""), 0, time.time(),
+                            prompt_tokens=prompt)
+        self.access_log.append(entry)
+        answer = self.limiter.submit(self._now(), prompt, max_tokens)
+        if not answer.admitted:
+            return await self._reject(writer, entry, answer.headers)
+        if fake.get("hang"):
+            return await self._hang(reader, entry)
+        await self._stream(writer, entry, answer.headers, prompt, max_tokens,
+                           int(fake.get("output_tokens", 1)), float(fake.get("latency_s", 0.0)))
+        return True
+
+    # -- the three answers ------------------------------------------------------------------
+    async def _reject(self, writer, entry: AccessEntry, headers: dict) -> bool:
+        await asyncio.sleep(Provider.REJECT_LATENCY_S)
+        entry.status = 429
+        await _send_json(writer, 429, {"error": {
+            "message": "Rate limit reached. Please try again later.",
+            "type": "requests", "code": "rate_limit_exceeded"}}, headers)
+        entry.finished_at = time.time()
+        return True
+
+    async def _hang(self, reader: asyncio.StreamReader, entry: AccessEntry) -> bool:
+        # Admitted and charged, then nothing: the promise that never settles. Wait for the
+        # client to give up (EOF) so the connection is not reused for another call.
+        entry.status, entry.hung = 200, True
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65_536):
+                pass
+        return False
+
+    async def _stream(self, writer, entry: AccessEntry, headers: dict, prompt: int, max_tokens: int,
+                      output: int, latency: float) -> None:
+        entry.status = 200
+        started = time.time()
+        head = {**headers, "content-type": "text/event-stream", "transfer-encoding": "chunked",
+                "x-request-id": entry.request_id or "fake"}
+        writer.write(_status_line(200) + _header_block(head))
+        await _chunk(writer, _sse({"choices": [{"delta": {"role": "assistant"}, "index": 0}]}))
+        # Chunks at a steady cadence until the call's latency has passed: the client sees
+        # progress as it would while tokens stream in.
+        while (left := started + latency - time.time()) > 0:
+            await asyncio.sleep(min(self.chunk_interval_s, left))
+            if time.time() < started + latency:
+                await _chunk(writer, _sse({"choices": [{"delta": {"content": "…"}, "index": 0}]}))
+        usage = {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output}
+        await _chunk(writer, _sse({"choices": [{"delta": {}, "finish_reason": "stop", "index": 0}],
+                                   "usage": usage}))
+        await _chunk(writer, b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        self.limiter.settle(self._now(), prompt + max_tokens, prompt + output)
+        entry.finished_at, entry.completion_tokens = time.time(), output
+
+    # -- reporting --------------------------------------------------------------------------
+    def stats(self) -> dict:
+        log = self.access_log
+        return {"requests": len(log), "admitted": sum(e.status == 200 for e in log),
+                "rate_limited": sum(e.status == 429 for e in log), "hung": sum(e.hung for e in log),
+                "answered": sum(e.status == 200 and e.finished_at is not None for e in log),
+                "rpm": self.rpm, "tpm": self.tpm}
+
+
+# -- HTTP/1.1 plumbing ------------------------------------------------------------------------
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
+
+
+async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None  # the client closed a kept-alive connection
+    if len(head) > MAX_HEADER_BYTES:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _version = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    body = await reader.readexactly(length) if length else b""
+    return _Request(method, path, headers, body)
+
+
+def _status_line(status: int) -> bytes:
+    return f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n".encode()
+
+
+def _header_block(headers: dict) -> bytes:
+    return "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1") + b"\r\n"
+
+
+async def _send_json(writer, status: int, payload: dict, headers: dict) -> None:
+    body = json.dumps(payload).encode()
+    head = {**headers, "content-type": "application/json", "content-length": str(len(body))}
+    writer.write(_status_line(status) + _header_block(head) + body)
+    await writer.drain()
+
+
+def _sse(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+
+
+async def _chunk(writer, data: bytes) -> None:
+    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    await writer.drain()
