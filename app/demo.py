@@ -14,6 +14,7 @@ import random
 from app.auth import OPERATOR, Principal
 from app.domain import events as ev
 from app.errors import ServiceError
+from app.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,11 @@ async def _agent_loop(rt, agent_id: str, priority_class: str, rng: random.Random
                                         {"x-ratelimit-remaining-requests": "0"})
             else:
                 await svc.complete_turn(me, turn["turn_id"], ev.OK, tokens, rng.randint(50, 500))
+                if not batchy and rng.random() < 0.5:
+                    n = svc.agent_view(agent_id)["completions"]
+                    await rt.context.append(me, [("user", f"Question {n}: how is ticket DEMO-{n % 7} going?", False),
+                                                 ("assistant", f"Ticket DEMO-{n % 7} is at step {n}; next we must "
+                                                  f"rerun the checks in /srv/demo/{n % 3}.", False)])
             await asyncio.sleep(rng.uniform(0, 1) if batchy else rng.uniform(2, 6))  # tool time / thinking
         except asyncio.CancelledError:
             raise
@@ -56,7 +62,14 @@ async def _agent_loop(rt, agent_id: str, priority_class: str, rng: random.Random
             await asyncio.sleep(1)
 
 
-async def start_demo(rt, seed: int = 7) -> asyncio.Task:
+DEMO_LOCK = 0x44454D4F  # "DEMO": with several workers, one of them drives the fleet
+
+
+async def start_demo(rt, seed: int = 7) -> asyncio.Task | None:
+    lock_conn = await rt.db.acquire()
+    if not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", DEMO_LOCK):
+        await rt.db.release(lock_conn)
+        return None
     rng = random.Random(seed)
     existing = {v["name"]: v for v in rt.service.list_agents(OPERATOR, "default")}
     agents = []
@@ -71,10 +84,9 @@ async def start_demo(rt, seed: int = 7) -> asyncio.Task:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(BaseException):
-                    await task
+            await cancel_all(tasks)
+            with contextlib.suppress(Exception):
+                await lock_conn.execute("SELECT pg_advisory_unlock($1)", DEMO_LOCK)
+                await rt.db.release(lock_conn)
 
     return asyncio.create_task(run_all(), name="demo-fleet")

@@ -82,3 +82,19 @@ async def pool_state_at(store: EventStore, pool: str, position: int) -> PoolStat
         if len(events) < PAGE:
             return state
         after = events[-1].position
+
+
+async def context_state_at(store: EventStore, agent_id: str, position: int):
+    """An agent's context tiers as of global `position`: the fold of its context stream and
+    the hibernation events of its agent stream, up to that position."""
+    from app.domain import context as ctx
+    state = ctx.new_context(agent_id)
+    after = 0
+    while True:
+        events = await store.read(after, PAGE, streams=[f"context-{agent_id}", f"agent-{agent_id}"],
+                                  up_to=position)
+        for event in events:
+            state = ctx.apply(state, event.type, event.data)
+        if len(events) < PAGE:
+            return state
+        after = events[-1].position

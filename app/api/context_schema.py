@@ -67,18 +67,28 @@ class ContextMessageInput:
     pinned: bool = False
 
 
+def _view(view) -> ContextView:
+    return ContextView(agent_id=strawberry.ID(view.agent_id), budget_tokens=view.budget_tokens,
+                       tokens=view.tokens, pinned=list(view.pinned),
+                       items=[ContextItem(tier=i.tier, kind=i.kind, role=i.role, content=i.content,
+                                          tokens=i.tokens, ref=i.ref) for i in view.items],
+                       omitted_pinned=list(view.omitted_pinned))
+
+
 @strawberry.type
 class ContextQuery:
     @strawberry.field
     async def context(self, info: Info, budget_tokens: int, agent_id: strawberry.ID | None = None,
                       query: str | None = None) -> ContextView:
-        view = await runtime(info).context.view(principal(info), str(agent_id) if agent_id else None,
-                                                budget_tokens, query)
-        return ContextView(agent_id=strawberry.ID(view.agent_id), budget_tokens=view.budget_tokens,
-                           tokens=view.tokens, pinned=list(view.pinned),
-                           items=[ContextItem(tier=i.tier, kind=i.kind, role=i.role, content=i.content,
-                                              tokens=i.tokens, ref=i.ref) for i in view.items],
-                           omitted_pinned=list(view.omitted_pinned))
+        return _view(await runtime(info).context.view(principal(info), str(agent_id) if agent_id else None,
+                                                      budget_tokens, query))
+
+    @strawberry.field(description="The context view as it was at a past log position (time travel; "
+                                  "cold chunks rank by recency there, with no query).")
+    async def context_at(self, info: Info, position: int, budget_tokens: int,
+                         agent_id: strawberry.ID | None = None) -> ContextView:
+        return _view(await runtime(info).context.view_at(principal(info), str(agent_id) if agent_id else None,
+                                                         budget_tokens, position))
 
     @strawberry.field
     async def context_stats(self, info: Info, agent_id: strawberry.ID | None = None) -> ContextStats:

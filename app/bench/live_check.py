@@ -42,8 +42,10 @@ import httpx
 from app.domain import events as ev
 
 from .fake_provider import FakeProvider
-from .metrics import ZOMBIE_AFTER_S, percentile
+from .metrics import ZOMBIE_AFTER_S, percentile, summarize
+from .policies import AgentRM, Context, agentrm_settings
 from .scheduler_bench import DEFAULT_LANES, DEFAULT_RPM, DEFAULT_TPM, simulate
+from .sim import Provider, ProviderLink, Recorder, Simulator
 from .workload import CLASSES, AgentScript, RunSpec, Trace, WorkloadParams, call_attempts, generate
 
 TOLERANCE = 0.15               # relative agreement asked of p50, p95 and throughput
@@ -130,6 +132,40 @@ def run_sim(trace: Trace, s: LiveSettings, client_delay_s: float) -> dict:
     return to_sim_units(metrics, s.compression)
 
 
+class _AgentRMWithReportPath(AgentRM):
+    """policies.AgentRM plus the one delay its client model leaves out: from the provider's
+    last byte to the scheduler deciding the completion (the completeTurn round trip, the
+    append, the scheduler's pickup). The lane stays held and the client waits through it,
+    as the live client does. Evidence for a proposed `report_delay_s` option of the sim;
+    the comparison's verdict is against the unmodified policy."""
+
+    def __init__(self, ctx: Context, settings, report_delay_s: float):
+        super().__init__(ctx, settings)
+        self.report_delay_s = report_delay_s
+
+    def _answered(self, cur, turn_id, attempt) -> None:
+        self.sim.after(self.report_delay_s, lambda: AgentRM._answered(self, cur, turn_id, attempt))
+
+
+def run_sim_with_report_path(trace: Trace, s: LiveSettings, client_delay_s: float,
+                             report_delay_s: float) -> dict:
+    pool, c = s.pool(), s.compression
+    compressed = compress_trace(trace, c)
+    sim, provider = Simulator(), Provider(pool["rpm"], pool["tpm"])
+    recorder = Recorder(duration_s=compressed.duration_s)
+    ctx = Context(sim=sim, provider=provider, recorder=recorder, link=ProviderLink(sim, provider, recorder),
+                  trace=compressed, lanes=pool["lanes"], seed=compressed.params.seed,
+                  options={"client_delay_s": client_delay_s})
+    settings = agentrm_settings(pool["lanes"], pool["rpm"], pool["tpm"], lease_seconds=pool["lease_seconds"],
+                                boost_seconds=pool["boost_seconds"])
+    policy = _AgentRMWithReportPath(ctx, settings, report_delay_s)
+    policy.start()
+    sim.run(compressed.duration_s)
+    policy.finish()
+    by_class = {k: [a.agent_id for a in compressed.agents if a.priority_class == k] for k in CLASSES}
+    return to_sim_units(summarize(recorder, by_class), c)
+
+
 def run_sim_uncompressed(trace: Trace, s: LiveSettings) -> dict:
     """For reference only: the same trace at full time scale, lease and boost uncompressed."""
     metrics, _series = simulate("agentrm", trace, s.lanes, s.rpm, s.tpm,
@@ -194,6 +230,7 @@ class Clock:
 
     def __init__(self, t0: float, end: float):
         self.t0, self.end = t0, end
+        self.stopped = asyncio.Event()   # set at the end: calls in flight are abandoned
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -211,7 +248,7 @@ class Clock:
 
 @dataclass
 class Answer:
-    kind: str                        # "ok" | "429" | "reaped"
+    kind: str                        # "ok" | "429" | "reaped" | "stopped"
     headers: dict = field(default_factory=dict)
     retry_after: float | None = None
     completion_tokens: int = 0
@@ -248,6 +285,7 @@ class LiveAgent:
         self.heartbeat_s = lease_s / 3.0
         self.poll_s = max(0.01, lease_s / 50.0)
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        self.beats: set[asyncio.Task] = set()
 
     async def run(self) -> None:
         try:
@@ -261,6 +299,7 @@ class LiveAgent:
                     return
                 ready = self.clock.now() + call["tool_after_s"]
         finally:
+            await asyncio.gather(*self.beats, return_exceptions=True)
             await self.http.aclose()
 
     async def _serve(self, call: dict) -> bool:
@@ -273,6 +312,8 @@ class LiveAgent:
             attempts += 1
             # Only the first attempt of a hanging call hangs (as sim.ProviderLink).
             answer = await self._attempt(turn, call, hang=call["hangs"] and attempts == 1)
+            if answer.kind == "stopped":
+                return False
             if answer.kind == "reaped":
                 self.stats.reaps_seen += 1
                 continue
@@ -302,15 +343,16 @@ class LiveAgent:
         lease = {"until": _instant(turn["leaseExpiresAt"])}
         streaming = asyncio.create_task(self._stream(turn["id"], call, hang, lease))
         watching = asyncio.create_task(self._watch_reap(turn["id"], lease))
+        stopping = asyncio.create_task(self.clock.stopped.wait())
         try:
-            done, _ = await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({streaming, watching, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if streaming in done:
                 return streaming.result()
-            return Answer("reaped")            # abandon the hung request
+            return Answer("reaped" if watching in done else "stopped")   # abandon the request
         finally:
-            for task in (streaming, watching):
+            for task in (streaming, watching, stopping):
                 task.cancel()
-            await asyncio.gather(streaming, watching, return_exceptions=True)
+            await asyncio.gather(streaming, watching, stopping, return_exceptions=True)
 
     async def _stream(self, turn_id: str, call: dict, hang: bool, lease: dict) -> Answer:
         body = {"model": "fake", "prompt_tokens": call["prompt_tokens"], "max_tokens": call["max_output_tokens"],
@@ -325,22 +367,21 @@ class LiveAgent:
             return await self._read_stream(turn_id, response, headers, lease)
 
     async def _read_stream(self, turn_id: str, response, headers: dict, lease: dict) -> Answer:
-        last_beat, beats, usage = time.time(), [], {}
-        try:
-            async for line in response.aiter_lines():
-                if line.startswith("data: {"):
-                    usage = json.loads(line[6:]).get("usage") or usage
-                # Heartbeat only on stream progress: this is what lets a hung call lapse.
-                if time.time() - last_beat >= self.heartbeat_s:
-                    last_beat = time.time()
-                    beats.append(asyncio.create_task(self._heartbeat(turn_id, lease)))
-        finally:
-            for task in beats:
-                task.cancel()
+        last_beat, usage = time.time(), {}
+        async for line in response.aiter_lines():
+            if line.startswith("data: {"):
+                usage = json.loads(line[6:]).get("usage") or usage
+            # Heartbeat only on stream progress: this is what lets a hung call lapse. Sent
+            # beside the stream (reading must not wait for it) and never cut off mid-request.
+            if time.time() - last_beat >= self.heartbeat_s:
+                last_beat = time.time()
+                beat = asyncio.create_task(self._heartbeat(turn_id, lease))
+                self.beats.add(beat)
+                beat.add_done_callback(self.beats.discard)
         return Answer("ok", headers, completion_tokens=int(usage.get("completion_tokens", 0)))
 
     async def _heartbeat(self, turn_id: str, lease: dict) -> None:
-        with contextlib.suppress(GraphQLFailure):   # a reaped turn refuses heartbeats
+        with contextlib.suppress(GraphQLFailure, httpx.HTTPError):   # a reaped turn refuses them
             turn = (await self.gql(HEARTBEAT, id=turn_id))["heartbeat"]
             lease["until"] = _instant(turn["leaseExpiresAt"]) or lease["until"]
             self.stats.heartbeats += 1
@@ -452,6 +493,17 @@ async def _sweep(operator: Gql, pool: str, timeout: float = 15.0) -> int:
     return cancelled
 
 
+async def _stop_agents(clock: Clock, tasks: list[asyncio.Task], grace: float = 3.0) -> list:
+    """Let the clients stop on their own (nothing new starts after the end, calls in flight
+    are abandoned, turn waits end by then), so no request is cut off mid-body; cancel the
+    rest after `grace` seconds."""
+    clock.stopped.set()
+    _done, pending = await asyncio.wait(tasks, timeout=grace)
+    for task in pending:
+        task.cancel()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def live_run(endpoint: str, runtime, trace: Trace, s: LiveSettings, pool: str) -> dict:
     """Drive the compressed trace through the service; returns the raw material for metrics."""
     compressed = compress_trace(trace, s.compression)
@@ -476,9 +528,7 @@ async def live_run(endpoint: str, runtime, trace: Trace, s: LiveSettings, pool: 
         tasks = [asyncio.create_task(a.run(), name=f"live-{a.name}") for a in agents]
         await asyncio.sleep(max(0.0, t0 + clock.end - time.time()))
         cpu_s, wall_s = time.process_time() - cpu0, time.time() - t0
-        for task in tasks:
-            task.cancel()
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        outcomes = await _stop_agents(clock, tasks)
         stats.errors = [repr(o) for o in outcomes if isinstance(o, Exception)
                         and not isinstance(o, asyncio.CancelledError)]
         swept = await _sweep(operator, pool)
@@ -646,9 +696,9 @@ def log_metrics(events: list, provider: FakeProvider, t0: float, end: float, c: 
 
 
 def completion_path(events: list, provider: FakeProvider) -> dict:
-    """Where a successful turn's lane time goes after the provider's last byte (wall ms,
-    medians): to the service hearing of it (CompletionReported) and to the scheduler
-    deciding it (TurnCompleted). The simulation treats both as instantaneous."""
+    """Where a successful turn's lane time goes after the provider's last byte (wall s, means:
+    lane waste is a sum): to the service hearing of it (CompletionReported) and to the
+    scheduler deciding it (TurnCompleted). The simulation's client model has no such delay."""
     turns = _fold_turns(events)
     finished = {e.request_id: e.finished_at for e in provider.access_log if e.finished_at}
     report, decide = [], []
@@ -656,8 +706,9 @@ def completion_path(events: list, provider: FakeProvider) -> dict:
         if row.end == ev.OK and row.turn_id in finished and row.reported_at is not None:
             report.append(row.reported_at - finished[row.turn_id])
             decide.append(row.finished_at - row.reported_at)
-    med = lambda xs: statistics.median(xs) * 1000 if xs else None  # noqa: E731
-    return {"answer_to_report_ms": med(report), "report_to_decision_ms": med(decide)}
+    mean = lambda xs: statistics.fmean(xs) if xs else 0.0  # noqa: E731
+    return {"answer_to_report_s": mean(report), "report_to_decision_s": mean(decide),
+            "answer_to_decision_s": mean(report) + mean(decide)}
 
 
 def grant_to_send(events: list, provider: FakeProvider) -> list[float]:
@@ -675,22 +726,29 @@ INFO = ("p99_latency_s", "calls_requested", "calls_completed", "rate_limited", "
         "hung_holding_at_end", "max_wait_s", "slot_seconds_held", "slot_seconds_productive")
 
 
-def compare(live: dict, sim: dict) -> dict:
+def _compare_one(key: str, a, b) -> dict:
+    rel = abs(a - b) / abs(b) if a is not None and b not in (None, 0) else None
+    diff = None if a is None or b is None else a - b
+    if key == "lane_waste":
+        return {"sim": b, "abs_diff": diff, "rel_diff": rel,
+                "within": diff is not None and abs(diff) <= LANE_WASTE_ABS_TOLERANCE}
+    return {"sim": b, "abs_diff": diff, "rel_diff": rel, "within": rel is not None and rel <= TOLERANCE}
+
+
+def compare(live: dict, sim: dict, sim_report_path: dict | None = None) -> dict:
     """Per compared metric: live, sim, the difference and whether it is within tolerance.
     p50, p95 and throughput: relative difference |live - sim| / sim <= 15%. Lane waste is a
     fraction near 0 whose relative error is dominated by a handful of lane-seconds, so it is
-    judged on the absolute difference (<= 2 points), with the relative one shown too."""
+    judged on the absolute difference (<= 2 points), with the relative one shown too.
+    `sim_report_path` (the sim with the completion path modelled) is compared the same way
+    under "with_report_path"; the verdict `within` is against the unmodified sim."""
     rows = {}
     for key in COMPARED:
-        a, b = live.get(key), sim.get(key)
-        rel = abs(a - b) / abs(b) if a is not None and b not in (None, 0) else None
-        row = {"live": a, "sim": b, "abs_diff": None if a is None or b is None else a - b, "rel_diff": rel}
-        if key == "lane_waste":
-            row["criterion"] = f"|diff| <= {LANE_WASTE_ABS_TOLERANCE:.2f}"
-            row["within"] = row["abs_diff"] is not None and abs(row["abs_diff"]) <= LANE_WASTE_ABS_TOLERANCE
-        else:
-            row["criterion"] = f"rel <= {TOLERANCE:.0%}"
-            row["within"] = rel is not None and rel <= TOLERANCE
+        row = {"live": live.get(key), **_compare_one(key, live.get(key), sim.get(key)),
+               "criterion": (f"|diff| <= {LANE_WASTE_ABS_TOLERANCE:.2f}" if key == "lane_waste"
+                             else f"rel <= {TOLERANCE:.0%}")}
+        if sim_report_path is not None:
+            row["with_report_path"] = _compare_one(key, live.get(key), sim_report_path.get(key))
         rows[key] = row
     return rows
 
@@ -705,75 +763,99 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _rel(row: dict) -> str:
+    return "-" if row["rel_diff"] is None else f"{row['rel_diff']:.1%}"
+
+
+def _comparison_table(cmp_: dict) -> list[str]:
+    lines = ["| metric | live (event log) | sim (agentrm) | diff | rel diff | criterion | within "
+             "| sim + completion path | rel diff | within |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for key, row in cmp_.items():
+        extra = row.get("with_report_path") or {"sim": None, "rel_diff": None, "within": None}
+        lines.append(f"| {key} | {_fmt(row['live'])} | {_fmt(row['sim'])} | {_fmt(row['abs_diff'])} "
+                     f"| {_rel(row)} | {row['criterion']} | {_fmt(row['within'])} "
+                     f"| {_fmt(extra['sim'])} | {_rel(extra)} | {_fmt(extra['within'])} |")
+    return lines
+
+
 def to_markdown(result: dict) -> str:
-    s, cmp_, live, sim, full = (result["settings"], result["comparison"], result["live"],
-                                result["sim"], result["sim_uncompressed"])
+    s, live, sim, full = result["settings"], result["live"], result["sim"], result["sim_uncompressed"]
+    d = result["diagnostics"]
     lines = [
         "# Live check: the real service against the simulation", "",
-        f"Seed {s['seed']}, {s['agents']} agents, {s['minutes']} simulated minutes compressed "
+        f"Seed {s['seed']}, {s['agents']} agents, {s['minutes']:g} simulated minutes compressed "
         f"{s['compression']:g}x into {s['wall_seconds']:.0f} s of wall time; pool {s['lanes']} lanes, "
         f"{s['rpm']} rpm, {s['tpm']} tpm, lease {s['lease_seconds']:g} s, boost {s['boost_seconds']:g} s "
-        f"(simulated units; the live pool runs them divided/multiplied by {s['compression']:g}); "
-        f"hang rate {s['hang_rate']}. All figures in simulated time. Live run took "
-        f"{result['elapsed_s']:.0f} s.", "",
-        "| metric | live (event log) | sim (agentrm, same compressed trace) | diff | rel diff | criterion | within |",
-        "|---|---|---|---|---|---|---|"]
-    for key, row in cmp_.items():
-        rel = "-" if row["rel_diff"] is None else f"{row['rel_diff']:.1%}"
-        lines.append(f"| {key} | {_fmt(row['live'])} | {_fmt(row['sim'])} | {_fmt(row['abs_diff'])} | {rel} "
-                     f"| {row['criterion']} | {_fmt(row['within'])} |")
-    lines += ["", "| also measured | live | sim | sim, uncompressed (reference) |", "|---|---|---|---|"]
+        f"(simulated units; the live pool runs them divided/multiplied by {s['compression']:g}); hang rate "
+        f"{s['hang_rate']}. All figures in simulated time. The whole check took {result['elapsed_s']:.0f} s.", "",
+        "Live: metrics.py's definitions computed from the event log (plus the fake provider's access "
+        "log for the productive part of lane time). Sim: the `agentrm` policy on the identical "
+        "compressed trace and pool, its client delay set to the live run's mean grant -> provider "
+        f"receive ({d['sim_client_delay_s'] * 1000:.1f} ms wall). Sim + completion path: the same, "
+        f"plus the live run's mean provider last byte -> TurnCompleted ({d['answer_to_decision_s'] * 1000:.1f} "
+        "ms wall), which the sim's client model leaves out (not the verdict; evidence for a proposed "
+        "sim option).", "", *_comparison_table(result["comparison"]), "",
+        "| also measured | live | sim | sim, uncompressed (reference) |", "|---|---|---|---|"]
     for key in INFO:
         lines.append(f"| {key} | {_fmt(live.get(key))} | {_fmt(sim.get(key))} | {_fmt(full.get(key))} |")
-    d = result["diagnostics"]
-    lines += ["", f"Sim client delay (grant -> send) {d['sim_client_delay_s'] * 1000:.0f} ms wall = the live "
-              f"run's median grant -> provider receive; live grant notice p50 "
-              f"{_fmt(d['grant_notice_p50_ms'])} ms. Provider: {d['provider']}. Clients: "
+    lines += ["", f"Completion path (wall, mean): answer -> CompletionReported "
+              f"{d['answer_to_report_s'] * 1000:.1f} ms, -> TurnCompleted {d['report_to_decision_s'] * 1000:.1f} ms. "
+              f"Grant notice p50 {_fmt(d['grant_notice_p50_ms'])} ms. Client process CPU "
+              f"{d['cpu_share_of_wall']:.0%} of one core. Provider: {d['provider']}. Clients: "
               f"{d['heartbeats']} heartbeats, {d['reaps_seen']} reaps seen, {d['late_completions']} late "
-              f"completions, errors {len(d['client_errors'])}. After the run {d['swept']} open turns were "
-              f"cancelled and {d['lanes_held_after_sweep']} lanes stayed held.", "",
-              "Definitions: metrics.py, computed from the event log (see app/bench/live_check.py)."]
+              f"completions, {len(d['client_errors'])} errors. After the run {d['swept']} open turns were "
+              f"cancelled; {d['lanes_held_after_sweep']} lanes stayed held."]
     return "\n".join(lines) + "\n"
 
 
 # -- entry points -----------------------------------------------------------------------------
 
+def _diagnostics(raw: dict, client_delay: float, path: dict) -> dict:
+    stats: ClientStats = raw["stats"]
+    notice = sorted(stats.grant_notice_s)
+    return {"sim_client_delay_s": client_delay, **path,
+            "cpu_share_of_wall": raw["cpu_s"] / max(raw["wall_s"], 1e-9),
+            "grant_notice_p50_ms": notice[len(notice) // 2] * 1000 if notice else None,
+            "provider": raw["provider"].stats(), "heartbeats": stats.heartbeats,
+            "reaps_seen": stats.reaps_seen, "late_completions": stats.late_completions,
+            "stuck_agents": stats.stuck_agents, "client_errors": stats.errors[:10],
+            "swept": raw["swept"], "lanes_held_after_sweep": raw["lanes_held_after_sweep"]}
+
+
+def _write(out_dir: str | Path, result: dict) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "live_check.md").write_text(to_markdown(result))
+    (out / "live_check.json").write_text(json.dumps(result, sort_keys=True, default=str, indent=1))
+
+
 async def run_async(database_url: str, out_dir: str | Path | None = None, **kwargs) -> dict:
+    """The live check against a migrated database (the API is served in this event loop)."""
     s = LiveSettings(**kwargs).resolved().check()
     trace = generate(WorkloadParams(agents=s.agents, minutes=s.minutes, seed=s.seed, hang_rate=s.hang_rate))
     pool = f"live_{s.seed}_{int(time.time() * 1000) % 10**9}"
     started = time.perf_counter()
     async with serve_api(database_url) as (endpoint, runtime):
         raw = await live_run(endpoint, runtime, trace, s, pool)
-    elapsed = time.perf_counter() - started
     live = to_sim_units(log_metrics(raw["events"], raw["provider"], raw["t0"], raw["end"], s.compression),
                         s.compression)
     delays = grant_to_send(raw["events"], raw["provider"])
-    client_delay = statistics.median(delays) if delays else 0.05
+    client_delay = statistics.fmean(delays) if delays else 0.05
+    path = completion_path(raw["events"], raw["provider"])
     sim = run_sim(trace, s, client_delay)
-    stats: ClientStats = raw["stats"]
-    notice = sorted(stats.grant_notice_s)
+    with_path = run_sim_with_report_path(trace, s, client_delay, path["answer_to_decision_s"])
     result = {
         "settings": {**asdict(s), "wall_seconds": s.wall_seconds, "compressed_pool": s.pool(), "pool": pool,
                      "calls_in_trace": trace.call_count()},
-        "live": live, "sim": sim, "sim_uncompressed": run_sim_uncompressed(trace, s),
-        "comparison": compare(live, sim),
-        "diagnostics": {"sim_client_delay_s": client_delay,
-                        **completion_path(raw["events"], raw["provider"]),
-                        "cpu_share_of_wall": raw["cpu_s"] / raw["wall_s"],
-                        "grant_notice_p50_ms": notice[len(notice) // 2] * 1000 if notice else None,
-                        "provider": raw["provider"].stats(), "heartbeats": stats.heartbeats,
-                        "reaps_seen": stats.reaps_seen, "late_completions": stats.late_completions,
-                        "stuck_agents": stats.stuck_agents, "client_errors": stats.errors[:10],
-                        "swept": raw["swept"], "lanes_held_after_sweep": raw["lanes_held_after_sweep"]},
-        "elapsed_s": elapsed,
+        "live": live, "sim": sim, "sim_with_report_path": with_path,
+        "sim_uncompressed": run_sim_uncompressed(trace, s),
+        "comparison": compare(live, sim, with_path),
+        "diagnostics": _diagnostics(raw, client_delay, path),
+        "elapsed_s": time.perf_counter() - started,
     }
     result["all_within"] = all(row["within"] for row in result["comparison"].values())
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "live_check.md").write_text(to_markdown(result))
-        (out / "live_check.json").write_text(json.dumps(result, sort_keys=True, default=str, indent=1))
+        _write(out_dir, result)
     return result
 
 

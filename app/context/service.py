@@ -184,6 +184,24 @@ class ContextService:
         return ctx.assemble_view(state, budget_tokens, scores,
                                  lambda role, content: count_message(role, content, encoding), time.time())
 
+    async def view_at(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
+                      position: int) -> ctx.ContextView:
+        from app.replay import context_state_at
+        agent = await self.service.fresh(self._target, principal, agent_id)
+        try:
+            ctx.validate_budget(budget_tokens)
+        except ctx.ContextLimitError as exc:
+            raise BadInput(str(exc)) from None
+        if position < 0:
+            raise BadInput("position must be >= 0")
+        state = await context_state_at(self.store, agent["agent_id"], position)
+        at = state.last_activity_at
+        if state.hibernated:
+            state = ctx.apply(state, ev.AGENT_WOKEN, {"agent_id": state.agent_id, "at": at})
+        encoding = self._encoding(agent)
+        return ctx.assemble_view(state, budget_tokens, None,
+                                 lambda role, content: count_message(role, content, encoding), at)
+
     async def _chunk_scores(self, agent_id: str, query: str) -> dict[str, float]:
         async with self.store.pool.acquire() as conn:
             rows = await conn.fetch("SELECT chunk_id, embedding FROM context_embeddings WHERE agent_id = $1",

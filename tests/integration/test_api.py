@@ -26,16 +26,6 @@ async def head(server) -> int:
     return await server.runtime.store.head()
 
 
-@pytest.fixture(autouse=True)
-async def replay_matches_after_each_test(request, server):
-    """Rebuilding every projection from position 0 must equal the live one."""
-    yield
-    from app.replay import replay_check
-    rt = server.runtime
-    report = await replay_check(rt.store, rt.projector)
-    assert report.matches, f"replay differs from live: {report.differences}"
-
-
 async def test_turn_lifecycle_request_heartbeat_complete(server, operator):
     pool = await new_pool(operator)
     agent_id, token = await register(operator, "worker", pool)

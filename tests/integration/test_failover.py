@@ -30,6 +30,9 @@ async def test_standby_takes_over_when_the_leader_dies(fresh_database):
         assert done["status"] == ev.COMPLETED
         again = await b.service.request_turn(me, 10, 10, wait_seconds=5)
         assert again["status"] == ev.GRANTED
+        from app.replay import replay_check
+        report = await replay_check(b.store, b.projector)   # two writers' history, one truth
+        assert report.matches, report.differences
     finally:
         await b.stop()
 
