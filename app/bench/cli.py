@@ -1,4 +1,4 @@
-"""`agentrm bench scheduler|system|context|all [--out DIR] [...]`."""
+"""`agentrm bench scheduler|system|context|live|all [--out DIR] [...]`."""
 from __future__ import annotations
 
 import argparse
@@ -52,11 +52,18 @@ def _scheduler(argv: list[str]) -> int:
     return main(argv)
 
 
+def _live(argv: list[str]) -> int:
+    from .live_check import main
+    return main(argv)
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("scheduler", "system", "context", "all"):
-        print("usage: agentrm bench scheduler|system|context|all [options]", file=sys.stderr)
+    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "all"):
+        print("usage: agentrm bench scheduler|system|context|live|all [options]", file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
+    if which == "live":
+        return _live(rest)
     if which == "scheduler":
         return _scheduler(rest)
     if which == "system":
@@ -71,5 +78,6 @@ def main(argv: list[str]) -> int:
     code = _scheduler(out + (["--seeds", "2", "--minutes", "3"] if args.quick else []))
     code |= _system(out + (["--quick"] if args.quick else []))
     code |= _context(out + (["--quick"] if args.quick else []))
+    code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))
     print(f"results in {args.out}/")
     return code

@@ -427,6 +427,10 @@ class AgentRM(Policy):
         super().__init__(ctx)
         self.settings = settings
         self.client_delay_s = float(ctx.options.get("client_delay_s", 0.05))
+        # From the provider's last byte to the scheduler deciding the completion (the
+        # completeTurn round trip, the append, the loop's pickup): the lane stays held.
+        # 0 by default; the live check measures it and passes it in.
+        self.report_delay_s = float(ctx.options.get("report_delay_s", 0.0))
         self.heartbeat_s = settings.lease_seconds / 3.0
         self.state = new_pool({"settings": settings.to_dict(), "at": 0.0})
         for cur in self.cursors:
@@ -527,6 +531,12 @@ class AgentRM(Policy):
         self.sim.after(self.heartbeat_s, lambda: self._heartbeat(cur, turn_id, attempt))
 
     def _answered(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
+        if self.report_delay_s > 0:
+            self.sim.after(self.report_delay_s, lambda: self._report(cur, turn_id, attempt))
+        else:
+            self._report(cur, turn_id, attempt)
+
+    def _report(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
         if turn_id not in self.by_turn:
             return
         call, ok = cur.record.call, attempt.answer.admitted

@@ -95,6 +95,9 @@ def _turn_granted(state: PoolState, d: dict) -> None:
     state.lanes[turn.lane] = turn.turn_id
     state.requests.level -= 1
     state.tokens.level -= turn.reserved_tokens
+    turn.granted_mark, turn.grant_number = state.reserved_total, state.granted_total
+    state.reserved_total += turn.reserved_tokens
+    state.granted_total += 1
 
 
 def _lease_extended(state: PoolState, d: dict) -> None:

@@ -224,7 +224,10 @@ def _on_completion(step: _Step, d: dict) -> None:
               lane_seconds=now - (turn.granted_at or now), reserved_tokens=turn.reserved_tokens,
               level=turn.level, queued_at=turn.queued_at, granted_at=turn.granted_at)
     if not observation.empty():
-        step.emit(ev.RATE_OBSERVED, turn_id=turn.turn_id, **observation.to_dict())
+        granted_since = (state.granted_total - turn.grant_number - 1,
+                         state.reserved_total - turn.granted_mark - turn.reserved_tokens)
+        step.emit(ev.RATE_OBSERVED, turn_id=turn.turn_id,
+                  **_aged_observation(observation, now - (turn.granted_at or now), granted_since, state.settings))
     if outcome == ev.RATE_LIMITED:
         s = state.settings
         retry_after = d.get("retry_after_seconds")
@@ -240,6 +243,25 @@ def _on_completion(step: _Step, d: dict) -> None:
         step.emit(ev.POOL_PAUSED, turn_id=turn.turn_id, until=until, retry_after=float(retry_after),
                   jitter=spread, rate_factor=new_factor)
     _after_usage(step, turn.agent_id)
+
+
+def _aged_observation(observation, age: float, granted_since: tuple[float, float], settings) -> dict:
+    """The provider computed `remaining` when it admitted the call, about when we granted
+    it; the report reaches us `age` seconds later. Bring it to now: add what the provider
+    refilled since, subtract what we granted since (it admitted those after this one).
+    Taken raw, every report from a long call drags our bucket below the provider's real
+    level and we under-use the budget we pay for."""
+    data = observation.to_dict()
+    since = {"requests": max(0.0, granted_since[0]), "tokens": max(0.0, granted_since[1])}
+    for kind, limit in (("requests", settings.rpm), ("tokens", settings.tpm)):
+        remaining = data.get(f"remaining_{kind}")
+        if remaining is None:
+            continue
+        per_second = (data.get(f"limit_{kind}") or limit) / 60.0
+        data[f"observed_remaining_{kind}"] = remaining
+        data[f"remaining_{kind}"] = remaining + per_second * max(0.0, age) - since[kind]
+    data["age_s"] = max(0.0, age)
+    return data
 
 
 def _on_cancel(step: _Step, d: dict) -> None:

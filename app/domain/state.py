@@ -28,6 +28,8 @@ class TurnState:
     lane: int | None = None
     lease_expires_at: float | None = None
     reserved_tokens: int = 0
+    granted_mark: float = 0.0    # the pool's reserved_total just before this grant
+    grant_number: int = 0        # the pool's granted_total just before this grant
 
     @property
     def need_tokens(self) -> int:
@@ -66,6 +68,8 @@ class PoolState:
     paused_until: float | None = None
     last_boost_at: float = 0.0
     next_seq: int = 0
+    reserved_total: float = 0.0    # tokens ever reserved by grants (a monotonic counter)
+    granted_total: int = 0         # grants ever made
     clock: float = 0.0             # the latest `at` folded in (time never runs backwards)
 
     @classmethod
@@ -100,6 +104,7 @@ class PoolState:
             "queues": self.queues, "lanes": self.lanes, "rate_factor": self.rate_factor,
             "rate_factor_at": self.rate_factor_at, "paused_until": self.paused_until,
             "last_boost_at": self.last_boost_at, "next_seq": self.next_seq, "clock": self.clock,
+            "reserved_total": self.reserved_total, "granted_total": self.granted_total,
         }
         return d
 
@@ -110,6 +115,8 @@ class PoolState:
         for key in ("version", "position", "inputs_through", "queues", "lanes", "rate_factor",
                     "rate_factor_at", "paused_until", "last_boost_at", "next_seq", "clock"):
             setattr(state, key, d[key])
+        state.reserved_total = d.get("reserved_total", 0.0)
+        state.granted_total = d.get("granted_total", 0)
         state.agents = {k: AgentState(**v) for k, v in d["agents"].items()}
         state.turns = {k: TurnState(**v) for k, v in d["turns"].items()}
         return state

@@ -119,7 +119,9 @@ class PoolScheduler:
         timeout = None if deadline is None else max(0.0, deadline - now)
         batch: list[RecordedEvent] = []
         try:
-            batch.append(await asyncio.wait_for(inbox.get(), timeout=min(timeout or 1.0, 1.0)))
+            # A due timer (timeout 0) must fire now, not after the 1 s liveness poll.
+            wait = 1.0 if timeout is None else min(timeout, 1.0)
+            batch.append(await asyncio.wait_for(inbox.get(), timeout=wait))
         except asyncio.TimeoutError:
             return batch
         while not inbox.empty():

@@ -35,7 +35,7 @@ async def test_live_check_runs_end_to_end_and_reports_every_metric(fresh_databas
     # The comparison has every metric, each with both sides and a verdict.
     assert set(result["comparison"]) == set(COMPARED)
     for row in result["comparison"].values():
-        assert {"live", "sim", "abs_diff", "rel_diff", "criterion", "within", "with_report_path"} <= set(row)
+        assert {"live", "sim", "abs_diff", "rel_diff", "criterion", "within", "without_report_path"} <= set(row)
         assert row["live"] is not None and row["sim"] is not None
         assert isinstance(row["within"], bool)
     assert isinstance(result["all_within"], bool)
