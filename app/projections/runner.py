@@ -15,7 +15,11 @@ from .core import PROJECTIONS, CoreModel
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = "core"
+# Bump when the shape of a persisted document or the fold changes: a new name has no
+# checkpoint, so every worker folds the log from position 0 and rewrites every document
+# instead of resuming from documents an older version wrote.
+PROJECTION_VERSION = 2
+CHECKPOINT = f"core-v{PROJECTION_VERSION}"
 
 
 async def load_docs(conn, projections: tuple[str, ...]) -> dict[tuple[str, str], dict]:
@@ -29,8 +33,12 @@ async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str
     forward: the checkpoint row is locked first, and a runner that finds it already at
     or past `position` writes nothing (a faster worker got there first)."""
     async with conn.transaction():
-        await conn.execute("INSERT INTO projection_checkpoints (name, position) VALUES ($1, 0) "
-                           "ON CONFLICT (name) DO NOTHING", name)
+        created = await conn.fetchval("INSERT INTO projection_checkpoints (name, position) VALUES ($1, 0) "
+                                      "ON CONFLICT (name) DO NOTHING RETURNING true", name)
+        if created:
+            # A new projection version starts over: documents an older version wrote go, and
+            # this first write holds every document the fold has touched so far.
+            await conn.execute("DELETE FROM read_models WHERE projection = ANY($1::text[])", list(PROJECTIONS))
         current = await conn.fetchval(
             "SELECT position FROM projection_checkpoints WHERE name = $1 FOR UPDATE", name)
         if current >= position:
