@@ -53,14 +53,35 @@ def _run(cmd: list[str]) -> str:
     return proc.stdout
 
 
+def _server_can_reach(path: Path) -> bool:
+    """As root, the server runs as `postgres`, which may not be able to enter a checkout
+    that lives below a private directory (a home folder, a CI workspace)."""
+    if os.geteuid() != 0:
+        return True
+    return subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def _fallback_dir(root: Path) -> Path:
+    """A server-side home for a data dir the server user cannot reach, stable per data dir."""
+    import hashlib
+    base = Path("/var/tmp/agentrm-pg") / hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    base.mkdir(parents=True, exist_ok=True)
+    for part in (base.parent, base):
+        part.chmod(0o755)
+    return base
+
+
 class EmbeddedPostgres:
     def __init__(self, data_dir: Path):
         self.root = Path(data_dir).resolve()
-        self.cluster = self.root / "pg"
-        self.socket_dir = self.root / "pg-socket"
+        self.root.mkdir(parents=True, exist_ok=True)
+        server_side = self.root if _server_can_reach(self.root) else _fallback_dir(self.root)
+        self.cluster = server_side / "pg"
+        self.socket_dir = server_side / "pg-socket"
+        self.log_file = server_side / "pg.log"
         self.port_file = self.root / "pg.port"
         self.password_file = self.root / "pg.password"
-        self.log_file = self.root / "pg.log"
 
     # -- paths and identity -------------------------------------------------------
     @property
@@ -91,13 +112,10 @@ class EmbeddedPostgres:
     def init(self) -> None:
         if self.initialised():
             return
-        self.root.mkdir(parents=True, exist_ok=True)
-        # the server user must be able to traverse to the cluster directory
-        self.root.chmod(0o755)
         self.cluster.mkdir(exist_ok=True)
         self.cluster.chmod(0o700)
         self._chown_to_server_user(self.cluster)
-        pwfile = self.root / "pg.initpw"
+        pwfile = self.cluster.parent / "pg.initpw"  # the server user must read it
         pwfile.write_text(self.password + "\n")
         self._chown_to_server_user(pwfile)
         try:
