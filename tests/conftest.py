@@ -24,14 +24,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url() -> str:
+def pg_admin_url():
     external = os.environ.get("DATABASE_URL")
     if external:
-        return external.rsplit("/", 1)[0] + "/postgres"
+        yield external.rsplit("/", 1)[0] + "/postgres"
+        return
     from app.db.embedded import EmbeddedPostgres
     pg = EmbeddedPostgres(ROOT / ".agentrm" / "test-cluster")
     pg.start()
-    return pg.url("postgres")
+    yield pg.url("postgres")
+    pg.stop()  # leave no server running behind the test run
 
 
 def make_database(pg_admin_url: str, name: str) -> str:
