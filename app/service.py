@@ -141,8 +141,8 @@ class Service:
                              priority_class: str = ev.INTERACTIVE,
                              context_budget_tokens: int | None = None) -> tuple[dict, str]:
         principal = require_operator(principal)
-        if not isinstance(name, str) or not 1 <= len(name.strip()) <= 128:
-            raise BadInput("name must be 1 to 128 characters")
+        if not isinstance(name, str) or not 1 <= len(name.strip()) <= 128 or "\x00" in name:
+            raise BadInput("name must be 1 to 128 characters, without NUL")
         if pool not in self.model.pools:
             await self.projector.catch_up()
         if pool not in self.model.pools:
@@ -247,6 +247,15 @@ class Service:
             raise Forbidden("this turn belongs to another agent")
         return doc
 
+    async def _granted_turn(self, principal: Principal | None, turn_id: str) -> dict:
+        """The caller's turn; if this worker does not see it GRANTED yet, catch up once:
+        another worker's scheduler may have granted it a moment ago."""
+        doc = await self.fresh(self._own_turn, principal, turn_id)
+        if doc["status"] == ev.QUEUED:
+            await self.projector.catch_up()
+            doc = self._own_turn(principal, turn_id)
+        return doc
+
     async def _input_and_wait(self, principal: Principal, doc: dict, type_: str, data: dict,
                               settled) -> dict:
         turn_id = doc["turn_id"]
@@ -257,7 +266,7 @@ class Service:
         return self.turn_view(turn_id)
 
     async def heartbeat(self, principal: Principal | None, turn_id: str) -> dict:
-        doc = await self.fresh(self._own_turn, principal, turn_id)
+        doc = await self._granted_turn(principal, turn_id)
         if doc["status"] != ev.GRANTED:
             raise Conflict(f"turn {turn_id} is {doc['status']}; only a GRANTED turn takes heartbeats")
         return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, {},
@@ -267,7 +276,7 @@ class Service:
                             prompt_tokens: int | None = None, completion_tokens: int | None = None,
                             retry_after_seconds: float | None = None,
                             rate_limit_headers: Any = None) -> dict:
-        doc = await self.fresh(self._own_turn, principal, turn_id)
+        doc = await self._granted_turn(principal, turn_id)
         if outcome not in (ev.OK, ev.RATE_LIMITED, ev.ERROR):
             raise BadInput("outcome must be OK, RATE_LIMITED or ERROR")
         data: dict[str, Any] = {
@@ -307,7 +316,8 @@ def _check_headers(headers: Any) -> dict:
         raise BadInput(f"rateLimitHeaders may hold at most {MAX_HEADERS} headers")
     clean = {}
     for key, value in headers.items():
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(key)) > 128:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(key)) > 128 \
+                or "\x00" in str(key) + str(value):
             raise BadInput(f"rateLimitHeaders[{key!r}] must be a string or number")
         clean[str(key).lower()] = str(value)[:256]
     return clean

@@ -70,9 +70,12 @@ class Query(AuditQuery, ContextQuery):
 
     @strawberry.field
     def pools(self, info: Info) -> list[t.Pool]:
-        require(principal(info))
+        who = require(principal(info))
         svc = runtime(info).service
-        return [t.Pool.of(svc.pool_view(name)) for name in sorted(svc.model.pools)]
+        views = [svc.pool_view(name) for name in sorted(svc.model.pools)]
+        if not who.is_operator:  # upstream endpoints are the operator's business
+            views = [{**v, "upstream_base_url": None} for v in views]
+        return [t.Pool.of(v) for v in views]
 
     @strawberry.field
     def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
@@ -171,11 +174,11 @@ class Mutation(ContextMutation):
 
     @strawberry.mutation
     async def hibernate_agent(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
-        return t.Agent.of(await runtime(info).service.set_hibernated(principal(info), str(agent_id), True))
+        return t.Agent.of(await runtime(info).context.set_hibernated(principal(info), str(agent_id), True))
 
     @strawberry.mutation
     async def wake_agent(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
-        return t.Agent.of(await runtime(info).service.set_hibernated(principal(info), str(agent_id), False))
+        return t.Agent.of(await runtime(info).context.set_hibernated(principal(info), str(agent_id), False))
 
 
 @strawberry.type

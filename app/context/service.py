@@ -163,6 +163,13 @@ class ContextService:
                 "tokens_after": data["tokens_after"], "key_facts_kept": len(self.state(agent_id).live_facts),
                 "summarizer": data.get("summarizer")}
 
+    async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
+                             extra: dict | None = None) -> dict:
+        """Hibernate or wake under the agent's context lock, so the resume point's digest
+        describes the context the event will actually follow."""
+        async with self._locks.setdefault(agent_id, asyncio.Lock()):
+            return await self.service.set_hibernated(principal, agent_id, hibernated, extra)
+
     # -- views -------------------------------------------------------------------------------
     async def view(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
                    query: str | None = None) -> ctx.ContextView:
@@ -261,7 +268,7 @@ class ContextService:
             if any(t.agent_id == agent_id for p in self.service.model.pools.values() for t in p.turns.values()):
                 continue  # a queued or running turn is activity
             with contextlib.suppress(Conflict, Forbidden):
-                await self.service.set_hibernated(OPERATOR, agent_id, True, {"reason": "idle"})
+                await self.set_hibernated(OPERATOR, agent_id, True, {"reason": "idle"})
                 parked.append(agent_id)
         return parked
 

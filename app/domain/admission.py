@@ -11,6 +11,7 @@ back a tenth of the limit, as TCP's congestion avoidance does with its window.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,7 +90,8 @@ def parse_duration(value: str) -> float | None:
     """OpenAI's reset form: '1s', '6m0s', '120ms', '1h2m3.5s', or plain seconds."""
     value = value.strip()
     try:
-        return float(value)
+        seconds = float(value)
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
     except ValueError:
         pass
     parts = _DURATION.findall(value)
@@ -108,12 +110,15 @@ def _seconds_until_timestamp(value: str, now: float) -> float | None:
     return max(0.0, instant.timestamp() - now)
 
 
+MAX_RETRY_AFTER_S = 3600.0  # a provider (or a client relaying one) may not pause a pool longer
+
+
 def _number(value) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return number if number >= 0 else None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def parse_rate_headers(headers: dict, now: float) -> RateObservation:
@@ -154,4 +159,7 @@ def parse_rate_headers(headers: dict, now: float) -> RateObservation:
         put("retry_after_s", None if ms is None else ms / 1000.0)
     if "retry-after" in h:
         put("retry_after_s", _number(h["retry-after"]))
+    for key in ("retry_after_s", "reset_requests_s", "reset_tokens_s"):
+        if found.get(key) is not None:
+            found[key] = min(found[key], MAX_RETRY_AFTER_S)
     return RateObservation(**found)

@@ -125,6 +125,9 @@ def _turn_cancelled(state: PoolState, d: dict) -> None:
         return
     _dequeue(state, turn)
     _release_lane(state, turn)
+    agent = state.agents.get(turn.agent_id)
+    if agent is not None and d.get("lane_seconds"):
+        agent.used_seconds += d["lane_seconds"]
 
 
 def _turn_reaped(state: PoolState, d: dict) -> None:

@@ -70,6 +70,8 @@ class ContextStateError(ValueError):
 
 
 def validate_message(role: str, content: str) -> None:
+    if "\x00" in content:
+        raise ContextLimitError("content", 0, (0, 0), "content may not contain NUL characters")
     if role not in ROLES:
         raise ContextLimitError("role", role, ROLES,
                                 f"role must be one of {', '.join(ROLES)}, got {role!r}")
@@ -370,7 +372,10 @@ def _apply_hibernated(state: AgentContext, data: Mapping[str, Any]) -> AgentCont
     rp = data["resume_point"]
     expected = resume_point_for(state)
     if rp["digest"] != expected["digest"]:
-        raise ValueError("AgentHibernated resume point does not match the state it hibernates")
+        # The context moved on between the decision and its commit (an append won the
+        # race): this hibernation describes a state that no longer exists, so it does
+        # nothing. Deterministic, hence identical in every replay.
+        return state
     # Hot and warm leave memory: hot messages join the archived originals, warm records are
     # parked in the archive. Only the archive and the resume point remain.
     cold = ColdArchive(

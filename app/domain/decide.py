@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable
 
 from . import events as ev
-from .admission import aimd_factor, jitter, parse_rate_headers
+from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_headers
 from .apply import apply
 from .state import PoolState, TurnState
 
@@ -235,6 +235,7 @@ def _on_completion(step: _Step, d: dict) -> None:
             retry_after = observation.retry_after_s
         if retry_after is None:
             retry_after = s.retry_after_default
+        retry_after = min(float(retry_after), MAX_RETRY_AFTER_S)
         spread = jitter(turn.turn_id, s.jitter_seconds)
         until = now + float(retry_after) + spread
         if state.paused_until is not None:
@@ -268,8 +269,13 @@ def _on_cancel(step: _Step, d: dict) -> None:
     turn = step.state.turns.get(d["turn_id"])
     if turn is None:
         return
+    # A granted turn's lane time is charged like a completion's, or cancelling instead of
+    # completing would dodge rule 4 and keep an agent at the top level forever.
+    held = step.now - turn.granted_at if turn.status == ev.GRANTED and turn.granted_at is not None else 0.0
     step.emit(ev.TURN_CANCELLED, turn_id=turn.turn_id, agent_id=turn.agent_id,
-              reason=d.get("reason", "cancelled"), lane=turn.lane)
+              reason=d.get("reason", "cancelled"), lane=turn.lane, lane_seconds=held)
+    if held:
+        _after_usage(step, turn.agent_id)
 
 
 _INPUT_HANDLERS: dict[str, Callable[[_Step, dict], None]] = {

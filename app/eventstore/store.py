@@ -49,7 +49,8 @@ _SELECT = "SELECT position, stream, version, type, data, metadata, recorded_at F
 
 
 def _dumps(value) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # jsonb has no NaN or Infinity: refuse them here, in the caller, not in a shared commit.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
@@ -119,21 +120,35 @@ class EventStore:
         while self._pending:
             group, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
             try:
-                async with self.pool.acquire() as conn:
-                    async with conn.transaction():
-                        results = await self._append_group(conn, group)
-            except BaseException as exc:  # the whole transaction failed: so did every append in it
-                for pending in group:
-                    if not pending.future.done():
-                        pending.future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-                if not isinstance(exc, Exception):
+                results = await self._commit(group)
+            except Exception:
+                if len(group) == 1:
                     raise
-                continue
+                # One request's bad data must not fail the others it happened to share a
+                # transaction with: retry each alone, so only the culprit fails.
+                results = []
+                for pending in group:
+                    try:
+                        results += await self._commit([pending])
+                    except Exception as exc:
+                        results.append(exc)
             for pending, result in zip(group, results):
+                if pending.future.done():
+                    continue  # its caller went away (cancelled); the append stands
                 if isinstance(result, Exception):
                     pending.future.set_exception(result)
                 else:
                     pending.future.set_result(result)
+
+    async def _commit(self, group: list[_Pending]) -> list:
+        try:
+            async with self.pool.acquire() as conn:
+                async with conn.transaction():
+                    return await self._append_group(conn, group)
+        except Exception as exc:
+            if len(group) == 1:
+                return [exc]
+            raise
 
     async def _append_group(self, conn, group: list[_Pending]) -> list[list[RecordedEvent] | Exception]:
         """Append several independent requests in one transaction. Each request's

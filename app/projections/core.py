@@ -72,8 +72,8 @@ class CoreModel:
             self.dirty.add(("scheduler", name))
             return
         state = self.pools.get(name)
-        if state is None:
-            return
+        if state is None or event.position <= state.position:
+            return  # not created yet, or already folded into a loaded document
         apply(state, event.type, d)
         state.version = event.version
         state.position = event.position
@@ -120,8 +120,10 @@ class CoreModel:
         elif agent_id not in self.agents:
             return
         elif event.type == ev.AGENT_HIBERNATED:
-            self.agents[agent_id]["hibernated"] = True
             self._fold_context(agent_id, event)
+            # A hibernation whose resume point no longer matched the context (an append won
+            # the race) folds as a no-op; the agent is hibernated only if its context is.
+            self.agents[agent_id]["hibernated"] = self.context_of(agent_id).hibernated
         elif event.type == ev.AGENT_WOKEN:
             self.agents[agent_id].update(hibernated=False, last_active_at=d["at"])
             self._fold_context(agent_id, event)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 # Bump when the shape of a persisted document or the fold changes: a new name has no
 # checkpoint, so every worker folds the log from position 0 and rewrites every document
 # instead of resuming from documents an older version wrote.
-PROJECTION_VERSION = 2
+PROJECTION_VERSION = 3
 CHECKPOINT = f"core-v{PROJECTION_VERSION}"
 
 
@@ -71,10 +72,13 @@ class Projector:
     async def load(self) -> None:
         """Start from the persisted documents (fast restart), then fold the rest of the log."""
         async with self.store.pool.acquire() as conn:
-            position = await conn.fetchval(
-                "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT)
-            if position:
-                self.model = CoreModel.from_docs(position, await load_docs(conn, PROJECTIONS))
+            # One snapshot for both reads: documents newer than the checkpoint we pair them
+            # with would have events folded into them twice.
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                position = await conn.fetchval(
+                    "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT)
+                if position:
+                    self.model = CoreModel.from_docs(position, await load_docs(conn, PROJECTIONS))
         await self.catch_up()
 
     async def catch_up(self, until: int | None = None) -> int:
@@ -121,7 +125,9 @@ class Projector:
             return False
         position = model.position
         keys, model.dirty = model.dirty, set()
-        docs = {k: model.doc(*k) for k in keys}
+        # Deep copies, taken now: the live documents keep changing while we await the write,
+        # and what we write must be the state at `position`, no later.
+        docs = {k: copy.deepcopy(model.doc(*k)) for k in keys}
         docs = {k: v for k, v in docs.items() if v is not None}
         try:
             async with self.store.pool.acquire() as conn:

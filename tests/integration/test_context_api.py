@@ -145,6 +145,7 @@ async def test_privacy_and_bad_input(server, operator):
         cases = [
             (APPEND, {"role": "wizard", "content": "hi", "pinned": False}, "role"),
             (APPEND, {"role": "user", "content": "x" * 100_001, "pinned": False}, "100000"),
+            (APPEND, {"role": "user", "content": "nul \x00 inside", "pinned": False}, "NUL"),
             (VIEW, {"budget": 10}, "budgetTokens"),
             (VIEW, {"budget": 10_000_000}, "budgetTokens"),
         ]

@@ -112,3 +112,45 @@ async def test_listener_reconnects_after_its_connection_is_killed(store):
     await asyncio.wait_for(task, 15)
     assert len(got) == 2
     await listener.stop()
+
+
+async def _hold_append_lock(url: str):
+    """Another session holding the append lock, so the next appends queue into one group."""
+    from app.eventstore.store import APPEND_LOCK_KEY
+    conn = await asyncpg.connect(url)
+    tx = conn.transaction()
+    await tx.start()
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK_KEY)
+    return conn, tx
+
+
+async def test_a_cancelled_caller_does_not_strand_the_rest_of_its_group(store):
+    es, url = store
+    await es.append([NewEvent("warm-1", "Warm", {})])
+    conn, tx = await _hold_append_lock(url)
+    first = asyncio.create_task(es.append([NewEvent("c-1", "First", {})]))
+    await asyncio.sleep(0.1)               # the flusher is now waiting for the lock with `first`
+    others = [asyncio.create_task(es.append([NewEvent(f"c-{i}", "Other", {})])) for i in (2, 3)]
+    await asyncio.sleep(0.05)
+    first.cancel()
+    await tx.rollback()
+    await conn.close()
+    done = await asyncio.wait_for(asyncio.gather(*others), 10)
+    assert [r[0].type for r in done] == ["Other", "Other"]
+    assert {e.type for e in await es.read(0)} == {"Warm", "First", "Other"}   # the cancelled append stands
+
+
+async def test_one_bad_request_fails_alone_not_its_whole_group(store):
+    es, url = store
+    conn, tx = await _hold_append_lock(url)
+    bad = asyncio.create_task(es.append([NewEvent("bad-1", "Bad", {"text": "nul \x00 here"})]))
+    await asyncio.sleep(0.1)
+    good = asyncio.create_task(es.append([NewEvent("good-1", "Good", {"n": 1})]))
+    nan = asyncio.create_task(es.append([NewEvent("nan-1", "Nan", {"x": float("nan")})]))
+    await asyncio.sleep(0.05)
+    await tx.rollback()
+    await conn.close()
+    results = await asyncio.wait_for(asyncio.gather(bad, good, nan, return_exceptions=True), 10)
+    assert isinstance(results[0], Exception) and isinstance(results[2], Exception)
+    assert results[1][0].type == "Good"
+    assert [e.type for e in await es.read(0)] == ["Good"]

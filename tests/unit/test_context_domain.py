@@ -284,3 +284,15 @@ def test_should_hibernate_after_idle_time():
     state = session(3)
     assert not d.should_hibernate(state, state.last_activity_at + 10, idle_seconds=60)
     assert d.should_hibernate(state, state.last_activity_at + 60, idle_seconds=60)
+
+
+def test_a_hibernation_that_lost_the_race_to_an_append_folds_as_a_no_op():
+    from app.domain import context as c
+    state = c.new_context("a")
+    state = c.apply(state, c.CONTEXT_APPENDED, {"agent_id": "a", "seq": 1, "role": "user", "content": "one",
+                                                "pinned": False, "tokens": 5, "at": 1.0})
+    stale = c.resume_point_for(state)
+    state = c.apply(state, c.CONTEXT_APPENDED, {"agent_id": "a", "seq": 2, "role": "user", "content": "two",
+                                                "pinned": False, "tokens": 5, "at": 2.0})
+    after = c.apply(state, "AgentHibernated", {"agent_id": "a", "resume_point": stale, "at": 3.0})
+    assert not after.hibernated and c.state_hash(after) == c.state_hash(state)

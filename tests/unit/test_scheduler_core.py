@@ -255,3 +255,26 @@ def test_every_queued_turn_is_eventually_granted_or_cancelled(actions):
         now = max(now + 0.01, deadline if deadline is not None else now + 1.0)
         decide(s, None, None, now)
     assert not s.turns, f"turns left waiting: {[(t.turn_id, t.status, t.level) for t in s.turns.values()]}"
+
+
+def test_non_finite_or_huge_provider_values_cannot_wedge_a_pool():
+    o = parse_rate_headers({"x-ratelimit-remaining-tokens": "inf", "x-ratelimit-remaining-requests": "nan",
+                            "retry-after": "1e300", "x-ratelimit-reset-tokens": "1e999"}, 0.0)
+    assert o.remaining_tokens is None and o.remaining_requests is None and o.reset_tokens_s is None
+    assert o.retry_after_s == 3600.0
+    s = pool()
+    register(s, "a")
+    request(s, "t", "a", 0.0)
+    out = complete(s, "t", 1.0, outcome=ev.RATE_LIMITED, retry_after_seconds=1e300,
+                   rate_limit_headers={"retry-after": "inf"})
+    paused = [d for t, d in out if t == ev.POOL_PAUSED][0]
+    assert paused["until"] <= 1.0 + 3600.0 + s.settings.jitter_seconds
+
+
+def test_cancelling_a_granted_turn_is_charged_like_completing_it():
+    s = pool(lanes=1, allotment_seconds=(10.0, 20.0, math.inf))
+    register(s, "dodger")
+    request(s, "t1", "dodger", 0.0)
+    out = decide(s, ev.CANCEL_REQUESTED, {"turn_id": "t1"}, 12.0)
+    assert [t for t, _ in out][:2] == [ev.TURN_CANCELLED, ev.AGENT_DEMOTED]
+    assert s.agents["dodger"].level == 1
