@@ -30,9 +30,11 @@ def cmd_serve(args) -> int:
     os.environ["AGENTRM_RESOLVED_DATABASE_URL"] = url
     os.environ["AGENTRM_DEMO"] = "0" if args.no_demo else "1"
     token = config.operator_token()
+    # The token rides in the URL fragment, which browsers never send to the server; the
+    # console keeps it in local storage. Whoever runs `serve` is the operator anyway.
     print(f"AgentRM on http://{args.host}:{args.port}/  (GraphQL at /graphql)\n"
-          f"operator token: run `agentrm token` (stored in {config.data_dir()})", flush=True)
-    del token
+          f"console:  http://{args.host}:{args.port}/#token={token}\n"
+          f"operator token: `agentrm token` (stored in {config.data_dir()})", flush=True)
     uvicorn.run("app.api.main:app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, ws="websockets-sansio")
     return 0
