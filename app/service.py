@@ -80,7 +80,8 @@ class Service:
             raise NotFound(f"no pool named {name!r}")
         s = state.settings
         return {"name": name, "lanes": s.lanes, "rpm": s.rpm, "tpm": s.tpm,
-                "lease_seconds": s.lease_seconds, "levels": s.levels, "boost_seconds": s.boost_seconds,
+                "lease_seconds": s.lease_seconds, "start_timeout_floor_seconds": s.start_timeout_floor_seconds,
+                "levels": s.levels, "boost_seconds": s.boost_seconds,
                 "upstream_base_url": s.upstream_base_url, "tokenizer": s.tokenizer,
                 "has_upstream_api_key": bool(self.model.pool_docs.get(name, {}).get("upstream_api_key_fingerprint"))}
 
@@ -207,12 +208,15 @@ class Service:
         return self.agent_view(principal.agent_id)
 
     async def request_turn(self, principal: Principal | None, estimated_tokens: int,
-                           max_output_tokens: int | None = None, wait_seconds: float = 0.0) -> dict:
+                           max_output_tokens: int | None = None, wait_seconds: float = 0.0,
+                           streams: bool = False) -> dict:
         agent = await self.fresh(self._calling_agent, principal)
         est = _check_int("estimatedTokens", estimated_tokens, 0, MAX_TOKENS_PER_CALL)
         out = _check_int("maxOutputTokens", 0 if max_output_tokens is None else max_output_tokens,
                          0, MAX_TOKENS_PER_CALL)
         wait = _check_float("waitSeconds", wait_seconds or 0.0, 0.0, MAX_WAIT_SECONDS)
+        if not isinstance(streams, bool):
+            raise BadInput("streams must be true or false")
         settings = self.model.pools[agent["pool"]].settings
         if est + out > settings.tpm:
             raise BadInput(f"estimatedTokens + maxOutputTokens = {est + out} exceeds pool "
@@ -224,6 +228,8 @@ class Service:
         turn_id = str(uuid.uuid4())
         data = {"turn_id": turn_id, "agent_id": agent["agent_id"], "pool": agent["pool"],
                 "estimated_tokens": est, "max_output_tokens": out, "at": _now()}
+        if streams:
+            data["streams"] = True
         await self._append([NewEvent(f"turn-{turn_id}", ev.TURN_REQUESTED, data,
                                      self._meta(principal, turn_id))], {f"turn-{turn_id}": NO_STREAM})
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.

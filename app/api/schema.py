@@ -135,6 +135,9 @@ class Mutation(ContextMutation):
             settings = PoolSettings(
                 name=input.name, lanes=input.lanes, rpm=input.rpm, tpm=input.tpm,
                 lease_seconds=input.lease_seconds,
+                start_timeout_floor_seconds=(input.start_timeout_floor_seconds
+                                             if input.start_timeout_floor_seconds is not None
+                                             else defaults.start_timeout_floor_seconds),
                 levels=input.levels if input.levels is not None else defaults.levels,
                 boost_seconds=input.boost_seconds if input.boost_seconds is not None else defaults.boost_seconds,
                 tokenizer=input.tokenizer or defaults.tokenizer, upstream_base_url=input.upstream_base_url)
@@ -156,7 +159,8 @@ class Mutation(ContextMutation):
     @strawberry.mutation
     async def request_turn(self, info: Info, input: t.TurnRequestInput) -> t.Turn:
         return t.Turn.of(await runtime(info).service.request_turn(
-            principal(info), input.estimated_tokens, input.max_output_tokens, input.wait_seconds))
+            principal(info), input.estimated_tokens, input.max_output_tokens, input.wait_seconds,
+            streams=input.streams))
 
     @strawberry.mutation
     async def heartbeat(self, info: Info, turn_id: strawberry.ID) -> t.Turn:

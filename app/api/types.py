@@ -49,6 +49,7 @@ class Pool:
     rpm: int
     tpm: int
     lease_seconds: float
+    start_timeout_floor_seconds: float
     levels: int
     boost_seconds: float
     tokenizer: str
@@ -58,7 +59,8 @@ class Pool:
     @classmethod
     def of(cls, v: dict) -> "Pool":
         return cls(name=v["name"], lanes=v["lanes"], rpm=v["rpm"], tpm=v["tpm"],
-                   lease_seconds=v["lease_seconds"], levels=v["levels"], boost_seconds=v["boost_seconds"],
+                   lease_seconds=v["lease_seconds"], start_timeout_floor_seconds=v["start_timeout_floor_seconds"],
+                   levels=v["levels"], boost_seconds=v["boost_seconds"],
                    tokenizer=v["tokenizer"], upstream_base_url=v["upstream_base_url"],
                    has_upstream_api_key=v["has_upstream_api_key"])
 
@@ -100,6 +102,9 @@ class Turn:
     level: int | None
     estimated_tokens: int
     max_output_tokens: int
+    streams: bool = strawberry.field(description=(
+        "The client heartbeats at the answer's first chunk, so the grant ends at an adaptive "
+        "start deadline (not a whole lease) if no chunk comes."))
     requested_at: datetime
     queued_at: datetime | None
     granted_at: datetime | None
@@ -113,7 +118,7 @@ class Turn:
         return cls(id=strawberry.ID(v["turn_id"]), agent_id=strawberry.ID(v["agent_id"]), pool=v["pool"],
                    status=TurnStatus(v["status"]), lane=v["lane"], level=v["level"],
                    estimated_tokens=v["estimated_tokens"], max_output_tokens=v["max_output_tokens"],
-                   requested_at=ts(v["requested_at"]), queued_at=ts(v["queued_at"]),
+                   streams=bool(v.get("streams", False)), requested_at=ts(v["requested_at"]), queued_at=ts(v["queued_at"]),
                    granted_at=ts(v["granted_at"]), lease_expires_at=ts(v["lease_expires_at"]),
                    finished_at=ts(v["finished_at"]),
                    outcome=Outcome(v["outcome"]) if v.get("outcome") else None, reason=v.get("reason"))
@@ -189,6 +194,7 @@ class PoolInput:
     rpm: int
     tpm: int
     lease_seconds: float = 30.0
+    start_timeout_floor_seconds: float | None = None
     levels: int | None = None
     boost_seconds: float | None = None
     tokenizer: str | None = None
@@ -209,6 +215,10 @@ class TurnRequestInput:
     estimated_tokens: int
     max_output_tokens: int | None = None
     wait_seconds: float = 0.0
+    streams: bool = strawberry.field(default=False, description=(
+        "Promise to heartbeat as soon as the answer's first chunk arrives (then at least every "
+        "lease/3). The grant then lasts only until an adaptive start deadline unless that "
+        "heartbeat comes, so a provider call that never starts frees its lane in seconds."))
 
 
 @strawberry.input

@@ -169,7 +169,9 @@ def _granted(n: _Narrator, state: PoolState, r: Record) -> None:
     n.say(f"Rate-limit state at the grant: {requests:.1f} requests and {tokens:,.0f} tokens available "
           f"(it reserved 1 request and {d['reserved_tokens']:,} tokens), rate factor {state.rate_factor:.2f}, "
           + (f"paused until {when(state.paused_until)}." if state.paused_until else "not paused.")
-          + f" Lease until {when(d['lease_expires_at'])}.")
+          + (f" Its client streams, so the grant lasted only to its start deadline, "
+             f"{when(d['lease_expires_at'])}, unless the first chunk's heartbeat came before."
+             if d.get("start_deadline") else f" Lease until {when(d['lease_expires_at'])}."))
 
 
 def _completed(n: _Narrator, r: Record) -> None:
@@ -186,5 +188,7 @@ def _reaped(n: _Narrator, state: PoolState, r: Record, heartbeats: list[float]) 
     beats = [h for h in heartbeats if granted_at is None or h >= granted_at]
     last = (f"its last heartbeat was at {when(beats[-1])}" if beats
             else f"it never sent a heartbeat after its grant at {when(granted_at)}")
-    n.say(f"It was reaped at {n.rel(d['at'])}: its lease expired at {when(d['lease_expires_at'])} and {last}; "
+    expired = ("no first chunk arrived by its start deadline" if d.get("no_first_chunk")
+               else "its lease expired")
+    n.say(f"It was reaped at {n.rel(d['at'])}: {expired} at {when(d['lease_expires_at'])} and {last}; "
           f"lane {d['lane']} was freed for the next turn and the hold counted against its agent.")

@@ -11,6 +11,8 @@ What is taken from the record (the workload) and what is re-decided (the policy)
   and ends with the recorded CompletionReported (outcome, tokens, retry-after, headers).
   So when a turn is granted in the counterfactual run, its completion is scheduled at
   grant + recorded duration; while in flight it heartbeats every lease/3.
+- A streaming turn (requested with streams) sends its first heartbeat at the recorded
+  offset from its grant, its first chunk, so its start deadline is met as it was for real.
 - Hung calls (reaped in reality) never complete: they send the heartbeats they really
   sent (at the same offsets from their grant), then fall silent and are reaped by lease.
 - Turns whose fate is unknown (still queued or in flight at the end of the log) hold a
@@ -47,7 +49,8 @@ class TurnSpec:
     duration: float | None = None           # granted -> completed in reality
     completion: dict | None = None          # the recorded CompletionReported data
     reaped: bool = False
-    heartbeat_offsets: list[float] = field(default_factory=list)   # for hung calls only
+    heartbeat_offsets: list[float] = field(default_factory=list)   # hung calls: all; streaming: the first
+    streams: bool = False
     granted_at: float | None = None         # the recorded grant and completion times and the
     completed_at: float | None = None       # completion's log position: ties in the virtual
     completion_position: float = math.inf   # clock break in log order, as they did for real
@@ -89,7 +92,8 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
     turns: dict[str, TurnSpec] = {}
     for r in inputs:
         if r.type == ev.TURN_REQUESTED and first <= r.position <= last:
-            turns[r.data["turn_id"]] = TurnSpec(r.data["turn_id"], r.data["agent_id"], r.data["at"])
+            turns[r.data["turn_id"]] = TurnSpec(r.data["turn_id"], r.data["agent_id"], r.data["at"],
+                                                streams=bool(r.data.get("streams", False)))
     _durations(turns, decisions, inputs, seen_at)
 
     start = created.data["at"] if first <= created.position else None
@@ -146,7 +150,7 @@ def _durations(turns: dict[str, TurnSpec], decisions: list[Record], inputs: list
         if spec.reaped:
             spec.duration, spec.completion = None, None
         else:
-            spec.heartbeat_offsets = []
+            spec.heartbeat_offsets = spec.heartbeat_offsets[:1] if spec.streams else []
 
 
 # -- settings ---------------------------------------------------------------------------
@@ -248,6 +252,11 @@ def _schedule_call(spec: TurnSpec | None, granted_at: float, beat: float, push) 
         # need not round back to c, and a one-ulp shift can reorder simultaneous events.
         done = spec.completed_at if granted_at == spec.granted_at else granted_at + spec.duration
         push(done, "complete", (spec.turn_id, spec.completion), spec.completion_position)
+    if spec.heartbeat_offsets:                   # a streaming call: its first chunk, then every beat
+        first = spec.heartbeat_offsets[0]
+        push(granted_at + first, "heartbeat", (spec.turn_id, False))
+        push(granted_at + first + beat, "heartbeat", (spec.turn_id, True))
+        return
     push(granted_at + beat, "heartbeat", (spec.turn_id, True))
 
 

@@ -81,7 +81,7 @@ def _turn_queued(state: PoolState, d: dict) -> None:
     turn = TurnState(turn_id=d["turn_id"], agent_id=d["agent_id"], level=d["level"], seq=d["seq"],
                      status=ev.QUEUED, estimated_tokens=d["estimated_tokens"],
                      max_output_tokens=d["max_output_tokens"], requested_at=d["requested_at"],
-                     queued_at=d["at"])
+                     queued_at=d["at"], streams=bool(d.get("streams", False)))
     state.turns[turn.turn_id] = turn
     state.next_seq = max(state.next_seq, turn.seq + 1)
     _enqueue(state, turn)
@@ -101,7 +101,11 @@ def _turn_granted(state: PoolState, d: dict) -> None:
 
 
 def _lease_extended(state: PoolState, d: dict) -> None:
-    state.turns[d["turn_id"]].lease_expires_at = d["lease_expires_at"]
+    turn = state.turns[d["turn_id"]]
+    turn.lease_expires_at = d["lease_expires_at"]
+    turn.progressed = True
+    if d.get("first_chunk_s") is not None:
+        state.start.observe(float(d["first_chunk_s"]), turn.estimated_tokens)
 
 
 def _turn_completed(state: PoolState, d: dict) -> None:
@@ -137,7 +141,7 @@ def _turn_reaped(state: PoolState, d: dict) -> None:
     if agent:
         # A zombie's whole hold counts against its agent; its reservation stays spent,
         # because we cannot know what the provider charged for a call that never settled.
-        agent.used_seconds += d["at"] - (turn.granted_at or d["at"])
+        agent.used_seconds += d["at"] - turn.granted_at if turn.granted_at is not None else 0.0
         agent.consecutive_reaps += 1
         agent.reaps += 1
 

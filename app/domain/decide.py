@@ -18,6 +18,10 @@ MLFQ rules (after OSTEP ch. 8, adapted to one-call turns):
     that has waited one boost period is promoted to level 0 at that moment (aging, with
     its own deadline rather than at the next boost instant), so no wait much exceeds one
     period plus the work ahead of it at level 0: nothing starves.
+Start deadline: a turn whose client streams (it heartbeats at the answer's first chunk) is
+granted with a lease that ends at its start deadline (see settings); its first heartbeat
+gives the full lease and is the sample the deadline is estimated from. A provider call
+that never produces a chunk is reaped after a few seconds, not a whole lease.
 Admission: the head turn is granted only if a lane is free, the pool is not paused, and
 both buckets hold its reservation; the head is never skipped for a smaller turn behind
 it, so big requests cannot starve either.
@@ -122,8 +126,9 @@ def _fire_timers(step: _Step) -> None:
         if state.turns.get(turn.turn_id) is not turn:
             continue  # already settled earlier in this step
         agent_id = turn.agent_id
+        silent = {"no_first_chunk": True} if turn.streams and not turn.progressed else {}
         step.emit(ev.TURN_REAPED, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
-                  lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at)
+                  lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at, **silent)
         _after_usage(step, agent_id)
         agent = state.agents.get(agent_id)
         if (agent and agent.state == ev.ACTIVE
@@ -147,6 +152,12 @@ def _fire_timers(step: _Step) -> None:
                 break  # FIFO within a level: the rest waited less
             step.emit(ev.TURN_PROMOTED, turn_id=turn_id, agent_id=turn.agent_id, from_level=level,
                       to_level=0, waited=now - turn.queued_at)
+
+
+def _held(turn: TurnState, now: float) -> float:
+    """Seconds since the turn's grant (0 if not granted). Not `granted_at or now`: a grant
+    at time 0.0 (a simulation's first instant) is a grant."""
+    return now - turn.granted_at if turn.granted_at is not None else 0.0
 
 
 def _after_usage(step: _Step, agent_id: str) -> None:
@@ -200,15 +211,19 @@ def _on_request(step: _Step, d: dict) -> None:
     step.emit(ev.TURN_QUEUED, turn_id=turn_id, agent_id=agent_id, level=agent.level,
               seq=state.next_seq, estimated_tokens=d["estimated_tokens"],
               max_output_tokens=d.get("max_output_tokens", 0), requested_at=d.get("at", step.now),
-              priority_class=agent.priority_class)
+              priority_class=agent.priority_class, streams=bool(d.get("streams", False)))
 
 
 def _on_heartbeat(step: _Step, d: dict) -> None:
     turn = step.state.turns.get(d["turn_id"])
     if turn is None or turn.status != ev.GRANTED:
         return
+    extra = {}
+    if turn.streams and not turn.progressed:
+        # The first chunk: how long this call took to start, for the start deadline.
+        extra["first_chunk_s"] = _held(turn, step.now)
     step.emit(ev.LEASE_EXTENDED, turn_id=turn.turn_id, agent_id=turn.agent_id,
-              lease_expires_at=step.now + step.state.settings.lease_seconds)
+              lease_expires_at=step.now + step.state.settings.lease_seconds, **extra)
 
 
 def _on_completion(step: _Step, d: dict) -> None:
@@ -221,13 +236,13 @@ def _on_completion(step: _Step, d: dict) -> None:
     step.emit(ev.TURN_COMPLETED, turn_id=turn.turn_id, agent_id=turn.agent_id, lane=turn.lane,
               outcome=outcome, prompt_tokens=int(d.get("prompt_tokens") or 0),
               completion_tokens=int(d.get("completion_tokens") or 0),
-              lane_seconds=now - (turn.granted_at or now), reserved_tokens=turn.reserved_tokens,
+              lane_seconds=_held(turn, now), reserved_tokens=turn.reserved_tokens,
               level=turn.level, queued_at=turn.queued_at, granted_at=turn.granted_at)
     if not observation.empty():
         granted_since = (state.granted_total - turn.grant_number - 1,
                          state.reserved_total - turn.granted_mark - turn.reserved_tokens)
         step.emit(ev.RATE_OBSERVED, turn_id=turn.turn_id,
-                  **_aged_observation(observation, now - (turn.granted_at or now), granted_since, state.settings))
+                  **_aged_observation(observation, _held(turn, now), granted_since, state.settings))
     if outcome == ev.RATE_LIMITED:
         s = state.settings
         retry_after = d.get("retry_after_seconds")
@@ -303,6 +318,12 @@ def _dispatch(step: _Step) -> None:
         if requests < 1 or tokens < head.need_tokens:
             return
         lane = free.pop(0)
+        lease, start = state.settings.lease_seconds, {}
+        if head.streams:
+            agent = state.agents.get(head.agent_id)
+            lease = state.start.timeout(head.estimated_tokens, state.settings.start_timeout_floor_seconds, lease,
+                                        agent.consecutive_reaps if agent else 0)
+            start["start_deadline"] = True
         step.emit(ev.TURN_GRANTED, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
-                  level=head.level, lease_expires_at=now + state.settings.lease_seconds,
-                  reserved_tokens=head.need_tokens)
+                  level=head.level, lease_expires_at=now + lease,
+                  reserved_tokens=head.need_tokens, **start)

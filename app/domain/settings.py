@@ -10,6 +10,11 @@ Defaults and why (README "Scheduling rules" repeats them):
 - Boost every 60 s (OSTEP rule 5): every agent goes back to its entry level and every
   turn that has waited a whole period is lifted to level 0, so nothing starves.
 - Lease 30 s: a call that neither finishes nor heartbeats for 30 s is a zombie.
+- Start deadline (for turns whose client streams): a granted call must show its first
+  chunk (the client's first heartbeat) within an adaptive timeout, estimated like TCP's
+  retransmission timeout (RFC 6298: SRTT + 4 RTTVAR over observed times to first chunk),
+  never below 2 s, never above the lease, doubled per consecutive reap of the agent
+  (Karn's backoff). A hung call is reaped in a few seconds instead of a whole lease.
 - Quarantine after 3 consecutive reaps.
 - AIMD on the admitted rate: halve on a 429 (floor 10%), add back 10% of the
   provider's limit per minute without one (TCP Reno's shape, in rate instead of window).
@@ -34,6 +39,7 @@ class PoolSettings:
     allotment_tokens: tuple[float, ...] = (32_000, 128_000, math.inf)
     boost_seconds: float = 60.0
     quarantine_after_reaps: int = 3
+    start_timeout_floor_seconds: float = 2.0
     aimd_decrease: float = 0.5
     aimd_increase_per_minute: float = 0.10
     aimd_floor: float = 0.10
@@ -69,6 +75,8 @@ class PoolSettings:
             problems.append("tpm must be between 1 and 10,000,000,000")
         if not 1 <= self.lease_seconds <= 3600:
             problems.append("leaseSeconds must be between 1 and 3600")
+        if not 0.1 <= self.start_timeout_floor_seconds <= 3600:
+            problems.append("startTimeoutFloorSeconds must be between 0.1 and 3600")
         if not 1 <= self.levels <= 8:
             problems.append("levels must be between 1 and 8")
         if self.boost_seconds <= 0:

@@ -30,10 +30,59 @@ class TurnState:
     reserved_tokens: int = 0
     granted_mark: float = 0.0    # the pool's reserved_total just before this grant
     grant_number: int = 0        # the pool's granted_total just before this grant
+    streams: bool = False        # the client heartbeats at its first chunk (start deadline applies)
+    progressed: bool = False     # a heartbeat arrived since the grant
 
     @property
     def need_tokens(self) -> int:
         return self.estimated_tokens + self.max_output_tokens
+
+
+@dataclass
+class StartEstimator:
+    """Grant-to-first-chunk times of streaming turns, smoothed as RFC 6298 smooths round
+    trips: srtt the mean, rttvar the mean deviation. Folded from LeaseExtended events.
+
+    Samples are taken per prompt size: a provider's time to first token is a base latency
+    plus prefill, which grows linearly with the prompt. Each sample is divided by
+    1 + prompt/PROMPT_REF (at about 10k tokens prefill is comparable to the base latency of
+    hosted models), and a grant's deadline is scaled back by its own prompt. Without this a
+    run of short prompts shrinks the deadline below what a long prompt needs to start."""
+    srtt: float | None = None
+    rttvar: float = 0.0
+    samples: int = 0
+
+    ALPHA = 1 / 8
+    BETA = 1 / 4
+    K = 4
+    WARM_AFTER = 8               # below this many samples the full lease applies
+    PROMPT_REF = 10_000
+    MIN_MARGIN = 0.5
+
+    @classmethod
+    def size(cls, prompt_tokens: int) -> float:
+        return 1.0 + max(0, prompt_tokens) / cls.PROMPT_REF
+
+    def observe(self, seconds: float, prompt_tokens: int) -> None:
+        sample = seconds / self.size(prompt_tokens)
+        if self.srtt is None:
+            self.srtt, self.rttvar = sample, sample / 2
+        else:
+            self.rttvar = (1 - self.BETA) * self.rttvar + self.BETA * abs(self.srtt - sample)
+            self.srtt = (1 - self.ALPHA) * self.srtt + self.ALPHA * sample
+        self.samples += 1
+
+    def timeout(self, prompt_tokens: int, floor: float, ceiling: float, backoff: int) -> float:
+        """The start deadline of a grant: ceiling until warm, then (SRTT + margin) scaled
+        to the prompt, within [floor, ceiling], doubled `backoff` times (the agent's
+        consecutive reaps: Karn's backoff)."""
+        if self.srtt is None or self.samples < self.WARM_AFTER:
+            return ceiling
+        # RFC 6298 keeps the variance term above the clock granularity G; ours is the
+        # roughness of the size model, so the margin is never below half the mean.
+        margin = max(self.K * self.rttvar, self.srtt * self.MIN_MARGIN)
+        rto = max(floor, (self.srtt + margin) * self.size(prompt_tokens))
+        return min(ceiling, rto * 2 ** min(backoff, 16))
 
 
 @dataclass
@@ -71,6 +120,7 @@ class PoolState:
     reserved_total: float = 0.0    # tokens ever reserved by grants (a monotonic counter)
     granted_total: int = 0         # grants ever made
     clock: float = 0.0             # the latest `at` folded in (time never runs backwards)
+    start: StartEstimator = field(default_factory=lambda: StartEstimator())
 
     @classmethod
     def new(cls, settings: PoolSettings, at: float) -> "PoolState":
@@ -105,6 +155,7 @@ class PoolState:
             "rate_factor_at": self.rate_factor_at, "paused_until": self.paused_until,
             "last_boost_at": self.last_boost_at, "next_seq": self.next_seq, "clock": self.clock,
             "reserved_total": self.reserved_total, "granted_total": self.granted_total,
+            "start": asdict(self.start),
         }
         return d
 
@@ -117,6 +168,7 @@ class PoolState:
             setattr(state, key, d[key])
         state.reserved_total = d.get("reserved_total", 0.0)
         state.granted_total = d.get("granted_total", 0)
+        state.start = StartEstimator(**d.get("start", {}))
         state.agents = {k: AgentState(**v) for k, v in d["agents"].items()}
         state.turns = {k: TurnState(**v) for k, v in d["turns"].items()}
         return state

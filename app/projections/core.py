@@ -103,7 +103,8 @@ class CoreModel:
             if event.type == ev.TURN_CANCELLED:
                 doc["reason"] = d.get("reason")
             if event.type == ev.TURN_REAPED:
-                doc["reason"] = "lease expired"
+                doc["reason"] = ("no first chunk by the start deadline" if d.get("no_first_chunk")
+                                 else "lease expired")
         doc["version"] = event.position
         self.dirty.add(("turns", turn_id))
 
@@ -138,7 +139,7 @@ class CoreModel:
                 "turn_id": d["turn_id"], "agent_id": d["agent_id"], "pool": d["pool"],
                 "status": ev.QUEUED, "level": None, "lane": None,
                 "estimated_tokens": d["estimated_tokens"], "max_output_tokens": d["max_output_tokens"],
-                "requested_at": d["at"], "queued_at": None, "granted_at": None,
+                "streams": bool(d.get("streams", False)), "requested_at": d["at"], "queued_at": None, "granted_at": None,
                 "lease_expires_at": None, "finished_at": None, "outcome": None, "reason": None,
                 "prompt_tokens": None, "completion_tokens": None, "reserved_tokens": None,
                 "version": event.position}

@@ -249,3 +249,39 @@ async def test_exported_sdl_matches_the_code():
     from app.api.schema import schema
     exported = (ROOT / "schema" / "agentrm.graphql").read_text()
     assert exported.strip() == schema.as_str().strip(), "schema/agentrm.graphql drifted: run `make schema`"
+
+
+STREAMING_REQUEST = f"""mutation($est: Int!, $wait: Float!) {{
+  requestTurn(input: {{estimatedTokens: $est, maxOutputTokens: 10, waitSeconds: $wait, streams: true}}) {{
+    {TURN_FIELDS} streams }} }}"""
+
+
+async def test_streaming_turn_that_never_starts_is_reaped_at_its_start_deadline(server, operator):
+    name = unique("p")
+    created = await operator("""mutation($name: String!) { createPool(input: {name: $name, lanes: 2, rpm: 6000,
+        tpm: 1000000, leaseSeconds: 60, startTimeoutFloorSeconds: 0.5}) { startTimeoutFloorSeconds } }""", name=name)
+    assert created["createPool"]["startTimeoutFloorSeconds"] == 0.5
+    _, token = await register(operator, "streamer", name)
+    async with GraphQLClient(server, token) as agent:
+        # Warm the estimator: 8 streaming calls whose first chunk comes at once.
+        for _ in range(8):
+            turn = (await agent(STREAMING_REQUEST, est=100, wait=5))["requestTurn"]
+            assert turn["status"] == "GRANTED" and turn["streams"] is True
+            await agent(HEARTBEAT, id=turn["id"])
+            await agent(COMPLETE, id=turn["id"], outcome="OK", p=100, c=5)
+        plain = (await agent(REQUEST, est=100, out=10, wait=5))["requestTurn"]   # not streaming
+        hung = (await agent(STREAMING_REQUEST, est=100, wait=5))["requestTurn"]
+        assert hung["status"] == "GRANTED"
+        async with agent.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
+                                   id=hung["id"]) as sub:
+            assert (await sub.next())["turn"]["status"] == "GRANTED"
+            reaped = (await sub.next(timeout=15))["turn"]
+        # Reaped long before the 60 s lease: the start deadline is about the floor here.
+        assert reaped["status"] == "REAPED" and reaped["reason"] == "no first chunk by the start deadline"
+        still = (await agent("query($id: ID!) { turn(id: $id) { status } }", id=plain["id"]))["turn"]
+        assert still["status"] == "GRANTED"      # a non-streaming turn keeps its whole lease
+        await agent(COMPLETE, id=plain["id"], outcome="OK", p=100, c=5)
+    with pytest.raises(GraphQLError) as err:
+        await operator("""mutation($name: String!) { createPool(input: {name: $name, lanes: 1, rpm: 60,
+            tpm: 1000, startTimeoutFloorSeconds: 0}) { name } }""", name=unique("p"))
+    assert err.value.code == "BAD_USER_INPUT" and "startTimeoutFloorSeconds" in str(err.value)

@@ -21,8 +21,8 @@ def register(state, agent_id, cls=ev.INTERACTIVE, now=0.0):
     return decide(state, ev.AGENT_REGISTERED, {"agent_id": agent_id, "name": agent_id, "priority_class": cls}, now)
 
 
-def request(state, turn_id, agent_id, now, est=100, out=100):
-    return decide(state, ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": agent_id,
+def request(state, turn_id, agent_id, now, est=100, out=100, streams=False):
+    return decide(state, ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": agent_id, "streams": streams,
                                              "estimated_tokens": est, "max_output_tokens": out, "at": now}, now)
 
 
@@ -112,6 +112,61 @@ def test_heartbeat_extends_the_lease():
     assert ev.TURN_REAPED not in types(decide(s, None, None, 8.0))
 
 
+def warm_start_estimator(s, agent_id, samples=8, first_chunk_s=1.0, est=100):
+    """Streaming turns whose first chunk comes `first_chunk_s` after the grant."""
+    now = 100.0
+    for i in range(samples):
+        request(s, f"w{i}", agent_id, now, est=est, streams=True)
+        decide(s, ev.HEARTBEAT_SENT, {"turn_id": f"w{i}"}, now + first_chunk_s)
+        complete(s, f"w{i}", now + first_chunk_s + 1.0)
+        now += 10.0
+    return now
+
+
+def test_streaming_turn_without_a_first_chunk_is_reaped_at_its_start_deadline():
+    s = pool(lanes=1, lease_seconds=30.0, start_timeout_floor_seconds=0.5)
+    register(s, "a")
+    # Cold: a streaming turn gets the whole lease until 8 samples are in.
+    request(s, "cold", "a", 0.0, streams=True)
+    assert s.turns["cold"].lease_expires_at == 30.0
+    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "cold"}, 2.0)
+    assert out[0][1]["first_chunk_s"] == 2.0 and s.start.samples == 1
+    assert s.start.srtt == 2.0 / s.start.size(100) and s.start.rttvar == s.start.srtt / 2  # RFC 6298 2.2
+    complete(s, "cold", 3.0)
+    now = warm_start_estimator(s, "a")
+    srtt = s.start.srtt
+    deadline = (srtt + max(4 * s.start.rttvar, srtt / 2)) * s.start.size(100)
+    out = request(s, "hung", "a", now, streams=True)
+    granted = dict(out)[ev.TURN_GRANTED]
+    assert granted["start_deadline"] is True
+    assert abs(granted["lease_expires_at"] - (now + deadline)) < 1e-9 and deadline < 10.0
+    reaped = decide(s, None, None, now + deadline)
+    assert types(reaped)[0] == ev.TURN_REAPED and reaped[0][1]["no_first_chunk"] is True
+    # Karn: after a reap the agent's next streaming grant waits twice as long.
+    out = request(s, "retry", "a", now + 5.0, streams=True)
+    assert abs(dict(out)[ev.TURN_GRANTED]["lease_expires_at"] - (now + 5.0 + 2 * deadline)) < 1e-9
+    # Its first chunk gives it the whole lease.
+    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "retry"}, now + 5.5)
+    assert out[0][1]["lease_expires_at"] == now + 35.5
+
+
+def test_start_deadline_scales_with_the_prompt_and_spares_non_streaming_turns():
+    s = pool(lanes=2, lease_seconds=30.0, tpm=1_000_000, start_timeout_floor_seconds=0.5)
+    register(s, "a")
+    now = warm_start_estimator(s, "a", est=1_000)
+    small = dict(request(s, "small", "a", now, est=1_000, streams=True))[ev.TURN_GRANTED]
+    big = dict(request(s, "big", "a", now, est=40_000, streams=True))[ev.TURN_GRANTED]
+    ratio = (big["lease_expires_at"] - now) / (small["lease_expires_at"] - now)
+    assert abs(ratio - s.start.size(40_000) / s.start.size(1_000)) < 1e-9
+    complete(s, "small", now + 1.0)
+    complete(s, "big", now + 1.0)
+    plain = dict(request(s, "plain", "a", now + 2.0, est=40_000))[ev.TURN_GRANTED]
+    assert plain["lease_expires_at"] == now + 32.0 and "start_deadline" not in plain
+    # The floor: never below start_timeout_floor_seconds, never above the lease.
+    t = s.start.timeout(0, 5.0, 30.0, 0)
+    assert t == 5.0 and s.start.timeout(0, 5.0, 30.0, 10) == 30.0
+
+
 def test_rate_limited_outcome_pauses_the_pool_and_halves_the_rate():
     s = pool(lanes=2)
     register(s, "a")
@@ -142,7 +197,10 @@ def test_provider_headers_lower_the_bucket():
     request(s, "t", "a", 0.0)
     complete(s, "t", 1.0, rate_limit_headers={"x-ratelimit-remaining-requests": "3",
                                              "x-ratelimit-remaining-tokens": "50"})
-    assert s.requests.level <= 3 and s.tokens.level <= 50
+    # The provider counted `remaining` when it admitted the call, granted at 0.0; one second
+    # of refill (600 rpm, 100k tpm) has passed since.
+    assert s.requests.level <= 3 + 600 / 60 + 1e-9 and s.tokens.level <= 50 + 100_000 / 60 + 1e-6
+    assert s.requests.level < 600 - 1 and s.tokens.level < 100_000 - 200
 
 
 def test_header_parsing_both_providers():
@@ -166,7 +224,8 @@ def test_header_parsing_both_providers():
 AGENTS = [("a0", ev.INTERACTIVE), ("a1", ev.INTERACTIVE), ("a2", ev.BATCH), ("a3", ev.BACKGROUND)]
 
 action = st.one_of(
-    st.tuples(st.just("request"), st.integers(0, 3), st.integers(0, 30_000), st.integers(0, 5_000)),
+    st.tuples(st.just("request"), st.integers(0, 3), st.integers(0, 30_000), st.integers(0, 5_000),
+              st.booleans()),
     st.tuples(st.just("complete"), st.integers(0, 50), st.sampled_from([ev.OK, ev.OK, ev.RATE_LIMITED, ev.ERROR]),
               st.integers(0, 40_000)),
     st.tuples(st.just("heartbeat"), st.integers(0, 50)),
@@ -192,7 +251,7 @@ def run_actions(actions, lanes=3):
             tid = f"t{n}"
             n += 1
             issued.append(tid)
-            out = request(s, tid, AGENTS[act[1]][0], now, est=act[2], out=act[3])
+            out = request(s, tid, AGENTS[act[1]][0], now, est=act[2], out=act[3], streams=act[4])
         elif issued:
             tid = issued[act[1] % len(issued)]
             if kind == "complete":
