@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(rest)
     out = ["--out", str(args.out)]
-    code = _scheduler(out + (["--seeds", "2", "--minutes", "3"] if args.quick else []))
+    code = _scheduler(out + (["--seeds", "2", "--minutes", "3"] if args.quick else ["--scenarios"]))
     code |= _system(out + (["--quick"] if args.quick else []))
     code |= _context(out + (["--quick"] if args.quick else []))
     code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))

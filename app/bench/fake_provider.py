@@ -14,9 +14,10 @@ whether it hangs) comes from the workload trace, sent by the client in the reque
 
 Protocol (POST /v1/chat/completions, JSON body):
     {"model": str, "max_tokens": int, "prompt_tokens": int,
-     "fake": {"output_tokens": int, "latency_s": float, "hang": bool}}
+     "fake": {"output_tokens": int, "latency_s": float, "first_chunk_s": float, "hang": bool}}
 Header `x-client-request-id` (OpenAI's own name for it) tags the access log entry.
-- admitted: 200 at once with x-ratelimit-* headers, then Server-Sent Events: a chunk every
+- admitted: after `first_chunk_s` (the time to first token), 200 with x-ratelimit-* headers
+  and the first chunk, then Server-Sent Events: a chunk every
   `chunk_interval_s` until `latency_s` has passed, then a final chunk with `usage`, then
   `data: [DONE]`. The token charge is corrected to real usage when the stream ends.
 - over the limit: after `Provider.REJECT_LATENCY_S`, 429 with `retry-after` and the headers.
@@ -137,7 +138,8 @@ class FakeProvider:
         if fake.get("hang"):
             return await self._hang(reader, entry)
         await self._stream(writer, entry, answer.headers, prompt, max_tokens,
-                           int(fake.get("output_tokens", 1)), float(fake.get("latency_s", 0.0)))
+                           int(fake.get("output_tokens", 1)), float(fake.get("latency_s", 0.0)),
+                           float(fake.get("first_chunk_s", 0.0)))
         return True
 
     # -- the three answers ------------------------------------------------------------------
@@ -160,9 +162,13 @@ class FakeProvider:
         return False
 
     async def _stream(self, writer, entry: AccessEntry, headers: dict, prompt: int, max_tokens: int,
-                      output: int, latency: float) -> None:
+                      output: int, latency: float, first_chunk: float = 0.0) -> None:
         entry.status = 200
         started = time.time()
+        # Time to first token (prefill): nothing at all arrives before it, headers included,
+        # as with hosted APIs that answer once the first token is ready.
+        if first_chunk > 0:
+            await asyncio.sleep(min(first_chunk, latency))
         head = {**headers, "content-type": "text/event-stream", "transfer-encoding": "chunked",
                 "x-request-id": entry.request_id or "fake"}
         writer.write(_status_line(200) + _header_block(head))

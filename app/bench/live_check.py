@@ -77,6 +77,11 @@ class LiveSettings:
     # must be at least c seconds: 20 s at the default c = 20 (1 s of wall time).
     lease_seconds: float = 20.0
     boost_seconds: float = 60.0   # the core's default boost period
+    start_timeout_floor_seconds: float = 2.0   # the core's default (simulated seconds)
+    # ...but never below this much wall time: the first heartbeat's own path (client -> API ->
+    # log -> scheduler, ~25 ms mean and 100+ ms tails on a loaded 2-core machine) does not
+    # compress, and a 0.1 s wall floor cuts live calls that a 2 s floor never would.
+    min_start_floor_wall_s: float = 0.5
 
     def resolved(self) -> "LiveSettings":
         scale = self.agents / 200.0   # the scheduler bench's default fleet
@@ -92,7 +97,8 @@ class LiveSettings:
         """The compressed pool both the live service and the simulation run."""
         c = self.compression
         return {"lanes": self.lanes, "rpm": int(round(self.rpm * c)), "tpm": int(round(self.tpm * c)),
-                "lease_seconds": self.lease_seconds / c, "boost_seconds": self.boost_seconds / c}
+                "lease_seconds": self.lease_seconds / c, "boost_seconds": self.boost_seconds / c,
+                "start_timeout_floor_seconds": max(self.start_timeout_floor_seconds / c, self.min_start_floor_wall_s)}
 
     def check(self) -> "LiveSettings":
         if self.lease_seconds / self.compression < 1.0:
@@ -109,6 +115,7 @@ def compress_trace(trace: Trace, c: float) -> Trace:
     for agent in trace.agents:
         runs = tuple(RunSpec(r.idle_before_s / c, r.not_before_s / c,
                              tuple(replace(x, provider_latency_s=x.provider_latency_s / c,
+                                           first_chunk_s=x.first_chunk_s / c,
                                            tool_after_s=x.tool_after_s / c) for x in r.calls))
                      for r in agent.runs)
         agents.append(AgentScript(agent.agent_id, agent.priority_class, runs))
@@ -130,30 +137,28 @@ def to_sim_units(m: dict, c: float) -> dict:
     return out
 
 
-def run_sim(trace: Trace, s: LiveSettings, client_delay_s: float) -> dict:
-    """The agentrm policy on the compressed trace with the compressed pool, in sim units."""
+def run_sim(trace: Trace, s: LiveSettings, client_delay_s: float, report_delay_s: float = 0.0) -> dict:
+    """The agentrm policy on the compressed trace with the compressed pool, in sim units;
+    `report_delay_s` is the completion round trip the live run measured (0: left out)."""
     pool = s.pool()
-    overrides = {"lease_seconds": pool["lease_seconds"], "boost_seconds": pool["boost_seconds"]}
-    metrics, _series = simulate("agentrm", compress_trace(trace, s.compression), pool["lanes"],
-                                pool["rpm"], pool["tpm"], overrides, {"client_delay_s": client_delay_s})
-    return to_sim_units(metrics, s.compression)
-
-
-def run_sim_with_report_path(trace: Trace, s: LiveSettings, client_delay_s: float,
-                             report_delay_s: float) -> dict:
-    """The sim with the completion round trip the live run measured (`report_delay_s`)."""
-    pool = s.pool()
-    overrides = {"lease_seconds": pool["lease_seconds"], "boost_seconds": pool["boost_seconds"]}
+    overrides = {k: pool[k] for k in ("lease_seconds", "boost_seconds", "start_timeout_floor_seconds")}
     metrics, _series = simulate("agentrm", compress_trace(trace, s.compression), pool["lanes"],
                                 pool["rpm"], pool["tpm"], overrides,
                                 {"client_delay_s": client_delay_s, "report_delay_s": report_delay_s})
     return to_sim_units(metrics, s.compression)
 
 
+def run_sim_with_report_path(trace: Trace, s: LiveSettings, client_delay_s: float,
+                             report_delay_s: float) -> dict:
+    """The sim with the completion round trip the live run measured (`report_delay_s`)."""
+    return run_sim(trace, s, client_delay_s, report_delay_s)
+
+
 def run_sim_uncompressed(trace: Trace, s: LiveSettings) -> dict:
     """For reference only: the same trace at full time scale, lease and boost uncompressed."""
     metrics, _series = simulate("agentrm", trace, s.lanes, s.rpm, s.tpm,
-                                {"lease_seconds": s.lease_seconds, "boost_seconds": s.boost_seconds})
+                                {"lease_seconds": s.lease_seconds, "boost_seconds": s.boost_seconds,
+                                 "start_timeout_floor_seconds": s.start_timeout_floor_seconds})
     return metrics
 
 
@@ -161,16 +166,17 @@ def run_sim_uncompressed(trace: Trace, s: LiveSettings) -> dict:
 
 TURN_FIELDS = "id status lane grantedAt leaseExpiresAt finishedAt"
 REQUEST = f"""mutation($est: Int!, $out: Int, $wait: Float!) {{ requestTurn(input:
-  {{estimatedTokens: $est, maxOutputTokens: $out, waitSeconds: $wait}}) {{ {TURN_FIELDS} }} }}"""
+  {{estimatedTokens: $est, maxOutputTokens: $out, waitSeconds: $wait, streams: true}}) {{ {TURN_FIELDS} }} }}"""
 HEARTBEAT = f"mutation($id: ID!) {{ heartbeat(turnId: $id) {{ {TURN_FIELDS} }} }}"
 COMPLETE = f"""mutation($id: ID!, $outcome: Outcome!, $p: Int, $c: Int, $retry: Float, $headers: JSON) {{
   completeTurn(input: {{turnId: $id, outcome: $outcome, promptTokens: $p, completionTokens: $c,
   retryAfterSeconds: $retry, rateLimitHeaders: $headers}}) {{ {TURN_FIELDS} }} }}"""
 CANCEL = "mutation($id: ID!) { cancelTurn(turnId: $id) { id status } }"
 TURN = "query($id: ID!) { turn(id: $id) { id status leaseExpiresAt } }"
-CREATE_POOL = """mutation($name: String!, $lanes: Int!, $rpm: Int!, $tpm: Int!, $lease: Float!, $boost: Float) {
+CREATE_POOL = """mutation($name: String!, $lanes: Int!, $rpm: Int!, $tpm: Int!, $lease: Float!, $boost: Float,
+  $floor: Float) {
   createPool(input: {name: $name, lanes: $lanes, rpm: $rpm, tpm: $tpm, leaseSeconds: $lease,
-  boostSeconds: $boost}) { name lanes rpm tpm leaseSeconds } }"""
+  boostSeconds: $boost, startTimeoutFloorSeconds: $floor}) { name lanes rpm tpm leaseSeconds } }"""
 REGISTER = """mutation($name: String!, $pool: String!, $cls: PriorityClass!) {
   registerAgent(input: {name: $name, pool: $pool, priorityClass: $cls}) { token agent { id } } }"""
 SCHEDULER = """query($pool: String!) { scheduler(pool: $pool) {
@@ -341,7 +347,7 @@ class LiveAgent:
     async def _stream(self, turn_id: str, call: dict, hang: bool, lease: dict) -> Answer:
         body = {"model": "fake", "prompt_tokens": call["prompt_tokens"], "max_tokens": call["max_output_tokens"],
                 "fake": {"output_tokens": call["output_tokens"], "latency_s": call["provider_latency_s"],
-                         "hang": hang}}
+                         "first_chunk_s": call.get("first_chunk_s", 0.0), "hang": hang}}
         async with self.http.stream("POST", f"{self.provider}/v1/chat/completions", json=body,
                                     headers={"x-client-request-id": turn_id}) as response:
             headers = {k: v for k, v in response.headers.items() if k.lower().startswith(RATE_HEADER_PREFIXES)}
@@ -351,13 +357,17 @@ class LiveAgent:
             return await self._read_stream(turn_id, response, headers, lease)
 
     async def _read_stream(self, turn_id: str, response, headers: dict, lease: dict) -> Answer:
-        last_beat, usage = time.time(), {}
+        last_beat, usage = None, {}
         async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
             if line.startswith("data: {"):
                 usage = json.loads(line[6:]).get("usage") or usage
-            # Heartbeat only on stream progress: this is what lets a hung call lapse. Sent
-            # beside the stream (reading must not wait for it) and never cut off mid-request.
-            if time.time() - last_beat >= self.heartbeat_s:
+            # Heartbeat only on stream progress: at the first chunk (the turn was requested
+            # with streams: true, so it must come before the start deadline), then every
+            # lease/3. This is what lets a hung call lapse. Sent beside the stream (reading
+            # must not wait for it) and never cut off mid-request.
+            if last_beat is None or time.time() - last_beat >= self.heartbeat_s:
                 last_beat = time.time()
                 beat = asyncio.create_task(self._heartbeat(turn_id, lease))
                 self.beats.add(beat)
@@ -433,7 +443,8 @@ async def serve_api(database_url: str):
 async def _create_pool(operator: Gql, name: str, s: LiveSettings) -> None:
     pool = s.pool()
     await operator(CREATE_POOL, name=name, lanes=pool["lanes"], rpm=pool["rpm"], tpm=pool["tpm"],
-                   lease=pool["lease_seconds"], boost=pool["boost_seconds"])
+                   lease=pool["lease_seconds"], boost=pool["boost_seconds"],
+                   floor=pool["start_timeout_floor_seconds"])
 
 
 async def _register(operator: Gql, pool: str, trace: Trace) -> dict[str, str]:

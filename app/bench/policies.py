@@ -71,7 +71,15 @@ class Policy:
             self._schedule_run(cursor, 0.0)
 
     def finish(self) -> None:
-        """Called at the end of the simulated period."""
+        """Called at the end of the simulated period: a successful call still streaming then
+        has been productive since it was sent (both sides are clipped to the period)."""
+        end = self.sim.now
+        for cur in self.cursors:
+            attempt = cur.attempt
+            if (cur.hold is not None and cur.hold.ended_at is None and attempt is not None
+                    and attempt.answer.admitted and not attempt.hung and not attempt.abandoned
+                    and attempt.finished_at is None and attempt.record is cur.record):
+                cur.hold.productive_s += end - attempt.sent_at
 
     # -- workflow -----------------------------------------------------------------------
     def _schedule_run(self, cur: Cursor, previous_end: float) -> None:
@@ -206,11 +214,17 @@ class LanesFifo(Policy):
         if cur.token != token:
             return
         # The run fails; the user (or the cron) sends it again: the unfinished call is re-run
-        # in a fresh lane task, at the back of the queue.
-        if cur.attempt is not None:
-            cur.attempt.abandoned = True
+        # in a fresh lane task, at the back of the queue. If the timeout falls in tool time,
+        # the lane is freed and the next call queues for a lane when the tool is done.
+        attempt = cur.attempt
+        waiting_on_call = (attempt is not None and attempt.record is cur.record
+                           and attempt.finished_at is None and not attempt.abandoned)
+        if attempt is not None:
+            attempt.abandoned = True
         self._free(cur)
-        self.call_ready(cur)
+        if waiting_on_call or (attempt is not None and attempt.record is cur.record
+                               and not attempt.answer.admitted):
+            self.call_ready(cur)
 
 
 # ---------------------------------------------------------------------------------------
@@ -410,11 +424,12 @@ class AgentRM(Policy):
     - before each LLM call the client requests a turn (estimated tokens = the prompt's exact
       count, max output = the call's max_tokens) and waits for the grant; it learns of
       grants, reaps and cancels `client_delay_s` (50 ms) later, as over a subscription;
-    - while the call streams, the client heartbeats every lease/3 s from the task that reads
-      the stream, i.e. only after a chunk has arrived. A call that never returns sends no
-      chunk, so it stops heartbeating and the lease expires. (A client that heartbeats from an
-      independent timer would keep a hung call's lease alive forever; tying heartbeats to
-      stream progress is the behaviour a correct client library must have.)
+    - it requests turns with `streams: true`: it heartbeats when the answer's first chunk
+      arrives and then every lease/3 s from the task that reads the stream, i.e. only after
+      a chunk has arrived. A call that never returns sends no chunk, so it never heartbeats
+      and is reaped at its start deadline. (A client that heartbeats from an independent
+      timer would keep a hung call's lease alive forever; tying heartbeats to stream
+      progress is the behaviour a correct client library must have.)
     - it calls completeTurn with the outcome, the usage and the provider's x-ratelimit-*
       headers; on a 429 it reports RATE_LIMITED and requests a new turn at once (the scheduler
       is the only retry loop and decides when the retry may go);
@@ -446,6 +461,7 @@ class AgentRM(Policy):
         self.tick_at: float | None = None
         self.decisions = 0
         self.reaps = 0
+        self.spurious_reaps = 0  # reaps of calls that were not hung (the deadline was too short)
         self.quarantined: set[str] = set()
 
     # -- the scheduler loop ---------------------------------------------------------------
@@ -485,6 +501,8 @@ class AgentRM(Policy):
             self._drop_turn(cur, d["turn_id"])
         elif type_ == ev.TURN_REAPED:
             self.reaps += 1
+            if cur.attempt is not None and cur.attempt.record is cur.record and not cur.attempt.hung:
+                self.spurious_reaps += 1
             self._drop_turn(cur, d["turn_id"])
             cur.token += 1
             if cur.attempt is not None and cur.attempt.finished_at is None:
@@ -512,7 +530,8 @@ class AgentRM(Policy):
         call = cur.record.call
         self._decide(ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": cur.agent.agent_id,
                                          "estimated_tokens": call.prompt_tokens,
-                                         "max_output_tokens": call.max_output_tokens, "at": self.sim.now})
+                                         "max_output_tokens": call.max_output_tokens, "at": self.sim.now,
+                                         "streams": True})
 
     def _granted(self, cur: Cursor, turn_id: str, token: int) -> None:
         if cur.token != token or turn_id not in self.by_turn:
@@ -522,19 +541,24 @@ class AgentRM(Policy):
         if attempt.hung:
             cur.hold.hung_since = self.sim.now
         elif attempt.answer.admitted:
-            self.sim.after(self.heartbeat_s, lambda: self._heartbeat(cur, turn_id, attempt))
+            self.sim.after(cur.record.call.first_chunk_s, lambda: self._heartbeat(cur, turn_id, attempt))
 
     def _heartbeat(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
         if attempt.finished_at is not None or attempt.abandoned or turn_id not in self.by_turn:
             return
-        self._decide(ev.HEARTBEAT_SENT, {"turn_id": turn_id})
+        # The heartbeat travels like a completion report (report_delay_s).
+        self._after_report_delay(lambda: self._decide(ev.HEARTBEAT_SENT, {"turn_id": turn_id})
+                                 if turn_id in self.by_turn else None)
         self.sim.after(self.heartbeat_s, lambda: self._heartbeat(cur, turn_id, attempt))
 
-    def _answered(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
+    def _after_report_delay(self, callback) -> None:
         if self.report_delay_s > 0:
-            self.sim.after(self.report_delay_s, lambda: self._report(cur, turn_id, attempt))
+            self.sim.after(self.report_delay_s, callback)
         else:
-            self._report(cur, turn_id, attempt)
+            callback()
+
+    def _answered(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
+        self._after_report_delay(lambda: self._report(cur, turn_id, attempt))
 
     def _report(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
         if turn_id not in self.by_turn:
@@ -554,7 +578,9 @@ class AgentRM(Policy):
             self._request_turn(cur)
 
     def finish(self) -> None:
+        super().finish()
         self.recorder.notes.update({"decisions": self.decisions, "reaps": self.reaps,
+                                    "spurious_reaps": self.spurious_reaps,
                                     "quarantined_agents": len(self.quarantined),
                                     "rate_factor_end": round(self.state.rate_factor, 3)})
 

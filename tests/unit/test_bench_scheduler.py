@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.bench.policies import POLICY_NAMES
-from app.bench.scheduler_bench import METRIC_KEYS, main, run, simulate
+from app.bench.scheduler_bench import METRIC_KEYS, _param, main, run, run_scenarios, simulate, target_check
 from app.bench.sim import Provider
-from app.bench.workload import CLASSES, WorkloadParams, call_attempts, generate
+from app.bench.workload import (BATCH, CLASSES, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams,
+                                call_attempts, generate)
 
 SMALL = dict(agents=24, minutes=3.0, seed=7)
 
@@ -83,6 +84,64 @@ def test_agentrm_leaves_no_zombies_where_lanes_fifo_does():
     assert agentrm["zombies"] == 0
     assert agentrm["reaps"] > 0
     assert fifo["zombies"] > 0
+    # The simulated client streams: hung calls are reaped at the start deadline, and no live
+    # call is ever cut (the deadline is estimated from first chunks, scaled by prompt size).
+    assert agentrm["spurious_reaps"] == 0
+
+
+def _one_agent_trace(calls: list[tuple[float, float]], minutes: float) -> Trace:
+    """One batch agent with one run: (provider latency, tool time after) per call."""
+    specs = tuple(CallSpec(call_id=f"c{i}", prompt_tokens=1000, max_output_tokens=100, output_tokens=50,
+                           provider_latency_s=lat, first_chunk_s=0.5, tool_after_s=tool, hangs=False)
+                  for i, (lat, tool) in enumerate(calls))
+    agent = AgentScript("bat0000", BATCH, (RunSpec(idle_before_s=0.0, not_before_s=0.0, calls=specs),))
+    return Trace(params=WorkloadParams(agents=1, minutes=minutes), agents=(agent,))
+
+
+def test_a_call_still_streaming_at_the_end_counts_as_productive_for_every_policy():
+    trace = _one_agent_trace([(100.0, 0.0)], minutes=1.0)       # ends 40 s after the window
+    for policy in POLICY_NAMES:
+        m, _ = simulate(policy, trace, lanes=2, rpm=600, tpm=1_000_000)
+        assert m["lane_waste"] < 0.05, (policy, m["lane_waste"])
+
+
+def test_lanes_fifo_lane_timeout_during_tool_time_frees_the_lane_without_double_calls():
+    # call 1 takes 10 s, then a 700 s tool: the 630 s lane task timeout fires in the tool.
+    trace = _one_agent_trace([(10.0, 700.0), (10.0, 0.0)], minutes=13.0)
+    m, _ = simulate("lanes-fifo", trace, lanes=1, rpm=600, tpm=1_000_000)
+    assert m["calls_requested"] == 2 and m["calls_completed"] == 2
+
+
+def test_targets_hold_only_if_every_seed_meets_them():
+    def metrics(p95, waste, tput, zombies=0, share=0.0):
+        return {"p95_latency_s": p95, "lane_waste": waste, "throughput_per_min": tput, "zombies": zombies,
+                "rate_limited_share": share}
+    good = metrics(10.0, 0.005, 300.0)
+    base = metrics(200.0, 0.6, 100.0)
+    out = target_check({"agentrm": [good, metrics(25.0, 0.005, 300.0)], "lanes-fifo": [base, base]})
+    assert out["p95_latency_below"]["per_seed"] == [0.95, 0.875]
+    assert not out["p95_latency_below"]["holds_on_every_seed"]          # one seed at 87.5%
+    assert out["throughput_ratio"]["holds_on_every_seed"] and out["throughput_ratio"]["min"] == 3.0
+    assert out["lane_waste_below"]["holds_on_every_seed"] and out["zombies"]["holds_on_every_seed"]
+    assert not target_check({"agentrm": [metrics(10.0, 0.005, 300.0, zombies=1)],
+                             "lanes-fifo": [base]})["zombies"]["holds_on_every_seed"]
+
+
+def test_set_reads_any_workload_parameter_typed_like_its_default():
+    assert _param("tool_median_s=2") == ("tool_median_s", 2.0)
+    assert _param("interactive_calls_per_run=1,6") == ("interactive_calls_per_run", (1, 6))
+    for bad in ("no_such_param=1", "tool_median_s", "agents=many"):
+        with pytest.raises(Exception) as err:
+            _param(bad)
+        assert "--set" in str(err.value)
+
+
+def test_scenarios_compare_agentrm_with_lanes_fifo_on_each_operating_point():
+    out = run_scenarios(seeds=1, scenarios={"small": {"about": "tiny", "lanes": 4, "params": {"minutes": 1.0}}},
+                        agents=10, seed=3)
+    assert set(out["small"]["policies"]) == {"agentrm", "lanes-fifo"}
+    assert out["small"]["workload"]["lanes"] == 4 and out["small"]["workload"]["minutes"] == 1.0
+    assert out["small"]["targets"]["throughput_ratio"]["per_seed"][0] > 0
 
 
 def test_report_files_are_written(tmp_path):
