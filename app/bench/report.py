@@ -143,10 +143,13 @@ def scenarios_table(scenarios: dict) -> str:
             cells.append(f"{show(t[key]['mean'])} ({show(t[key]['min'])} – {show(t[key]['max'])})"
                          if t[key]["mean"] is not None else "-")
         a, b = sc["policies"]["agentrm"], sc["policies"]["lanes-fifo"]
+        others = ", ".join(f"{p} {fmt(m['rate_limited'], 0)}" for p, m in sc["policies"].items() if p != "agentrm")
         rows.append([f"{name}: {sc['about']}", *cells, fmt(a["lane_waste"], 3), fmt(b["lane_waste"], 3),
-                     fmt(a["throughput_per_min"]), fmt(b["throughput_per_min"])])
+                     fmt(a["throughput_per_min"]), fmt(b["throughput_per_min"]),
+                     f"agentrm {fmt(a['rate_limited'], 0)}; {others}"])
     return table(["scenario (default workload with one change)", "P95 below", "waste below", "throughput",
-                  "agentrm waste", "lanes-fifo waste", "agentrm calls/min", "lanes-fifo calls/min"], rows)
+                  "agentrm waste", "lanes-fifo waste", "agentrm calls/min", "lanes-fifo calls/min",
+                  "429s (mean per run)"], rows)
 
 
 def scenarios_plot(path: Path, result: dict) -> None:
@@ -171,6 +174,27 @@ def scenarios_plot(path: Path, result: dict) -> None:
     plt.close(fig)
 
 
+def lanes_plot(path: Path, plot_series: dict[str, dict], lanes: int) -> None:
+    """Two panels over time: slots held per policy, and how many of them a hung call holds.
+    Lines that sit on the lane cap overlap, so each policy gets its own line style."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), dpi=110, sharex=True)
+    styles = ["-", "--", "-.", ":"]
+    for i, (name, s) in enumerate(plot_series.items()):
+        top.step(s["t"], s["occupancy"], where="post", label=name, linestyle=styles[i % 4])
+        bottom.step(s["t"], s["hung_occupancy"], where="post", label=name, linestyle=styles[i % 4])
+    top.axhline(lanes, color="grey", linewidth=0.8)
+    top.set_title(f"Slots held (grey line: the {lanes} lanes; aios-fifo has no cap)")
+    bottom.set_title("...of which held by a call that hung (zombies in the making)")
+    bottom.set_xlabel("simulated seconds")
+    for ax in (top, bottom):
+        ax.set_ylabel("slots")
+        ax.grid(alpha=0.3)
+    top.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def write_scheduler_report(out: Path, result: dict, plot_series: dict[str, dict]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     w = result["workload"]
@@ -190,7 +214,9 @@ def write_scheduler_report(out: Path, result: dict, plot_series: dict[str, dict]
         "",
         *(["## Other operating points (agentrm against lanes-fifo, 5 seeds each)", "",
            "Each scenario is the default workload with one change. Cells: mean (range over seeds).", "",
-           scenarios_table(result["scenarios"]), "", "Plot: `scheduler_scenarios.png`.", ""]
+           scenarios_table(result["scenarios"]), "", "Plots: `scheduler_scenarios.png` (targets per operating point), "
+           "`scheduler_provider-bound_429s.png` (429s over time where the provider binds; the default "
+           "workload leaves the provider headroom and sees none).", ""]
           if result.get("scenarios") else []),
         "## Per priority class (mean over seeds)",
         "",
@@ -210,13 +236,14 @@ def write_scheduler_report(out: Path, result: dict, plot_series: dict[str, dict]
     (out / "scheduler.md").write_text("\n".join(md))
     if result.get("scenarios") and result.get("targets"):
         scenarios_plot(out / "scheduler_scenarios.png", result)
+    for name, sc in (result.get("scenarios") or {}).items():
+        if sc.get("series_429s"):
+            line_plot(out / f"scheduler_{name}_429s.png", f"429 answers per 5 s, {name} scenario (first seed)",
+                      "simulated seconds", "429s", {p: (s["t"], s["n"]) for p, s in sc["series_429s"].items()},
+                      step=True, logy=True)
     cdf_plot(out / "scheduler_latency_cdf.png", "Turn latency (request to successful answer)", "seconds",
              {name: s["latencies"] for name, s in plot_series.items()})
-    lanes = {f"{name} held": (s["t"], s["occupancy"]) for name, s in plot_series.items()}
-    lanes.update({f"{name} hung": (s["t"], s["hung_occupancy"]) for name, s in plot_series.items()
-                  if any(s["hung_occupancy"])})
-    line_plot(out / "scheduler_lanes.png", "Slots held over time (and those held by hung calls)",
-              "simulated seconds", "slots", lanes, step=True)
+    lanes_plot(out / "scheduler_lanes.png", plot_series, result["workload"]["lanes"])
     line_plot(out / "scheduler_429s.png", "429 answers per 5 s", "simulated seconds", "429s",
               {name: (s["rate_limited_t"], s["rate_limited"]) for name, s in plot_series.items()},
               step=True, logy=True)

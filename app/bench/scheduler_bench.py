@@ -54,7 +54,7 @@ SCENARIOS: dict[str, dict] = {
     "light-tools": {"about": "the earlier, lighter tool model (interactive median 2 s, batch Pareto from 1 s)",
                     "params": {"tool_median_s": 2.0, "batch_tool_min_s": 1.0}},
     "provider-bound": {"about": "the earlier provider, 1,000 RPM / 3M TPM: a quarter of the tokens the fleet asks for",
-                       "rpm": 1_000, "tpm": 3_000_000},
+                       "rpm": 1_000, "tpm": 3_000_000, "policies": POLICY_NAMES, "plot_429s": True},
     "ten-minutes": {"about": "a 10-minute window: lanes-fifo's 630 s lane timeout never fires",
                     "params": {"minutes": 10.0}},
     "more-lanes": {"about": "96 lanes: capacity to spare for agentrm",
@@ -103,7 +103,7 @@ def _mean_dict(runs: list[dict]) -> dict:
 def run(out_dir: str | Path | None = None, seeds: int = 5, policies: tuple[str, ...] = POLICY_NAMES,
         lanes: int = DEFAULT_LANES, rpm: int = DEFAULT_RPM, tpm: int = DEFAULT_TPM,
         agentrm_overrides: dict | None = None, options: dict | None = None,
-        scenarios: dict | None = None, **params) -> dict:
+        scenarios: dict | None = None, keep_series: bool = False, **params) -> dict:
     """Run every policy over `seeds` traces. `params` are WorkloadParams fields (agents,
     minutes, seed, hang_rate, ...). Writes scheduler.md and the PNGs when out_dir is given."""
     base = WorkloadParams(**params)
@@ -130,6 +130,8 @@ def run(out_dir: str | Path | None = None, seeds: int = 5, policies: tuple[str, 
     }
     if scenarios is not None:
         result["scenarios"] = scenarios
+    if keep_series:
+        result["series"] = plot_series
     if out_dir is not None:
         from .report import write_scheduler_report
         write_scheduler_report(Path(out_dir), result, plot_series)
@@ -156,17 +158,22 @@ def target_check(per_seed: dict[str, list[dict]]) -> dict:
 
 
 def run_scenarios(seeds: int = 5, scenarios: dict[str, dict] | None = None, **params) -> dict:
-    """agentrm and lanes-fifo on each scenario (default workload with one change)."""
+    """agentrm and lanes-fifo (or the policies a scenario names) on each scenario: the default
+    workload with one change."""
     out = {}
     for name, sc in (SCENARIOS if scenarios is None else scenarios).items():
-        result = run(None, seeds=seeds, policies=("agentrm", "lanes-fifo"), lanes=sc.get("lanes", DEFAULT_LANES),
+        result = run(None, seeds=seeds, policies=tuple(sc.get("policies", ("agentrm", "lanes-fifo"))),
+                     lanes=sc.get("lanes", DEFAULT_LANES),
                      rpm=sc.get("rpm", DEFAULT_RPM), tpm=sc.get("tpm", DEFAULT_TPM),
-                     **{**params, **sc.get("params", {})})
+                     keep_series=sc.get("plot_429s", False), **{**params, **sc.get("params", {})})
         out[name] = {"about": sc["about"], "targets": result["targets"],
                      "workload": {k: result["workload"][k] for k in ("lanes", "rpm", "tpm", "minutes",
                                                                        "tool_median_s", "batch_tool_min_s")},
                      "policies": {p: {k: v for k, v in m.items() if k != "per_class"}
                                   for p, m in result["policies"].items()}}
+        if "series" in result:
+            out[name]["series_429s"] = {p: {"t": s["rate_limited_t"], "n": s["rate_limited"]}
+                                        for p, s in result["series"].items()}
     return out
 
 
