@@ -42,6 +42,7 @@ class Runtime:
         await self.listener.start()
         self.projector = Projector(self.store, self.listener)
         await self.projector.start()
+        self.store.on_append(self.projector.offer)
         self.service = Service(self.store, self.projector)
         if "default" not in self.projector.model.pools:
             with contextlib.suppress(Conflict):

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.domain import events as ev
-from app.domain.decide import decide, next_deadline
+from app.domain.decide import decide, decide_many, next_deadline
 from app.domain.settings import PoolSettings
 from app.domain.state import PoolState
 
@@ -212,22 +212,32 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
         now = max(now, t)
         decided: list[Decision] = []
         if t_heap <= t_timer:
-            _, _, _, kind, payload = heapq.heappop(heap)
-            if kind == "input":
-                type_, data = payload
-                decided = decide(state, type_, data, now)
-            elif kind == "complete":
-                turn_id, data = payload
-                if in_flight(turn_id):
-                    decided = decide(state, ev.COMPLETION_REPORTED, data, now)
-            elif kind == "heartbeat":
-                turn_id, periodic = payload
-                if in_flight(turn_id):
-                    turn = state.turns[turn_id]
-                    decided = decide(state, ev.HEARTBEAT_SENT, {"turn_id": turn_id, "agent_id": turn.agent_id,
-                                                                "pool": w.pool, "at": now}, now)
-                    if periodic and in_flight(turn_id):
-                        push(now + beat, "heartbeat", (turn_id, True))
+            # Everything due at this instant is answered in one pass, as the real scheduler
+            # answers the inputs it finds together (one decide_many: granting runs once after
+            # all of them, so a completion in the batch frees its lane for a request that came
+            # before it in the log). The heap yields them in log order.
+            batch: list[tuple[str, dict, int | None]] = []
+            while heap and heap[0][0] == t:
+                _, key, _, kind, payload = heapq.heappop(heap)
+                position = int(key) if math.isfinite(key) else None
+                if kind == "input":
+                    batch.append((payload[0], payload[1], position))
+                elif kind == "complete":
+                    turn_id, data = payload
+                    if in_flight(turn_id):
+                        batch.append((ev.COMPLETION_REPORTED, data, position))
+                elif kind == "heartbeat":
+                    turn_id, periodic = payload
+                    if in_flight(turn_id):
+                        turn = state.turns[turn_id]
+                        batch.append((ev.HEARTBEAT_SENT, {"turn_id": turn_id, "agent_id": turn.agent_id,
+                                                          "pool": w.pool, "at": now}, None))
+                        if periodic:
+                            push(now + beat, "heartbeat", (turn_id, True))
+            if len(batch) == 1:
+                decided = decide(state, batch[0][0], batch[0][1], now)
+            elif batch:
+                decided = decide_many(state, batch, now)
         else:
             decided = decide(state, None, None, now)
         for type_, data in decided:

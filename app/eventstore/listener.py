@@ -34,7 +34,7 @@ class LogListener:
         self._task: asyncio.Task | None = None
         self._conn: asyncpg.Connection | None = None
 
-    def poke(self, _position: int | None = None) -> None:
+    def poke(self, _appended: object = None) -> None:
         self.generation += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()

@@ -84,11 +84,12 @@ class EventStore:
         # this every concurrent request would pay its own lock + fsync in turn.
         self._pending: list[_Pending] = []
         self._flusher: asyncio.Task | None = None
-        # In-process listeners are poked right after a commit, so a reader in the same
-        # process need not wait for the NOTIFY round trip (NOTIFY still wakes the others).
-        self._after_append: list[Callable[[int], None]] = []
+        # In-process listeners get the recorded events right after their commit, so a reader
+        # in the same process need not wait for the NOTIFY round trip or even read them back
+        # (NOTIFY still wakes the other processes).
+        self._after_append: list[Callable[[list[RecordedEvent]], None]] = []
 
-    def on_append(self, callback: Callable[[int], None]) -> None:
+    def on_append(self, callback: Callable[[list[RecordedEvent]], None]) -> None:
         self._after_append.append(callback)
 
     async def append(self, events: Sequence[NewEvent],
@@ -113,7 +114,7 @@ class EventStore:
                 self._flusher = asyncio.create_task(self._flush())
             recorded = await future
         for callback in self._after_append:
-            callback(recorded[-1].position)
+            callback(recorded)
         return recorded
 
     async def _flush(self) -> None:

@@ -64,6 +64,7 @@ class Projector:
         self._changed = asyncio.Condition()
         self._subscribers: list[Callable[[RecordedEvent], None]] = []
         self._tasks: list[asyncio.Task] = []
+        self._notifying: set[asyncio.Task] = set()
 
     def subscribe(self, callback: Callable[[RecordedEvent], None]) -> Callable[[], None]:
         self._subscribers.append(callback)
@@ -81,22 +82,49 @@ class Projector:
                     self.model = CoreModel.from_docs(position, await load_docs(conn, PROJECTIONS))
         await self.catch_up()
 
+    def _fold(self, events: list[RecordedEvent]) -> int:
+        folded = 0
+        for event in events:
+            if event.position <= self.model.position:
+                continue  # already folded from offer(): subscribers must not see it twice
+            self.model.fold(event)
+            for callback in list(self._subscribers):
+                callback(event)
+            folded += 1
+        return folded
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
     async def catch_up(self, until: int | None = None) -> int:
         folded = 0
         async with self._lock:
             while until is None or self.model.position < until:
                 events = await self.store.read(self.model.position, 1000)
-                for event in events:
-                    self.model.fold(event)
-                    for callback in list(self._subscribers):
-                        callback(event)
-                folded += len(events)
+                folded += self._fold(events)
                 if len(events) < 1000:
                     break
         if folded:
-            async with self._changed:
-                self._changed.notify_all()
+            await self._notify()
         return folded
+
+    def offer(self, appended: list[RecordedEvent]) -> None:
+        """Fold events this process has just committed without reading them back, when they
+        are exactly the next positions. Appends draw positions under one lock held to commit
+        (see the event store), so when a commit returns, every lower position is committed
+        or rolled back: if ours follow the model's position directly, nothing can appear
+        before them. Otherwise (another writer, a rolled-back gap) the follower reads them as
+        usual. A catch_up whose read is in flight meanwhile skips what this folded (`_fold`
+        ignores positions at or below the model's). Saves one log read per hop on the grant
+        path."""
+        if (not appended or appended[0].position != self.model.position + 1
+                or appended[-1].position - appended[0].position != len(appended) - 1):
+            return
+        if self._fold(appended):
+            task = asyncio.get_running_loop().create_task(self._notify())
+            self._notifying.add(task)
+            task.add_done_callback(self._notifying.discard)
 
     async def wait_position(self, position: int) -> None:
         """Read-your-writes: return once the model includes `position`. Concurrent callers
