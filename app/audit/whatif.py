@@ -262,6 +262,12 @@ def _schedule_call(spec: TurnSpec | None, granted_at: float, beat: float, push) 
         # need not round back to c, and a one-ulp shift can reorder simultaneous events.
         done = spec.completed_at if granted_at == spec.granted_at else granted_at + spec.duration
         push(done, "complete", (spec.turn_id, spec.completion), spec.completion_position)
+    if spec.streams and not spec.fate_known and not spec.heartbeat_offsets:
+        # Still in flight at the end of the log with no chunk yet: we cannot know when it
+        # would have started, so it is taken as started (it must not be reaped for us).
+        push(granted_at, "heartbeat", (spec.turn_id, False))
+        push(granted_at + beat, "heartbeat", (spec.turn_id, True))
+        return
     if spec.heartbeat_offsets:                   # a streaming call: its first chunk, then every beat
         first = spec.heartbeat_offsets[0]
         push(granted_at + first, "heartbeat", (spec.turn_id, False))

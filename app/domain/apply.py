@@ -106,6 +106,9 @@ def _lease_extended(state: PoolState, d: dict) -> None:
     turn.progressed = True
     if d.get("first_chunk_s") is not None:
         state.start.observe(float(d["first_chunk_s"]), turn.estimated_tokens)
+        agent = state.agents.get(turn.agent_id)
+        if agent is not None:
+            agent.start_misses = 0
 
 
 def _turn_completed(state: PoolState, d: dict) -> None:
@@ -120,6 +123,7 @@ def _turn_completed(state: PoolState, d: dict) -> None:
         agent.used_seconds += d["lane_seconds"]
         agent.used_tokens += used
         agent.consecutive_reaps = 0
+        agent.start_misses = 0
         agent.completions += 1
 
 
@@ -142,8 +146,19 @@ def _turn_reaped(state: PoolState, d: dict) -> None:
         # A zombie's whole hold counts against its agent; its reservation stays spent,
         # because we cannot know what the provider charged for a call that never settled.
         agent.used_seconds += d["at"] - turn.granted_at if turn.granted_at is not None else 0.0
-        agent.consecutive_reaps += 1
         agent.reaps += 1
+        if d.get("no_first_chunk"):
+            agent.start_misses += 1
+        # A start deadline shorter than the lease may just have been too short (a slow
+        # provider, a long prompt): it backs off (start_misses) but does not count towards
+        # quarantine. Only a reap after a whole lease of silence marks a zombie.
+        if not d.get("no_first_chunk") or d.get("full_lease", True):
+            agent.consecutive_reaps += 1
+    if d.get("no_first_chunk") and not d.get("full_lease", True) and turn.granted_at is not None:
+        # A censored sample: this call's first chunk would have come no sooner than the
+        # deadline. Taking the deadline as a sample raises the estimate, so a provider that
+        # has slowed down for everyone is learned even though no call beats the deadline.
+        state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens)
 
 
 def _agent_demoted(state: PoolState, d: dict) -> None:

@@ -38,6 +38,13 @@ from .state import PoolState, TurnState
 
 Decision = tuple[str, dict]
 
+# A lease or start deadline is enforced this long after it passes. An input stamped before
+# the deadline (a heartbeat, a completion) may still be on its way through the log (append,
+# notify, the scheduler's read) when the deadline comes; and an input stamped in time that
+# is in the same pass as the expiry wins over it (see _fire_timers).
+REAP_GRACE_S = 0.25
+_IN_TIME_INPUTS = (ev.HEARTBEAT_SENT, ev.COMPLETION_REPORTED, ev.CANCEL_REQUESTED)
+
 
 class _Step:
     def __init__(self, state: PoolState, now: float, cause: int | None):
@@ -56,7 +63,7 @@ def decide(state: PoolState, input_type: str | None, data: dict | None, now: flo
            cause: int | None = None) -> list[Decision]:
     now = max(now, state.clock)  # time never runs backwards, even across failover
     step = _Step(state, now, cause)
-    _fire_timers(step)
+    _fire_timers(step, [(input_type, data or {})] if input_type is not None else [])
     if input_type is not None:
         handler = _INPUT_HANDLERS.get(input_type)
         if handler is not None:
@@ -71,7 +78,7 @@ def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], no
     input as their cause). Same rules, less work per input under load."""
     now = max(now, state.clock)
     step = _Step(state, now, None)
-    _fire_timers(step)
+    _fire_timers(step, [(type_, data) for type_, data, _cause in inputs])
     for type_, data, cause in inputs:
         step.cause = cause
         handler = _INPUT_HANDLERS.get(type_)
@@ -93,7 +100,7 @@ def available(state: PoolState, now: float) -> tuple[float, float]:
 
 def next_deadline(state: PoolState, now: float) -> float | None:
     """When decide(state, None, ...) next has something to do, or None for never."""
-    times: list[float] = [t.lease_expires_at for t in state.turns.values()
+    times: list[float] = [t.lease_expires_at + REAP_GRACE_S for t in state.turns.values()
                           if t.status == ev.GRANTED and t.lease_expires_at is not None]
     if state.agents:
         times.append(state.last_boost_at + state.settings.boost_seconds)
@@ -117,16 +124,28 @@ def next_deadline(state: PoolState, now: float) -> float | None:
 
 # -- timers ---------------------------------------------------------------------------
 
-def _fire_timers(step: _Step) -> None:
+def _in_time(turn: TurnState, inputs: list[tuple[str, dict]]) -> bool:
+    """An input of this pass for `turn`, stamped at or before its deadline."""
+    return any(type_ in _IN_TIME_INPUTS and d.get("turn_id") == turn.turn_id
+               and isinstance(d.get("at"), (int, float)) and d["at"] <= turn.lease_expires_at
+               for type_, d in inputs)
+
+
+def _fire_timers(step: _Step, inputs: list[tuple[str, dict]]) -> None:
     state, now = step.state, step.now
     expired = sorted((t for t in state.turns.values()
                       if t.status == ev.GRANTED and t.lease_expires_at is not None
-                      and t.lease_expires_at <= now), key=lambda t: (t.lease_expires_at, t.turn_id))
+                      and t.lease_expires_at + REAP_GRACE_S <= now and not _in_time(t, inputs)),
+                     key=lambda t: (t.lease_expires_at, t.turn_id))
     for turn in expired:
         if state.turns.get(turn.turn_id) is not turn:
             continue  # already settled earlier in this step
         agent_id = turn.agent_id
-        silent = {"no_first_chunk": True} if turn.streams and not turn.progressed else {}
+        silent = {}
+        if turn.streams and not turn.progressed:
+            held = turn.lease_expires_at - (turn.granted_at if turn.granted_at is not None else 0.0)
+            silent = {"no_first_chunk": True,
+                      "full_lease": held >= state.settings.lease_seconds - 1e-6}
         step.emit(ev.TURN_REAPED, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
                   lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at, **silent)
         _after_usage(step, agent_id)
@@ -220,8 +239,11 @@ def _on_heartbeat(step: _Step, d: dict) -> None:
         return
     extra = {}
     if turn.streams and not turn.progressed:
-        # The first chunk: how long this call took to start, for the start deadline.
-        extra["first_chunk_s"] = _held(turn, step.now)
+        # The first chunk: how long this call took to start, for the start deadline, from
+        # when the heartbeat was stamped (not when this pass got to it).
+        at = d.get("at")
+        when = min(float(at), step.now) if isinstance(at, (int, float)) and math.isfinite(at) else step.now
+        extra["first_chunk_s"] = max(0.0, _held(turn, when))
     step.emit(ev.LEASE_EXTENDED, turn_id=turn.turn_id, agent_id=turn.agent_id,
               lease_expires_at=step.now + step.state.settings.lease_seconds, **extra)
 
@@ -322,7 +344,7 @@ def _dispatch(step: _Step) -> None:
         if head.streams:
             agent = state.agents.get(head.agent_id)
             lease = state.start.timeout(head.estimated_tokens, state.settings.start_timeout_floor_seconds, lease,
-                                        agent.consecutive_reaps if agent else 0)
+                                        agent.start_misses if agent else 0)
             start["start_deadline"] = True
         step.emit(ev.TURN_GRANTED, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
                   level=head.level, lease_expires_at=now + lease,

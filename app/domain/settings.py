@@ -13,8 +13,11 @@ Defaults and why (README "Scheduling rules" repeats them):
 - Start deadline (for turns whose client streams): a granted call must show its first
   chunk (the client's first heartbeat) within an adaptive timeout, estimated like TCP's
   retransmission timeout (RFC 6298: SRTT + 4 RTTVAR over observed times to first chunk),
-  never below 2 s, never above the lease, doubled per consecutive reap of the agent
-  (Karn's backoff). A hung call is reaped in a few seconds instead of a whole lease.
+  never below 2 s, never above the lease, doubled per consecutive start-deadline reap of
+  the agent (Karn's backoff). A hung call is reaped in a few seconds instead of a whole
+  lease; a start-deadline reap shorter than the lease does not count towards quarantine.
+- Deadlines are enforced 0.25 s late (decide.REAP_GRACE_S), and an input stamped in time
+  wins over the expiry it races.
 - Quarantine after 3 consecutive reaps.
 - AIMD on the admitted rate: halve on a 429 (floor 10%), add back 10% of the
   provider's limit per minute without one (TCP Reno's shape, in rate instead of window).
@@ -77,6 +80,8 @@ class PoolSettings:
             problems.append("leaseSeconds must be between 1 and 3600")
         if not 0.1 <= self.start_timeout_floor_seconds <= 3600:
             problems.append("startTimeoutFloorSeconds must be between 0.1 and 3600")
+        elif self.start_timeout_floor_seconds > self.lease_seconds:
+            problems.append("startTimeoutFloorSeconds must not exceed leaseSeconds")
         if not 1 <= self.levels <= 8:
             problems.append("levels must be between 1 and 8")
         if self.boost_seconds <= 0:

@@ -94,7 +94,8 @@ class AgentState:
     state: str = "ACTIVE"
     used_seconds: float = 0.0      # lane-seconds used at the current level since the last boost
     used_tokens: float = 0.0
-    consecutive_reaps: int = 0
+    consecutive_reaps: int = 0     # reaps that count towards quarantine (see apply)
+    start_misses: int = 0          # consecutive start-deadline reaps: doubles the next deadline
     reaps: int = 0
     completions: int = 0
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from app.domain import events as ev
 from app.domain.admission import parse_duration, parse_rate_headers
 from app.domain.apply import apply, new_pool
-from app.domain.decide import decide, next_deadline
+from app.domain.decide import REAP_GRACE_S, decide, next_deadline
 from app.domain.settings import PoolSettings
 
 
@@ -90,12 +90,13 @@ def test_expired_lease_is_reaped_and_repeat_offender_quarantined():
     s = pool(lanes=1, lease_seconds=5.0, quarantine_after_reaps=2)
     register(s, "z")
     request(s, "t1", "z", 0.0)
-    assert next_deadline(s, 0.0) == 5.0
-    out = decide(s, None, None, 5.0)
+    assert next_deadline(s, 0.0) == 5.0 + REAP_GRACE_S   # enforced a little after the expiry
+    assert decide(s, None, None, 5.0) == []
+    out = decide(s, None, None, 5.0 + REAP_GRACE_S)
     assert types(out)[0] == ev.TURN_REAPED and s.lanes == [None]
     request(s, "t2", "z", 6.0)
     request(s, "t3", "z", 6.0)               # queued behind t2
-    out = decide(s, None, None, 11.0)
+    out = decide(s, None, None, 11.0 + REAP_GRACE_S)
     assert ev.TURN_REAPED in types(out) and ev.AGENT_QUARANTINED in types(out)
     assert s.agents["z"].state == ev.QUARANTINED
     assert "t3" not in s.turns               # its queued turn was cancelled with it
@@ -140,14 +141,59 @@ def test_streaming_turn_without_a_first_chunk_is_reaped_at_its_start_deadline():
     granted = dict(out)[ev.TURN_GRANTED]
     assert granted["start_deadline"] is True
     assert abs(granted["lease_expires_at"] - (now + deadline)) < 1e-9 and deadline < 10.0
-    reaped = decide(s, None, None, now + deadline)
+    reaped = decide(s, None, None, now + deadline + REAP_GRACE_S)
     assert types(reaped)[0] == ev.TURN_REAPED and reaped[0][1]["no_first_chunk"] is True
+    assert reaped[0][1]["full_lease"] is False
+    # Too short is not proof of a zombie: no quarantine count, and the estimate learns from
+    # the censored sample (the first chunk would have come no sooner than the deadline).
+    assert s.agents["a"].consecutive_reaps == 0 and s.agents["a"].start_misses == 1
+    assert s.start.srtt > srtt
     # Karn: after a reap the agent's next streaming grant waits twice as long.
     out = request(s, "retry", "a", now + 5.0, streams=True)
-    assert abs(dict(out)[ev.TURN_GRANTED]["lease_expires_at"] - (now + 5.0 + 2 * deadline)) < 1e-9
+    retry_deadline = dict(out)[ev.TURN_GRANTED]["lease_expires_at"] - (now + 5.0)
+    assert abs(retry_deadline - 2 * s.start.timeout(100, 0.5, 30.0, 0)) < 1e-9 and retry_deadline > 2 * deadline
     # Its first chunk gives it the whole lease.
     out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "retry"}, now + 5.5)
     assert out[0][1]["lease_expires_at"] == now + 35.5
+
+
+def test_a_slow_starter_backs_off_instead_of_being_quarantined():
+    s = pool(lanes=1, lease_seconds=30.0, start_timeout_floor_seconds=0.5)
+    register(s, "slow")
+    now = warm_start_estimator(s, "slow", first_chunk_s=0.1)
+    deadlines = []
+    for i in range(4):                       # its calls need 9 s to start: reaped, retried
+        out = dict(request(s, f"s{i}", "slow", now, streams=True))
+        deadline = out[ev.TURN_GRANTED]["lease_expires_at"] - now
+        deadlines.append(deadline)
+        if deadline >= 9.0:
+            decide(s, ev.HEARTBEAT_SENT, {"turn_id": f"s{i}", "at": now + 9.0}, now + 9.0)
+            complete(s, f"s{i}", now + 12.0)
+            break
+        decide(s, None, None, now + deadline + REAP_GRACE_S)
+        now += deadline + 1.0
+    assert s.agents["slow"].state == ev.ACTIVE and s.agents["slow"].consecutive_reaps == 0
+    assert all(b > 2 * a - 1e-9 for a, b in zip(deadlines, deadlines[1:]))   # each at least doubled
+    assert deadlines[-1] >= 9.0 and s.agents["slow"].start_misses == 0       # served, backoff reset
+
+
+def test_a_heartbeat_stamped_before_the_deadline_wins_over_the_reap():
+    s = pool(lanes=1, lease_seconds=30.0, start_timeout_floor_seconds=0.5)
+    register(s, "a")
+    now = warm_start_estimator(s, "a", first_chunk_s=0.1)
+    granted = dict(request(s, "t", "a", now, streams=True))[ev.TURN_GRANTED]
+    expiry = granted["lease_expires_at"]
+    # The scheduler gets to the heartbeat late (well past expiry and grace), in one pass.
+    late = expiry + 5.0
+    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "t", "at": expiry - 0.01}, late)
+    assert types(out) == [ev.LEASE_EXTENDED]
+    assert abs(out[0][1]["first_chunk_s"] - (expiry - 0.01 - now)) < 1e-9   # measured at its stamp
+    complete(s, "t", late)
+    # A heartbeat stamped after the deadline does not.
+    granted = dict(request(s, "u", "a", late, streams=True))[ev.TURN_GRANTED]
+    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "u", "at": granted["lease_expires_at"] + 0.5},
+                 granted["lease_expires_at"] + 1.0)
+    assert types(out)[0] == ev.TURN_REAPED
 
 
 def test_start_deadline_scales_with_the_prompt_and_spares_non_streaming_turns():
