@@ -17,7 +17,7 @@ Defaults and why (README "Scheduling rules" repeats them):
   the agent (Karn's backoff). A hung call is reaped in a few seconds instead of a whole
   lease; a start-deadline reap shorter than the lease does not count towards quarantine.
 - Deadlines are enforced 0.25 s late (decide.REAP_GRACE_S), and an input stamped in time
-  wins over the expiry it races.
+  wins over the expiry it races. A floor at or above the lease turns the start deadline off.
 - Quarantine after 3 consecutive reaps.
 - AIMD on the admitted rate: halve on a 429 (floor 10%), add back 10% of the
   provider's limit per minute without one (TCP Reno's shape, in rate instead of window).
@@ -78,10 +78,10 @@ class PoolSettings:
             problems.append("tpm must be between 1 and 10,000,000,000")
         if not 1 <= self.lease_seconds <= 3600:
             problems.append("leaseSeconds must be between 1 and 3600")
+        # A floor at or above the lease is allowed (the default 2 s with a 1 s lease): the
+        # start deadline then never shortens a grant, which is the plain lease.
         if not 0.1 <= self.start_timeout_floor_seconds <= 3600:
             problems.append("startTimeoutFloorSeconds must be between 0.1 and 3600")
-        elif self.start_timeout_floor_seconds > self.lease_seconds:
-            problems.append("startTimeoutFloorSeconds must not exceed leaseSeconds")
         if not 1 <= self.levels <= 8:
             problems.append("levels must be between 1 and 8")
         if self.boost_seconds <= 0:
