@@ -130,13 +130,13 @@ def test_streaming_turn_without_a_first_chunk_is_reaped_at_its_start_deadline():
     # Cold: a streaming turn gets the whole lease until 8 samples are in.
     request(s, "cold", "a", 0.0, streams=True)
     assert s.turns["cold"].lease_expires_at == 30.0
-    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "cold"}, 2.0)
-    assert out[0][1]["first_chunk_s"] == 2.0 and s.start.samples == 1
-    assert s.start.srtt == 2.0 / s.start.size(100) and s.start.rttvar == s.start.srtt / 2  # RFC 6298 2.2
+    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "cold"}, 0.5)
+    assert out[0][1]["first_chunk_s"] == 0.5 and s.start.samples == 1
+    assert s.start.srtt == math.log(0.5 / s.start.size(100)) and s.start.rttvar == s.start.FIRST_RTTVAR
     complete(s, "cold", 3.0)
     now = warm_start_estimator(s, "a")
     srtt = s.start.srtt
-    deadline = (srtt + max(4 * s.start.rttvar, srtt / 2)) * s.start.size(100)
+    deadline = math.exp(srtt + max(4 * s.start.rttvar, math.log(1.5))) * s.start.size(100)
     out = request(s, "hung", "a", now, streams=True)
     granted = dict(out)[ev.TURN_GRANTED]
     assert granted["start_deadline"] is True
@@ -149,12 +149,14 @@ def test_streaming_turn_without_a_first_chunk_is_reaped_at_its_start_deadline():
     assert s.agents["a"].consecutive_reaps == 0 and s.agents["a"].start_misses == 1
     assert s.start.srtt > srtt
     # Karn: after a reap the agent's next streaming grant waits twice as long.
-    out = request(s, "retry", "a", now + 5.0, streams=True)
-    retry_deadline = dict(out)[ev.TURN_GRANTED]["lease_expires_at"] - (now + 5.0)
-    assert abs(retry_deadline - 2 * s.start.timeout(100, 0.5, 30.0, 0)) < 1e-9 and retry_deadline > 2 * deadline
+    later = now + deadline + REAP_GRACE_S + 1.0
+    out = request(s, "retry", "a", later, streams=True)
+    retry_deadline = dict(out)[ev.TURN_GRANTED]["lease_expires_at"] - later
+    assert abs(retry_deadline - min(30.0, 2 * s.start.timeout(100, 0.5, 30.0, 0))) < 1e-9
+    assert retry_deadline > 2 * deadline
     # Its first chunk gives it the whole lease.
-    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "retry"}, now + 5.5)
-    assert out[0][1]["lease_expires_at"] == now + 35.5
+    out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "retry"}, later + 0.5)
+    assert out[0][1]["lease_expires_at"] == later + 30.5
 
 
 def test_a_slow_starter_backs_off_instead_of_being_quarantined():
