@@ -146,10 +146,11 @@ def scenarios_table(scenarios: dict) -> str:
         others = ", ".join(f"{p} {fmt(m['rate_limited'], 0)}" for p, m in sc["policies"].items() if p != "agentrm")
         rows.append([f"{name}: {sc['about']}", *cells, fmt(a["lane_waste"], 3), fmt(b["lane_waste"], 3),
                      fmt(a["throughput_per_min"]), fmt(b["throughput_per_min"]),
+                     f"{fmt(a.get('reaps'), 0)} ({fmt(a.get('spurious_reaps'), 0)})",
                      f"agentrm {fmt(a['rate_limited'], 0)}; {others}"])
     return table(["scenario (default workload with one change)", "P95 below", "waste below", "throughput",
                   "agentrm waste", "lanes-fifo waste", "agentrm calls/min", "lanes-fifo calls/min",
-                  "429s (mean per run)"], rows)
+                  "agentrm reaps (of live calls)", "429s (mean per run)"], rows)
 
 
 def scenarios_plot(path: Path, result: dict) -> None:
@@ -212,7 +213,7 @@ def write_scheduler_report(out: Path, result: dict, plot_series: dict[str, dict]
         "",
         targets_table(result.get("targets", {})),
         "",
-        *(["## Other operating points (agentrm against lanes-fifo, 5 seeds each)", "",
+        *([f"## Other operating points (agentrm against lanes-fifo, {len(w['seeds'])} seeds each)", "",
            "Each scenario is the default workload with one change. Cells: mean (range over seeds).", "",
            scenarios_table(result["scenarios"]), "", "Plots: `scheduler_scenarios.png` (targets per operating point), "
            "`scheduler_provider-bound_429s.png` (429s over time where the provider binds; the default "

@@ -59,6 +59,9 @@ SCENARIOS: dict[str, dict] = {
                     "params": {"minutes": 10.0}},
     "more-lanes": {"about": "96 lanes: capacity to spare for agentrm",
                    "lanes": 96},
+    "slow-provider": {"about": "from minute 10 every call takes 4x as long to its first chunk: "
+                               "agentrm's start deadlines must re-learn",
+                      "params": {"ttft_slowdown_at_s": 600.0, "ttft_slowdown_factor": 4.0}},
 }
 
 METRIC_KEYS = ("p50_latency_s", "p95_latency_s", "p99_latency_s", "lane_waste", "throughput_per_min",
@@ -69,7 +72,7 @@ def simulate(policy_name: str, trace: Trace, lanes: int, rpm: int, tpm: int,
              agentrm_overrides: dict | None = None, options: dict | None = None) -> tuple[dict, dict]:
     """Run one policy over one trace; returns (metrics, series)."""
     sim = Simulator()
-    provider = Provider(rpm, tpm)
+    provider = Provider(rpm, tpm, trace.params.ttft_slowdown_at_s, trace.params.ttft_slowdown_factor)
     recorder = Recorder(duration_s=trace.duration_s)
     ctx = Context(sim=sim, provider=provider, recorder=recorder, link=ProviderLink(sim, provider, recorder),
                   trace=trace, lanes=lanes, seed=trace.params.seed, options=dict(options or {}))
@@ -157,16 +160,18 @@ def target_check(per_seed: dict[str, list[dict]]) -> dict:
     return out
 
 
-def run_scenarios(seeds: int = 5, scenarios: dict[str, dict] | None = None, **params) -> dict:
+def run_scenarios(seeds: int = 5, scenarios: dict[str, dict] | None = None, lanes: int = DEFAULT_LANES,
+                  rpm: int = DEFAULT_RPM, tpm: int = DEFAULT_TPM, agentrm_overrides: dict | None = None,
+                  **params) -> dict:
     """agentrm and lanes-fifo (or the policies a scenario names) on each scenario: the default
     workload with one change."""
     out = {}
     for name, sc in (SCENARIOS if scenarios is None else scenarios).items():
         result = run(None, seeds=seeds, policies=tuple(sc.get("policies", ("agentrm", "lanes-fifo"))),
-                     lanes=sc.get("lanes", DEFAULT_LANES),
-                     rpm=sc.get("rpm", DEFAULT_RPM), tpm=sc.get("tpm", DEFAULT_TPM),
+                     lanes=sc.get("lanes", lanes), rpm=sc.get("rpm", rpm), tpm=sc.get("tpm", tpm),
+                     agentrm_overrides=agentrm_overrides,
                      keep_series=sc.get("plot_429s", False), **{**params, **sc.get("params", {})})
-        out[name] = {"about": sc["about"], "targets": result["targets"],
+        out[name] = {"about": sc["about"], "targets": result["targets"], "seeds": seeds,
                      "workload": {k: result["workload"][k] for k in ("lanes", "rpm", "tpm", "minutes",
                                                                        "tool_median_s", "batch_tool_min_s")},
                      "policies": {p: {k: v for k, v in m.items() if k != "per_class"}
@@ -184,13 +189,14 @@ def _param(text: str) -> tuple[str, object]:
     if not sep or name not in defaults:
         raise argparse.ArgumentTypeError(f"--set takes name=value with name one of: {', '.join(sorted(defaults))}")
     default = defaults[name]
+    kind = float if default is None else type(default)       # None: an optional number
     try:
         if isinstance(default, tuple):
             value: object = tuple(type(default[0])(x) for x in raw.split(","))
         else:
-            value = type(default)(raw)
+            value = kind(raw)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--set {name}: cannot read {raw!r} as {type(default).__name__}") from None
+        raise argparse.ArgumentTypeError(f"--set {name}: cannot read {raw!r} as {kind.__name__}") from None
     return name, value
 
 
@@ -229,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     params = {"agents": args.agents, "minutes": args.minutes, "seed": args.seed, "hang_rate": args.hang_rate,
               **dict(args.set)}
-    scenarios = run_scenarios(args.seeds, **params) if args.scenarios else None
+    scenarios = (run_scenarios(args.seeds, lanes=args.lanes, rpm=args.rpm, tpm=args.tpm,
+                               agentrm_overrides=overrides, **params) if args.scenarios else None)
     result = run(args.out, seeds=args.seeds, policies=policies, lanes=args.lanes, rpm=args.rpm,
                  tpm=args.tpm, agentrm_overrides=overrides, scenarios=scenarios, **params)
     if args.json:

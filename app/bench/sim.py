@@ -91,8 +91,9 @@ class Provider:
 
     REJECT_LATENCY_S = 0.2
 
-    def __init__(self, rpm: int, tpm: int):
+    def __init__(self, rpm: int, tpm: int, slowdown_at_s: float | None = None, slowdown_factor: float = 1.0):
         self.rpm, self.tpm = rpm, tpm
+        self.slowdown_at_s, self.slowdown_factor = slowdown_at_s, slowdown_factor
         self.requests = _Bucket(rpm, float(rpm))
         self.tokens = _Bucket(tpm, float(tpm))
         self.admitted_log: list[tuple[float, int]] = []
@@ -123,6 +124,12 @@ class Provider:
         headers["retry-after"] = str(int(retry_after))
         self.rejections.append(now)
         return ProviderAnswer(False, headers, retry_after)
+
+    def extra_first_chunk_s(self, now: float, first_chunk_s: float) -> float:
+        """How much later than its trace says a call sent at `now` starts (a slowdown)."""
+        if self.slowdown_at_s is None or now < self.slowdown_at_s:
+            return 0.0
+        return first_chunk_s * (self.slowdown_factor - 1.0)
 
     def settle(self, now: float, charged: int, used: int) -> None:
         self.tokens.refill(now)
@@ -208,6 +215,8 @@ class ProviderLink:
             return attempt
         charged = call.prompt_tokens + call.max_output_tokens
         used = call.prompt_tokens + call.output_tokens
+        extra = self.provider.extra_first_chunk_s(now, call.first_chunk_s)
+        attempt.first_chunk_s = call.first_chunk_s + extra
 
         def answered() -> None:
             if attempt.abandoned:
@@ -215,7 +224,7 @@ class ProviderLink:
             self.provider.settle(self.sim.now, charged, used)
             attempt.finish(self.sim.now, on_answer)
 
-        self.sim.after(call.provider_latency_s, answered)
+        self.sim.after(call.provider_latency_s + extra, answered)
         return attempt
 
 
@@ -226,6 +235,7 @@ class Attempt:
     answer: ProviderAnswer
     hung: bool = False
     abandoned: bool = False       # the client gave up on it (timeout, reap): its answer is ignored
+    first_chunk_s: float = 0.0    # after sending, when the first chunk arrives (admitted, not hung)
     finished_at: float | None = None
 
     @property

@@ -81,7 +81,12 @@ class WorkloadParams:
     # provider speed
     ttft_base_s: float = 0.4                # time to first token, plus prompt prefill below
     prefill_tokens_per_s: float = 20_000.0
+    ttft_sigma: float = 0.5                 # lognormal spread of the time to first token (queueing)
     decode_tokens_per_s: float = 60.0
+    # A provider that slows down mid-run: from this simulated second on, every call's time to
+    # first token is multiplied by the factor (the `slow-provider` scenario; None: never).
+    ttft_slowdown_at_s: float | None = None
+    ttft_slowdown_factor: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -152,10 +157,13 @@ class _Draw:
         return self.rng.randint(low, high)
 
     def first_chunk(self, prompt: int) -> float:
-        return self.p.ttft_base_s + prompt / self.p.prefill_tokens_per_s
+        # Base latency plus prefill, times a lognormal factor with median 1: provider-side
+        # queueing makes the same prompt start sooner or later.
+        return (self.p.ttft_base_s + prompt / self.p.prefill_tokens_per_s) * math.exp(
+            self.rng.gauss(0.0, self.p.ttft_sigma))
 
-    def latency(self, prompt: int, output: int) -> float:
-        return self.first_chunk(prompt) + output / self.p.decode_tokens_per_s
+    def decode(self, output: int) -> float:
+        return output / self.p.decode_tokens_per_s
 
 
 class _CallFactory:
@@ -165,10 +173,11 @@ class _CallFactory:
     def make(self, prompt: int, output: int, max_output: int, tool_after: float) -> CallSpec:
         self.count += 1
         output = max(1, min(output, max_output))
+        first_chunk = self.draw.first_chunk(prompt)
         return CallSpec(call_id=f"{self.agent_id}-c{self.count}", prompt_tokens=int(prompt),
                         max_output_tokens=max_output, output_tokens=int(output),
-                        provider_latency_s=round(self.draw.latency(prompt, output), 4),
-                        first_chunk_s=round(self.draw.first_chunk(prompt), 4),
+                        provider_latency_s=round(first_chunk + self.draw.decode(output), 4),
+                        first_chunk_s=round(first_chunk, 4),
                         tool_after_s=round(tool_after, 4),
                         hangs=self.draw.rng.random() < self.draw.p.hang_rate)
 
