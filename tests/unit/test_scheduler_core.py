@@ -385,3 +385,20 @@ def test_cancelling_a_granted_turn_is_charged_like_completing_it():
     out = decide(s, ev.CANCEL_REQUESTED, {"turn_id": "t1"}, 12.0)
     assert [t for t, _ in out][:2] == [ev.TURN_CANCELLED, ev.AGENT_DEMOTED]
     assert s.agents["dodger"].level == 1
+
+
+def test_start_estimator_is_a_plain_mean_at_first_and_a_slow_moving_one_after():
+    from app.domain.state import StartEstimator
+    e = StartEstimator()
+    samples = [8.0] + [1.0] * 9                    # an outlier first, then a steady provider
+    for x in samples:
+        e.observe(x, 0)
+    mean_log = sum(math.log(x) for x in samples) / len(samples)
+    assert abs(e.srtt - mean_log) < 1e-9           # 1/n gains: the first sample does not linger
+    for _ in range(200):
+        e.observe(1.0, 0)
+    assert abs(e.srtt) < 0.01 and e.rttvar < 0.05
+    # A single slow start moves a warm estimate by a small step (gain 1/32), not a big one.
+    before = e.timeout(0, 0.1, 30.0, 0)
+    e.observe(20.0, 0)
+    assert before < e.timeout(0, 0.1, 30.0, 0) < before * 2
