@@ -121,7 +121,14 @@ class Projector:
         if (not appended or appended[0].position != self.model.position + 1
                 or appended[-1].position - appended[0].position != len(appended) - 1):
             return
-        if self._fold(appended):
+        try:
+            folded = self._fold(appended)
+        except Exception:
+            # The append has committed; its caller must not see a read-side failure. The
+            # follower folds (and reports) the same events through its own path.
+            log.exception("projector could not fold its own append at position %d", appended[0].position)
+            return
+        if folded:
             task = asyncio.get_running_loop().create_task(self._notify())
             self._notifying.add(task)
             task.add_done_callback(self._notifying.discard)
