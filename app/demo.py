@@ -3,7 +3,8 @@
 They use the same service calls a real agent's GraphQL requests reach: interactive agents
 make short calls with think time, batch agents long calls back to back, a background
 agent bursts; now and then a provider answers 429, and one call in fifty hangs (it never
-completes or heartbeats, so its lease expires and the reaper frees the lane)."""
+sends its first chunk, so its start deadline expires and the reaper frees the lane). They
+stream: each heartbeats when its answer's first chunk arrives."""
 from __future__ import annotations
 
 import asyncio
@@ -32,13 +33,16 @@ async def _agent_loop(rt, agent_id: str, priority_class: str, rng: random.Random
                 continue
             batchy = priority_class != ev.INTERACTIVE
             tokens = rng.randint(2000, 12000) if batchy else rng.randint(300, 3000)
-            turn = await svc.request_turn(me, tokens, 512, wait_seconds=30)
+            turn = await svc.request_turn(me, tokens, 512, wait_seconds=30, streams=True)
             if turn["status"] != ev.GRANTED:
                 await asyncio.sleep(1)
                 continue
             if rng.random() < 0.02:
-                continue  # a hung call: never heard of again; the lease reaps it
-            call = rng.uniform(2, 8) if batchy else rng.uniform(0.3, 1.5)
+                continue  # a hung call: no first chunk ever; the start deadline reaps it
+            first_chunk = rng.uniform(0.2, 0.8) * (3 if batchy else 1)
+            await asyncio.sleep(first_chunk)
+            await svc.heartbeat(me, turn["turn_id"])    # the answer's first chunk
+            call = max(0.0, (rng.uniform(2, 8) if batchy else rng.uniform(0.3, 1.5)) - first_chunk)
             while call > 10:
                 await asyncio.sleep(10)
                 call -= 10
