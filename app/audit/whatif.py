@@ -49,8 +49,11 @@ class TurnSpec:
     duration: float | None = None           # granted -> completed in reality
     completion: dict | None = None          # the recorded CompletionReported data
     reaped: bool = False
-    heartbeat_offsets: list[float] = field(default_factory=list)   # hung calls: all; streaming: the first
+    # Recorded heartbeats as (arrival offset from the grant, stamp offset, log position):
+    # hung calls keep all, streaming calls the first (their first chunk), others none.
+    heartbeat_offsets: list[tuple[float, float, int]] = field(default_factory=list)
     streams: bool = False
+    completion_stamp: float | None = None   # the completion report's own `at`, from the grant
     granted_at: float | None = None         # the recorded grant and completion times and the
     completed_at: float | None = None       # completion's log position: ties in the virtual
     completion_position: float = math.inf   # clock break in log order, as they did for real
@@ -111,7 +114,15 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
             continue
         arrival = seen_at.get(r.position, r.data.get("at", 0.0))
         clock = max(clock, arrival)               # inputs keep their log order
-        replayed.append((clock, r.position, r.type, r.data))
+        data = r.data
+        spec = turns.get(data.get("turn_id")) if r.type == ev.TURN_REQUESTED else None
+        if spec is not None and spec.streams and not spec.fate_known and not spec.heartbeat_offsets:
+            # Still in flight at the end of the log with no first chunk: when it would have
+            # started is unknown, so it is replayed as a plain lease (no start deadline, no
+            # invented sample for the estimator).
+            data = {**data, "streams": False}
+            spec.streams = False
+        replayed.append((clock, r.position, r.type, data))
     if start is None:
         start = min((a for a, _, t, _ in replayed if t != ev.AGENT_REGISTERED), default=created.data["at"])
         replayed = [(max(a, start), p, t, d) for a, p, t, d in replayed]
@@ -142,10 +153,14 @@ def _durations(turns: dict[str, TurnSpec], decisions: list[Record], inputs: list
         if r.type == ev.COMPLETION_REPORTED and spec.completion is None:
             spec.completion = {k: v for k, v in r.data.items() if k != "at"}
             spec.completion_position = r.position
+            if spec.turn_id in granted:
+                spec.completion_stamp = r.data["at"] - granted[spec.turn_id]
         elif r.type == ev.HEARTBEAT_SENT and spec.turn_id in granted:
             offset = seen_at.get(r.position, r.data["at"]) - granted[spec.turn_id]
             if offset >= 0:
-                spec.heartbeat_offsets.append(offset)
+                # Keep the stamp too: an input stamped before a deadline wins over it even
+                # when the scheduler gets to it after the deadline (decide._in_time).
+                spec.heartbeat_offsets.append((offset, r.data["at"] - granted[spec.turn_id], r.position))
     for spec in turns.values():
         if spec.reaped:
             spec.duration, spec.completion = None, None
@@ -227,13 +242,13 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
                     if in_flight(turn_id):
                         batch.append((ev.COMPLETION_REPORTED, data, position))
                 elif kind == "heartbeat":
-                    turn_id, periodic = payload
+                    turn_id, periodic, stamped = payload
                     if in_flight(turn_id):
                         turn = state.turns[turn_id]
                         batch.append((ev.HEARTBEAT_SENT, {"turn_id": turn_id, "agent_id": turn.agent_id,
-                                                          "pool": w.pool, "at": now}, None))
+                                                          "pool": w.pool, "at": min(stamped, now)}, position))
                         if periodic:
-                            push(now + beat, "heartbeat", (turn_id, True))
+                            push(now + beat, "heartbeat", (turn_id, True, now + beat))
             if len(batch) == 1:
                 decided = decide(state, batch[0][0], batch[0][1], now)
             elif batch:
@@ -253,27 +268,28 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
 def _schedule_call(spec: TurnSpec | None, granted_at: float, beat: float, push) -> None:
     if spec is None:
         return
+
+    def recorded_beat(arrival: float, stamp: float, position: int, periodic: bool) -> None:
+        push(granted_at + arrival, "heartbeat", (spec.turn_id, periodic, granted_at + stamp), position)
+
     if spec.reaped:
-        for offset in spec.heartbeat_offsets:
-            push(granted_at + offset, "heartbeat", (spec.turn_id, False))
+        for arrival, stamp, position in spec.heartbeat_offsets:
+            recorded_beat(arrival, stamp, position, False)
         return
     if spec.fate_known:
         # At the recorded grant time, use the recorded completion time itself: g + (c - g)
         # need not round back to c, and a one-ulp shift can reorder simultaneous events.
         done = spec.completed_at if granted_at == spec.granted_at else granted_at + spec.duration
-        push(done, "complete", (spec.turn_id, spec.completion), spec.completion_position)
-    if spec.streams and not spec.fate_known and not spec.heartbeat_offsets:
-        # Still in flight at the end of the log with no chunk yet: we cannot know when it
-        # would have started, so it is taken as started (it must not be reaped for us).
-        push(granted_at, "heartbeat", (spec.turn_id, False))
-        push(granted_at + beat, "heartbeat", (spec.turn_id, True))
-        return
+        data = dict(spec.completion)
+        if spec.completion_stamp is not None:
+            data["at"] = min(done, granted_at + spec.completion_stamp)
+        push(done, "complete", (spec.turn_id, data), spec.completion_position)
     if spec.heartbeat_offsets:                   # a streaming call: its first chunk, then every beat
-        first = spec.heartbeat_offsets[0]
-        push(granted_at + first, "heartbeat", (spec.turn_id, False))
-        push(granted_at + first + beat, "heartbeat", (spec.turn_id, True))
+        arrival, stamp, position = spec.heartbeat_offsets[0]
+        recorded_beat(arrival, stamp, position, False)
+        push(granted_at + arrival + beat, "heartbeat", (spec.turn_id, True, granted_at + arrival + beat))
         return
-    push(granted_at + beat, "heartbeat", (spec.turn_id, True))
+    push(granted_at + beat, "heartbeat", (spec.turn_id, True, granted_at + beat))
 
 
 # -- metrics, the same for the record and the counterfactual ----------------------------

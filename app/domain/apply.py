@@ -72,7 +72,7 @@ def _agent_admitted(state: PoolState, d: dict) -> None:
 
 def _quarantine_lifted(state: PoolState, d: dict) -> None:
     agent = state.agents[d["agent_id"]]
-    agent.state, agent.consecutive_reaps = ev.ACTIVE, 0
+    agent.state, agent.consecutive_reaps, agent.start_misses = ev.ACTIVE, 0, 0
 
 
 # -- decisions ------------------------------------------------------------------------
@@ -92,6 +92,7 @@ def _turn_granted(state: PoolState, d: dict) -> None:
     _dequeue(state, turn)
     turn.status, turn.lane, turn.granted_at = ev.GRANTED, d["lane"], d["at"]
     turn.lease_expires_at, turn.reserved_tokens = d["lease_expires_at"], d["reserved_tokens"]
+    turn.start_backoff = int(d.get("start_backoff", 0))
     state.lanes[turn.lane] = turn.turn_id
     state.requests.level -= 1
     state.tokens.level -= turn.reserved_tokens
@@ -154,7 +155,8 @@ def _turn_reaped(state: PoolState, d: dict) -> None:
         # quarantine. Only a reap after a whole lease of silence marks a zombie.
         if not d.get("no_first_chunk") or d.get("full_lease", True):
             agent.consecutive_reaps += 1
-    if d.get("no_first_chunk") and not d.get("full_lease", True) and turn.granted_at is not None:
+    if (d.get("no_first_chunk") and not d.get("full_lease", True) and turn.granted_at is not None
+            and turn.start_backoff == 0):  # Karn: a backed-off deadline says nothing of the pool
         # A censored sample: this call's first chunk would have come no sooner than the
         # deadline. Taking the deadline as a sample raises the estimate, so a provider that
         # has slowed down for everyone is learned even though no call beats the deadline.

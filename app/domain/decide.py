@@ -343,9 +343,12 @@ def _dispatch(step: _Step) -> None:
         lease, start = state.settings.lease_seconds, {}
         if head.streams:
             agent = state.agents.get(head.agent_id)
+            backoff = agent.start_misses if agent else 0
             lease = state.start.timeout(head.estimated_tokens, state.settings.start_timeout_floor_seconds, lease,
-                                        agent.start_misses if agent else 0)
+                                        backoff)
             start["start_deadline"] = True
+            if backoff:
+                start["start_backoff"] = backoff
         step.emit(ev.TURN_GRANTED, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
                   level=head.level, lease_expires_at=now + lease,
                   reserved_tokens=head.need_tokens, **start)

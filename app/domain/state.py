@@ -32,6 +32,7 @@ class TurnState:
     granted_mark: float = 0.0    # the pool's reserved_total just before this grant
     grant_number: int = 0        # the pool's granted_total just before this grant
     streams: bool = False        # the client heartbeats at its first chunk (start deadline applies)
+    start_backoff: int = 0       # how many times its start deadline was doubled (Karn)
     progressed: bool = False     # a heartbeat arrived since the grant
 
     @property

@@ -113,8 +113,10 @@ class EventStore:
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush())
             recorded = await future
-        for callback in self._after_append:
-            callback(recorded)
+            # Only here has the append committed. On the `conn` path the caller's own
+            # transaction may still roll back: local readers learn of it by NOTIFY at commit.
+            for callback in self._after_append:
+                callback(recorded)
         return recorded
 
     async def _flush(self) -> None:

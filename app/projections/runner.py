@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 # Bump when the shape of a persisted document or the fold changes: a new name has no
 # checkpoint, so every worker folds the log from position 0 and rewrites every document
 # instead of resuming from documents an older version wrote.
-PROJECTION_VERSION = 7
+PROJECTION_VERSION = 8
 CHECKPOINT = f"core-v{PROJECTION_VERSION}"
 
 
@@ -124,8 +124,9 @@ class Projector:
         try:
             folded = self._fold(appended)
         except Exception:
-            # The append has committed; its caller must not see a read-side failure. The
-            # follower folds (and reports) the same events through its own path.
+            # The append has committed; its caller must not see a read-side failure. As in
+            # catch_up, an event whose fold raised is left half-applied: this is logged, and
+            # `agentrm replay check` shows the damage.
             log.exception("projector could not fold its own append at position %d", appended[0].position)
             return
         if folded:

@@ -98,6 +98,15 @@ async def test_projector_folds_its_own_appends_at_once_and_reads_the_rest(fresh_
                               datetime.now(timezone.utc))
         rt.projector.offer([stray])
         assert rt.projector.model.position == position
+        # An append inside a caller's own transaction is not folded before that commits: it
+        # may still roll back (a pool created together with its secret, say).
+        async with rt.store.pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            await rt.store.append([NewEvent("turn-z", ev.HEARTBEAT_SENT, {"turn_id": "z", "pool": "default",
+                                                                           "at": 0.0})], conn=conn)
+            assert rt.projector.model.position == position
+            await tx.rollback()
         # The grant path still works end to end, and a rebuild agrees with the live model.
         turn = await rt.service.request_turn(me, 10, 10, wait_seconds=5)
         assert turn["status"] == ev.GRANTED

@@ -164,7 +164,7 @@ def test_a_slow_starter_backs_off_instead_of_being_quarantined():
     register(s, "slow")
     now = warm_start_estimator(s, "slow", first_chunk_s=0.1)
     deadlines = []
-    for i in range(4):                       # its calls need 9 s to start: reaped, retried
+    for i in range(8):                       # its calls need 9 s to start: reaped, retried
         out = dict(request(s, f"s{i}", "slow", now, streams=True))
         deadline = out[ev.TURN_GRANTED]["lease_expires_at"] - now
         deadlines.append(deadline)
@@ -402,3 +402,20 @@ def test_start_estimator_is_a_plain_mean_at_first_and_a_slow_moving_one_after():
     before = e.timeout(0, 0.1, 30.0, 0)
     e.observe(20.0, 0)
     assert before < e.timeout(0, 0.1, 30.0, 0) < before * 2
+
+
+def test_a_zombie_agents_backed_off_reaps_do_not_inflate_the_pool_estimate():
+    s = pool(lanes=1, lease_seconds=300.0, start_timeout_floor_seconds=0.5)
+    register(s, "ok")
+    register(s, "z")
+    now = warm_start_estimator(s, "ok", first_chunk_s=0.5)
+    srtts = []
+    for i in range(4):                       # z never sends a first chunk
+        granted = dict(request(s, f"z{i}", "z", now, streams=True))[ev.TURN_GRANTED]
+        now = granted["lease_expires_at"] + REAP_GRACE_S
+        decide(s, None, None, now)
+        srtts.append(s.start.srtt)
+    # Only the first reap (no backoff yet) is a censored sample; the backed-off ones are not
+    # (Karn), so one broken agent cannot drag every other agent's deadline up.
+    assert srtts[1] == srtts[2] == srtts[3] and s.agents["z"].start_misses == 4
+    assert s.start.timeout(100, 0.5, 300.0, 0) < 10.0
