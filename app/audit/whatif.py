@@ -249,9 +249,7 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
                                                           "pool": w.pool, "at": min(stamped, now)}, position))
                         if periodic:
                             push(now + beat, "heartbeat", (turn_id, True, now + beat))
-            if len(batch) == 1:
-                decided = decide(state, batch[0][0], batch[0][1], now)
-            elif batch:
+            if batch:
                 decided = decide_many(state, batch, now)
         else:
             decided = decide(state, None, None, now)
@@ -284,12 +282,11 @@ def _schedule_call(spec: TurnSpec | None, granted_at: float, beat: float, push) 
         if spec.completion_stamp is not None:
             data["at"] = min(done, granted_at + spec.completion_stamp)
         push(done, "complete", (spec.turn_id, data), spec.completion_position)
+    first = 0.0
     if spec.heartbeat_offsets:                   # a streaming call: its first chunk, then every beat
-        arrival, stamp, position = spec.heartbeat_offsets[0]
-        recorded_beat(arrival, stamp, position, False)
-        push(granted_at + arrival + beat, "heartbeat", (spec.turn_id, True, granted_at + arrival + beat))
-        return
-    push(granted_at + beat, "heartbeat", (spec.turn_id, True, granted_at + beat))
+        first, stamp, position = spec.heartbeat_offsets[0]
+        recorded_beat(first, stamp, position, False)
+    push(granted_at + first + beat, "heartbeat", (spec.turn_id, True, granted_at + first + beat))
 
 
 # -- metrics, the same for the record and the counterfactual ----------------------------

@@ -148,12 +148,6 @@ def run_sim(trace: Trace, s: LiveSettings, client_delay_s: float, report_delay_s
     return to_sim_units(metrics, s.compression)
 
 
-def run_sim_with_report_path(trace: Trace, s: LiveSettings, client_delay_s: float,
-                             report_delay_s: float) -> dict:
-    """The sim with the completion round trip the live run measured (`report_delay_s`)."""
-    return run_sim(trace, s, client_delay_s, report_delay_s)
-
-
 def run_sim_uncompressed(trace: Trace, s: LiveSettings) -> dict:
     """For reference only: the same trace at full time scale, lease and boost uncompressed."""
     metrics, _series = simulate("agentrm", trace, s.lanes, s.rpm, s.tpm,
@@ -841,7 +835,7 @@ async def run_async(database_url: str, out_dir: str | Path | None = None, **kwar
     client_delay = statistics.fmean(delays) if delays else 0.05
     path = completion_path(raw["events"], raw["provider"])
     sim = run_sim(trace, s, client_delay)
-    with_path = run_sim_with_report_path(trace, s, client_delay, path["answer_to_decision_s"])
+    with_path = run_sim(trace, s, client_delay, path["answer_to_decision_s"])
     result = {
         "settings": {**asdict(s), "wall_seconds": s.wall_seconds, "compressed_pool": s.pool(), "pool": pool,
                      "calls_in_trace": trace.call_count()},

@@ -217,13 +217,11 @@ class LanesFifo(Policy):
         # in a fresh lane task, at the back of the queue. If the timeout falls in tool time,
         # the lane is freed and the next call queues for a lane when the tool is done.
         attempt = cur.attempt
-        waiting_on_call = (attempt is not None and attempt.record is cur.record
-                           and attempt.finished_at is None and not attempt.abandoned)
+        unanswered = attempt is not None and attempt.record is cur.record and not attempt.ok
         if attempt is not None:
             attempt.abandoned = True
         self._free(cur)
-        if waiting_on_call or (attempt is not None and attempt.record is cur.record
-                               and not attempt.answer.admitted):
+        if unanswered:                      # in flight, hung, or backing off after a 429
             self.call_ready(cur)
 
 

@@ -142,6 +142,10 @@ def _turn_cancelled(state: PoolState, d: dict) -> None:
 def _turn_reaped(state: PoolState, d: dict) -> None:
     turn = state.turns.pop(d["turn_id"])
     _release_lane(state, turn)
+    # A start deadline shorter than the lease may just have been too short (a slow provider,
+    # a long prompt): it backs off (start_misses) but does not count towards quarantine.
+    # Only a reap after a whole lease of silence marks a zombie.
+    cut_short = bool(d.get("no_first_chunk")) and not d.get("full_lease", True)
     agent = state.agents.get(turn.agent_id)
     if agent:
         # A zombie's whole hold counts against its agent; its reservation stays spent,
@@ -150,16 +154,13 @@ def _turn_reaped(state: PoolState, d: dict) -> None:
         agent.reaps += 1
         if d.get("no_first_chunk"):
             agent.start_misses += 1
-        # A start deadline shorter than the lease may just have been too short (a slow
-        # provider, a long prompt): it backs off (start_misses) but does not count towards
-        # quarantine. Only a reap after a whole lease of silence marks a zombie.
-        if not d.get("no_first_chunk") or d.get("full_lease", True):
+        if not cut_short:
             agent.consecutive_reaps += 1
-    if (d.get("no_first_chunk") and not d.get("full_lease", True) and turn.granted_at is not None
-            and turn.start_backoff == 0):  # Karn: a backed-off deadline says nothing of the pool
+    if cut_short and turn.granted_at is not None and turn.start_backoff == 0:
         # A censored sample: this call's first chunk would have come no sooner than the
         # deadline. Taking the deadline as a sample raises the estimate, so a provider that
         # has slowed down for everyone is learned even though no call beats the deadline.
+        # Karn: a backed-off deadline says nothing of the pool, so it is not sampled.
         state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens)
 
 

@@ -143,9 +143,8 @@ def _fire_timers(step: _Step, inputs: list[tuple[str, dict]]) -> None:
         agent_id = turn.agent_id
         silent = {}
         if turn.streams and not turn.progressed:
-            held = turn.lease_expires_at - (turn.granted_at if turn.granted_at is not None else 0.0)
             silent = {"no_first_chunk": True,
-                      "full_lease": held >= state.settings.lease_seconds - 1e-6}
+                      "full_lease": _held(turn, turn.lease_expires_at) >= state.settings.lease_seconds - 1e-6}
         step.emit(ev.TURN_REAPED, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
                   lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at, **silent)
         _after_usage(step, agent_id)

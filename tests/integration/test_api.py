@@ -26,6 +26,14 @@ async def head(server) -> int:
     return await server.runtime.store.head()
 
 
+async def fate_after_grant(agent, turn_id: str, timeout: float) -> dict:
+    """Subscribe to a granted turn and return its next state (how it ended)."""
+    async with agent.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
+                               id=turn_id) as sub:
+        assert (await sub.next())["turn"]["status"] == "GRANTED"
+        return (await sub.next(timeout=timeout))["turn"]
+
+
 async def test_turn_lifecycle_request_heartbeat_complete(server, operator):
     pool = await new_pool(operator)
     agent_id, token = await register(operator, "worker", pool)
@@ -188,10 +196,7 @@ async def test_zombie_is_reaped_and_repeat_offender_quarantined_until_released(s
         for _ in range(3):   # the default quarantine threshold
             turn = (await agent(REQUEST, est=1, out=1, wait=5))["requestTurn"]
             assert turn["status"] == "GRANTED"
-            async with agent.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
-                                       id=turn["id"]) as sub:
-                assert (await sub.next())["turn"]["status"] == "GRANTED"
-                reaped = (await sub.next(timeout=10))["turn"]
+            reaped = await fate_after_grant(agent, turn["id"], timeout=10)
             assert reaped["status"] == "REAPED" and reaped["reason"] == "lease expired"
         me = (await agent("{ me { state } }"))["me"]
         assert me["state"] == "QUARANTINED"
@@ -272,11 +277,8 @@ async def test_streaming_turn_that_never_starts_is_reaped_at_its_start_deadline(
         plain = (await agent(REQUEST, est=100, out=10, wait=5))["requestTurn"]   # not streaming
         hung = (await agent(STREAMING_REQUEST, est=100, wait=5))["requestTurn"]
         assert hung["status"] == "GRANTED"
-        async with agent.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
-                                   id=hung["id"]) as sub:
-            assert (await sub.next())["turn"]["status"] == "GRANTED"
-            reaped = (await sub.next(timeout=15))["turn"]
         # Reaped long before the 60 s lease: the start deadline is about the floor here.
+        reaped = await fate_after_grant(agent, hung["id"], timeout=15)
         assert reaped["status"] == "REAPED" and reaped["reason"] == "no first chunk by the start deadline"
         still = (await agent("query($id: ID!) { turn(id: $id) { status } }", id=plain["id"]))["turn"]
         assert still["status"] == "GRANTED"      # a non-streaming turn keeps its whole lease
