@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import socket
 import statistics
 import time
@@ -414,24 +415,46 @@ def _free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def serve_api(database_url: str):
-    """The real API (create_app under uvicorn) on a free loopback port, in this event loop."""
-    import uvicorn
+    """The real API in a process of its own, as `agentrm serve` runs it (uvicorn, one worker),
+    on a free loopback port. Yields the GraphQL endpoint and an EventStore of the harness's
+    own for reading the log afterwards. The service must not share a core's event loop with
+    the clients: their CPU would be charged to the service's grant and completion paths,
+    which the simulation takes as the client delays."""
+    import subprocess
+    import sys
 
-    from app.api.app import create_app
-    app = create_app(database_url, demo=False, op_token=OPERATOR_TOKEN)
+    from app.eventstore.store import EventStore, create_pool
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", timeout_graceful_shutdown=5))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.05)
+    env = {**os.environ, "AGENTRM_RESOLVED_DATABASE_URL": database_url, "AGENTRM_DEMO": "0",
+           "AGENTRM_OPERATOR_TOKEN": OPERATOR_TOKEN}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app.api.main:app_from_env", "--factory", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"], env=env)
+    base = f"http://127.0.0.1:{port}"
+    pg = None
     try:
-        yield f"http://127.0.0.1:{port}/graphql", app.state.holder["runtime"]
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            deadline = time.time() + 60.0
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the API process exited with {process.returncode}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{base}/healthz")).json().get("ok"):
+                        break
+                if time.time() > deadline:
+                    raise RuntimeError("the API process did not start within 60 s")
+                await asyncio.sleep(0.1)
+        pg = await create_pool(database_url, min_size=1, max_size=2)
+        yield f"{base}/graphql", EventStore(pg)
     finally:
-        server.should_exit = True
-        await task
+        if pg is not None:
+            await pg.close()
+        process.terminate()
+        try:
+            await asyncio.to_thread(process.wait, 15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            await asyncio.to_thread(process.wait)
 
 
 async def _create_pool(operator: Gql, name: str, s: LiveSettings) -> None:
@@ -493,7 +516,7 @@ async def _stop_agents(clock: Clock, tasks: list[asyncio.Task], grace: float = 3
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def live_run(endpoint: str, runtime, trace: Trace, s: LiveSettings, pool: str) -> dict:
+async def live_run(endpoint: str, store, trace: Trace, s: LiveSettings, pool: str) -> dict:
     """Drive the compressed trace through the service; returns the raw material for metrics."""
     compressed = compress_trace(trace, s.compression)
     operator = Gql(endpoint, OPERATOR_TOKEN)
@@ -503,7 +526,7 @@ async def live_run(endpoint: str, runtime, trace: Trace, s: LiveSettings, pool: 
     try:
         await _create_pool(operator, pool, s)
         tokens = await _register(operator, pool, compressed)
-        created_at, first_position = await _pool_created_at(runtime.store, pool)
+        created_at, first_position = await _pool_created_at(store, pool)
         t0 = _aligned_start(created_at, s.pool()["boost_seconds"])
         clock, stats = Clock(t0, compressed.duration_s), ClientStats()
         scripts = call_attempts(compressed)
@@ -522,7 +545,7 @@ async def live_run(endpoint: str, runtime, trace: Trace, s: LiveSettings, pool: 
                         and not isinstance(o, asyncio.CancelledError)]
         swept = await _sweep(operator, pool)
         state_after = (await operator(SCHEDULER, pool=pool))["scheduler"]
-        events = await read_pool_log(runtime.store, pool, first_position - 1)
+        events = await read_pool_log(store, pool, first_position - 1)
     finally:
         await provider.stop()
         for client in clients:
@@ -626,17 +649,24 @@ def _lane_use(turns: dict[str, TurnRow], provider: FakeProvider, end: float) -> 
     """(lane-seconds held, seconds of successful provider calls inside them), clipped to the
     run. The productive part is the provider's own access log (admission to last byte of
     each answered call, by x-client-request-id = turn id): the event log knows when a lane
-    was held, only the provider knows when it was working."""
-    answered = {e.request_id: e for e in provider.access_log if e.status == 200 and e.finished_at}
+    was held, only the provider knows when it was working. As in the simulation
+    (Policy.finish), a call still streaming at the end under a turn still held then has
+    been productive from its admission to the end."""
+    admitted = {e.request_id: e for e in provider.access_log if e.status == 200 and not e.hung}
     held = productive = 0.0
     for row in turns.values():
         if row.granted_at is None or row.granted_at >= end:
             continue
         stop = min(row.finished_at if row.finished_at is not None else end, end)
         held += max(0.0, stop - row.granted_at)
-        entry = answered.get(row.turn_id)
-        if row.end == ev.OK and entry is not None and entry.finished_at <= end:
+        entry = admitted.get(row.turn_id)
+        if entry is None or entry.received_at >= end:
+            continue
+        if row.end == ev.OK and entry.finished_at is not None and entry.finished_at <= end:
             productive += entry.finished_at - entry.received_at
+        elif (row.finished_at is None or row.finished_at > end) and (
+                entry.finished_at is None or entry.finished_at > end):
+            productive += end - entry.received_at
     return held, productive
 
 
@@ -822,13 +852,13 @@ def _write(out_dir: str | Path, result: dict) -> None:
 
 
 async def run_async(database_url: str, out_dir: str | Path | None = None, **kwargs) -> dict:
-    """The live check against a migrated database (the API is served in this event loop)."""
+    """The live check against a migrated database (the API is served in its own process)."""
     s = LiveSettings(**kwargs).resolved().check()
     trace = generate(WorkloadParams(agents=s.agents, minutes=s.minutes, seed=s.seed, hang_rate=s.hang_rate))
     pool = f"live_{s.seed}_{int(time.time() * 1000) % 10**9}"
     started = time.perf_counter()
-    async with serve_api(database_url) as (endpoint, runtime):
-        raw = await live_run(endpoint, runtime, trace, s, pool)
+    async with serve_api(database_url) as (endpoint, store):
+        raw = await live_run(endpoint, store, trace, s, pool)
     live = to_sim_units(log_metrics(raw["events"], raw["provider"], raw["t0"], raw["end"], s.compression),
                         s.compression)
     delays = grant_to_send(raw["events"], raw["provider"])
