@@ -61,10 +61,13 @@ class Projector:
         self.model = CoreModel()
         self.persist_interval = persist_interval
         self._lock = asyncio.Lock()
-        self._changed = asyncio.Condition()
+        # Callers waiting for the model to reach some state: (predicate, future). Checked
+        # synchronously after each fold, so a fold wakes only the waiters it satisfies. (A
+        # Condition woke every waiter on every fold - with a hundred agents queued for a lane
+        # that is a hundred task switches per event, each re-taking the Condition's lock.)
+        self._waiters: set[tuple[Callable[[], bool], asyncio.Future]] = set()
         self._subscribers: list[Callable[[RecordedEvent], None]] = []
         self._tasks: list[asyncio.Task] = []
-        self._notifying: set[asyncio.Task] = set()
 
     def subscribe(self, callback: Callable[[RecordedEvent], None]) -> Callable[[], None]:
         self._subscribers.append(callback)
@@ -93,9 +96,16 @@ class Projector:
             folded += 1
         return folded
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+    def _wake(self) -> None:
+        for waiter in list(self._waiters):
+            predicate, future = waiter
+            if future.done():
+                continue
+            try:
+                if predicate():
+                    future.set_result(True)
+            except Exception as exc:  # the waiter's own predicate failed: it gets the error
+                future.set_exception(exc)
 
     async def catch_up(self, until: int | None = None) -> int:
         folded = 0
@@ -106,7 +116,7 @@ class Projector:
                 if len(events) < 1000:
                     break
         if folded:
-            await self._notify()
+            self._wake()
         return folded
 
     def offer(self, appended: list[RecordedEvent]) -> None:
@@ -130,9 +140,7 @@ class Projector:
             log.exception("projector could not fold its own append at position %d", appended[0].position)
             return
         if folded:
-            task = asyncio.get_running_loop().create_task(self._notify())
-            self._notifying.add(task)
-            task.add_done_callback(self._notifying.discard)
+            self._wake()
 
     async def wait_position(self, position: int) -> None:
         """Read-your-writes: return once the model includes `position`. Concurrent callers
@@ -144,16 +152,17 @@ class Projector:
         """Wait until predicate() holds on the model, or timeout; returns predicate()."""
         if predicate():
             return True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        async with self._changed:
-            while not predicate():
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    return False
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), remaining)
-        return True
+        waiter = (predicate, asyncio.get_running_loop().create_future())
+        self._waiters.add(waiter)
+        try:
+            await asyncio.wait((waiter[1],), timeout=timeout)
+        finally:
+            self._waiters.discard(waiter)
+        if waiter[1].done():
+            waiter[1].result()  # re-raise what the predicate raised
+            return True
+        waiter[1].cancel()
+        return predicate()
 
     async def persist(self) -> bool:
         model = self.model
