@@ -146,8 +146,7 @@ class EventStore:
     async def _commit(self, group: list[_Pending]) -> list:
         try:
             async with self.pool.acquire() as conn:
-                async with conn.transaction():
-                    return await self._append_group(conn, group)
+                return await self._append_group(conn, group)  # its own transaction
         except Exception as exc:
             if len(group) == 1:
                 return [exc]
