@@ -12,6 +12,8 @@ import contextlib
 import logging
 import random
 
+import asyncpg
+
 from app.auth import OPERATOR, Principal
 from app.domain import events as ev
 from app.errors import ServiceError
@@ -70,9 +72,11 @@ DEMO_LOCK = 0x44454D4F  # "DEMO": with several workers, one of them drives the f
 
 
 async def start_demo(rt, seed: int = 7) -> asyncio.Task | None:
-    lock_conn = await rt.db.acquire()
+    # A connection of its own, as the schedulers' locks have: the lock is the session's, and
+    # closing the session releases it whatever happens to the task.
+    lock_conn = await asyncpg.connect(rt.url)
     if not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", DEMO_LOCK):
-        await rt.db.release(lock_conn)
+        await lock_conn.close()
         return None
     rng = random.Random(seed)
     existing = {v["name"]: v for v in rt.service.list_agents(OPERATOR, "default")}
@@ -90,7 +94,6 @@ async def start_demo(rt, seed: int = 7) -> asyncio.Task | None:
         finally:
             await cancel_all(tasks)
             with contextlib.suppress(Exception):
-                await lock_conn.execute("SELECT pg_advisory_unlock($1)", DEMO_LOCK)
-                await rt.db.release(lock_conn)
+                await lock_conn.close()
 
     return asyncio.create_task(run_all(), name="demo-fleet")

@@ -59,8 +59,16 @@ async def init_connection(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(typ, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
 
 
+async def _no_session_state(_conn: asyncpg.Connection) -> None:
+    """Pool release hook. asyncpg still rolls back a transaction left open; its default
+    reset would add a round trip per release (RESET ALL, UNLISTEN *, CLOSE ALL, advisory
+    unlock) for state that pooled connections never take: LISTEN and session advisory
+    locks live on dedicated connections (listener, scheduler, demo), and nothing SETs."""
+
+
 async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
-    return await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=init_connection)
+    return await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=init_connection,
+                                     reset=_no_session_state)
 
 
 def _record(row) -> RecordedEvent:

@@ -86,7 +86,10 @@ async def test_projector_folds_its_own_appends_at_once_and_reads_the_rest(fresh_
         await rt.projector.catch_up()
         view, _ = await rt.service.register_agent(OPERATOR, "solo", "default", ev.INTERACTIVE)
         me = Principal("agent", view["agent_id"])
-        await rt.projector.catch_up()
+        # The scheduler answers a registration (AgentAdmitted): wait for it, so that no
+        # decision of its lands between the positions this test pins down.
+        assert await rt.projector.wait_until(
+            lambda: view["agent_id"] in rt.projector.model.pools["default"].agents, 5.0)
         # Our own commit is folded before append() returns: no log read, no NOTIFY wait.
         recorded = await rt.store.append([NewEvent(f"turn-x{i}", ev.HEARTBEAT_SENT,
                                                    {"turn_id": f"x{i}", "pool": "default", "at": 0.0})
