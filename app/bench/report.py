@@ -204,7 +204,10 @@ def write_scheduler_report(out: Path, result: dict, plot_series: dict[str, dict]
         "",
         f"{w['agents']} agents, {w['minutes']} simulated minutes, seeds {w['seeds']}, "
         f"{w['lanes']} lanes, provider {w['rpm']} RPM / {w['tpm']} TPM, hang rate {w['hang_rate']}. "
-        f"agentrm settings beyond the core's defaults: {w['agentrm_settings'] or 'none'}.",
+        f"agentrm settings beyond the core's defaults: {w['agentrm_settings'] or 'none'}. The simulated "
+        f"agentrm client pays {1000 * w['agentrm_client']['client_delay_s']:g} ms from grant to provider and "
+        f"{1000 * w['agentrm_client']['report_delay_s']:g} ms from last byte to decision, the live check's "
+        "measurement through the real service (`app/bench/policies.py`).",
         "Cells: mean over seeds (min–max).",
         "",
         markdown_table(result),

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .metrics import series, summarize
-from .policies import POLICY_NAMES, Context, make_policy
+from .policies import MEASURED_CLIENT_DELAY_S, MEASURED_REPORT_DELAY_S, POLICY_NAMES, Context, make_policy
 from .sim import Provider, ProviderLink, Recorder, Simulator
 from .workload import CLASSES, Trace, WorkloadParams, generate
 
@@ -59,6 +59,9 @@ SCENARIOS: dict[str, dict] = {
                     "params": {"minutes": 10.0}},
     "more-lanes": {"about": "96 lanes: capacity to spare for agentrm",
                    "lanes": 96},
+    "slow-clients": {"about": "the AgentRM client's per-turn delays before this round's API speedups: "
+                              "20 ms grant -> provider, 30 ms last byte -> decision (default 8 and 7 ms)",
+                     "options": {"client_delay_s": 0.02, "report_delay_s": 0.03}},
     "slow-provider": {"about": "from minute 10 every call takes 4x as long to its first chunk: "
                                "agentrm's start deadlines must re-learn",
                       "params": {"ttft_slowdown_at_s": 600.0, "ttft_slowdown_factor": 4.0}},
@@ -125,6 +128,8 @@ def run(out_dir: str | Path | None = None, seeds: int = 5, policies: tuple[str, 
         "targets": target_check(per_seed),
         "workload": {**base.to_dict(), "seeds": [base.seed + i for i in range(seeds)], "lanes": lanes,
                      "rpm": rpm, "tpm": tpm, "agentrm_settings": overrides,
+                     "agentrm_client": {"client_delay_s": MEASURED_CLIENT_DELAY_S,
+                                        "report_delay_s": MEASURED_REPORT_DELAY_S, **(options or {})},
                      "calls_in_trace_seed0": generate(base).call_count()},
         "policies": {name: _mean_dict(runs) for name, runs in per_seed.items()},
         "spread": {name: {k: _aggregate([r[k] for r in runs]) for k in METRIC_KEYS}
@@ -169,10 +174,10 @@ def run_scenarios(seeds: int = 5, scenarios: dict[str, dict] | None = None, lane
     for name, sc in (SCENARIOS if scenarios is None else scenarios).items():
         result = run(None, seeds=seeds, policies=tuple(sc.get("policies", ("agentrm", "lanes-fifo"))),
                      lanes=sc.get("lanes", lanes), rpm=sc.get("rpm", rpm), tpm=sc.get("tpm", tpm),
-                     agentrm_overrides=agentrm_overrides,
+                     agentrm_overrides=agentrm_overrides, options=sc.get("options"),
                      keep_series=sc.get("plot_429s", False), **{**params, **sc.get("params", {})})
         out[name] = {"about": sc["about"], "targets": result["targets"], "seeds": seeds,
-                     "workload": {k: result["workload"][k] for k in ("lanes", "rpm", "tpm", "minutes",
+                     "workload": {k: result["workload"][k] for k in ("lanes", "rpm", "tpm", "minutes", "agentrm_client",
                                                                        "tool_median_s", "batch_tool_min_s")},
                      "policies": {p: {k: v for k, v in m.items() if k != "per_class"}
                                   for p, m in result["policies"].items()}}
