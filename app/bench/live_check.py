@@ -27,10 +27,15 @@ may burst c simulated minutes of tokens; the default scaled pool, TPM-bound at f
 scale, is not TPM-bound compressed (and sees no 429s). A faithful compression needs a rate
 window setting (bucket capacity = limit x window / 60 s) in the core and in sim.Provider.
 
-Per-turn service overheads (grant -> the client's send, provider's last byte -> TurnCompleted,
-tens of ms) are multiplied by c in simulated time. The sim's client delay is set to the
-measured grant -> send; the completion path has no counterpart in the sim's client model, so
-a third column runs the sim with it modelled (`_AgentRMWithReportPath`), as evidence only.
+Per-turn service overheads (grant -> the call at the provider, provider's last byte ->
+TurnCompleted: several ms each) are multiplied by c in simulated time. The verdict's sim is
+given both as measured in the same run; the columns without the second one show how much
+it matters. At c = 1 and the default fleet (`--agents 200 --compression 1 --hang-rate 0.01
+--lease-seconds 30`) the check measures the delays the scheduler benchmark's client pays
+(policies.MEASURED_*_DELAY_S).
+
+The API runs in a process of its own (`serve_api`), as `agentrm serve` runs it; the clients
+and the fake provider share this process's event loop.
 """
 from __future__ import annotations
 
