@@ -66,6 +66,7 @@ class Projector:
         # Condition woke every waiter on every fold - with a hundred agents queued for a lane
         # that is a hundred task switches per event, each re-taking the Condition's lock.)
         self._waiters: set[tuple[Callable[[], bool], asyncio.Future]] = set()
+        self._wake_scheduled = False
         self._subscribers: list[Callable[[RecordedEvent], None]] = []
         self._tasks: list[asyncio.Task] = []
 
@@ -97,6 +98,15 @@ class Projector:
         return folded
 
     def _wake(self) -> None:
+        """Check the waiters once the current burst of folds is over: folds that happen in
+        the same turn of the event loop (a group commit, then the scheduler's answer) share
+        one pass over the waiters."""
+        if not self._wake_scheduled and self._waiters:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._check_waiters)
+
+    def _check_waiters(self) -> None:
+        self._wake_scheduled = False
         for waiter in list(self._waiters):
             predicate, future = waiter
             if future.done():
