@@ -118,3 +118,38 @@ async def test_projector_folds_its_own_appends_at_once_and_reads_the_rest(fresh_
         assert report.matches, report.differences
     finally:
         await rt.stop()
+
+
+async def test_waiters_wake_on_the_fold_that_satisfies_them_and_only_then(fresh_database):
+    from app.eventstore.model import NewEvent
+    rt = await Runtime(fresh_database).start()
+    try:
+        await rt.projector.catch_up()
+        model = rt.projector.model
+        start = model.position
+
+        def appended(n: int) -> bool:
+            return model.position >= start + n
+
+        def broken() -> bool:
+            if model.position > start:
+                raise KeyError("a predicate's own bug")
+            return False
+
+        others = len(rt.projector._waiters)      # the runtime's own (the scheduler supervisor)
+        second = asyncio.create_task(rt.projector.wait_until(lambda: appended(2), 5.0))
+        failing = asyncio.create_task(rt.projector.wait_until(broken, 5.0))
+        never = asyncio.create_task(rt.projector.wait_until(lambda: appended(1000), 0.3))
+        await asyncio.sleep(0.05)
+        await rt.store.append([NewEvent("turn-w1", ev.HEARTBEAT_SENT, {"turn_id": "w1", "at": 0.0})])
+        await asyncio.sleep(0.05)
+        assert not second.done()                   # one event in: not yet satisfied
+        with contextlib.suppress(KeyError):
+            await failing                          # the predicate's error reaches its waiter
+        assert isinstance(failing.exception(), KeyError)
+        await rt.store.append([NewEvent("turn-w2", ev.HEARTBEAT_SENT, {"turn_id": "w2", "at": 0.0})])
+        assert await asyncio.wait_for(second, 2.0) is True
+        assert await never is False                # timed out, and says so
+        assert len(rt.projector._waiters) <= others  # none of ours left behind
+    finally:
+        await rt.stop()
