@@ -88,13 +88,17 @@ class Projector:
 
     def _fold(self, events: list[RecordedEvent]) -> int:
         folded = 0
-        for event in events:
-            if event.position <= self.model.position:
-                continue  # already folded from offer(): subscribers must not see it twice
-            self.model.fold(event)
-            for callback in list(self._subscribers):
-                callback(event)
-            folded += 1
+        try:
+            for event in events:
+                if event.position <= self.model.position:
+                    continue  # already folded from offer(): subscribers must not see it twice
+                self.model.fold(event)
+                for callback in list(self._subscribers):
+                    callback(event)
+                folded += 1
+        finally:
+            if folded:  # even when a later event's fold raised: these ones happened
+                self._wake()
         return folded
 
     def _wake(self) -> None:
@@ -115,7 +119,8 @@ class Projector:
                 if predicate():
                     future.set_result(True)
             except Exception as exc:  # the waiter's own predicate failed: it gets the error
-                future.set_exception(exc)
+                # (a future refuses StopIteration itself, which would end this pass early)
+                future.set_exception(RuntimeError(repr(exc)) if isinstance(exc, StopIteration) else exc)
 
     async def catch_up(self, until: int | None = None) -> int:
         folded = 0
@@ -125,8 +130,6 @@ class Projector:
                 folded += self._fold(events)
                 if len(events) < 1000:
                     break
-        if folded:
-            self._wake()
         return folded
 
     def offer(self, appended: list[RecordedEvent]) -> None:
@@ -142,15 +145,12 @@ class Projector:
                 or appended[-1].position - appended[0].position != len(appended) - 1):
             return
         try:
-            folded = self._fold(appended)
+            self._fold(appended)
         except Exception:
             # The append has committed; its caller must not see a read-side failure. As in
             # catch_up, an event whose fold raised is left half-applied: this is logged, and
             # `agentrm replay check` shows the damage.
             log.exception("projector could not fold its own append at position %d", appended[0].position)
-            return
-        if folded:
-            self._wake()
 
     async def wait_position(self, position: int) -> None:
         """Read-your-writes: return once the model includes `position`. Concurrent callers
@@ -164,15 +164,19 @@ class Projector:
             return True
         waiter = (predicate, asyncio.get_running_loop().create_future())
         self._waiters.add(waiter)
+        future = waiter[1]
         try:
-            await asyncio.wait((waiter[1],), timeout=timeout)
+            await asyncio.wait((future,), timeout=timeout)
         finally:
             self._waiters.discard(waiter)
-        if waiter[1].done():
-            waiter[1].result()  # re-raise what the predicate raised
-            return True
-        waiter[1].cancel()
-        return predicate()
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()  # retrieved even if we were cancelled: no "never retrieved" log
+        if future.cancelled():
+            return predicate()     # timed out
+        future.result()            # re-raise what the predicate raised
+        return True
 
     async def persist(self) -> bool:
         model = self.model

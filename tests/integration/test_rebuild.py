@@ -136,10 +136,15 @@ async def test_waiters_wake_on_the_fold_that_satisfies_them_and_only_then(fresh_
                 raise KeyError("a predicate's own bug")
             return False
 
-        others = len(rt.projector._waiters)      # the runtime's own (the scheduler supervisor)
-        second = asyncio.create_task(rt.projector.wait_until(lambda: appended(2), 5.0))
+        def two() -> bool:
+            return appended(2)
+
+        def thousand() -> bool:
+            return appended(1000)
+
+        second = asyncio.create_task(rt.projector.wait_until(two, 5.0))
         failing = asyncio.create_task(rt.projector.wait_until(broken, 5.0))
-        never = asyncio.create_task(rt.projector.wait_until(lambda: appended(1000), 0.3))
+        never = asyncio.create_task(rt.projector.wait_until(thousand, 0.3))
         await asyncio.sleep(0.05)
         await rt.store.append([NewEvent("turn-w1", ev.HEARTBEAT_SENT, {"turn_id": "w1", "at": 0.0})])
         await asyncio.sleep(0.05)
@@ -150,6 +155,7 @@ async def test_waiters_wake_on_the_fold_that_satisfies_them_and_only_then(fresh_
         await rt.store.append([NewEvent("turn-w2", ev.HEARTBEAT_SENT, {"turn_id": "w2", "at": 0.0})])
         assert await asyncio.wait_for(second, 2.0) is True
         assert await never is False                # timed out, and says so
-        assert len(rt.projector._waiters) <= others  # none of ours left behind
+        left = {predicate for predicate, _future in rt.projector._waiters}
+        assert not left & {two, broken, thousand}  # none of ours left behind
     finally:
         await rt.stop()
