@@ -71,29 +71,32 @@ async def _agent_loop(rt, agent_id: str, priority_class: str, rng: random.Random
 DEMO_LOCK = 0x44454D4F  # "DEMO": with several workers, one of them drives the fleet
 
 
-async def start_demo(rt, seed: int = 7) -> asyncio.Task | None:
+async def start_demo(rt, seed: int = 7) -> asyncio.Task:
+    """Drive the demo fleet in a task (which ends at once if another worker drives it)."""
+    return asyncio.create_task(_run_demo(rt, seed), name="demo-fleet")
+
+
+async def _run_demo(rt, seed: int) -> None:
     # A connection of its own, as the schedulers' locks have: the lock is the session's, and
-    # closing the session releases it whatever happens to the task.
+    # closing the session releases it, whatever happens to this task.
     lock_conn = await asyncpg.connect(rt.url)
-    if not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", DEMO_LOCK):
-        await lock_conn.close()
-        return None
-    rng = random.Random(seed)
-    existing = {v["name"]: v for v in rt.service.list_agents(OPERATOR, "default")}
-    agents = []
-    for name, cls in FLEET:
-        view = existing.get(name)
-        if view is None:
-            view, _token = await rt.service.register_agent(OPERATOR, name, "default", cls)
-        agents.append((view["agent_id"], cls))
-
-    async def run_all() -> None:
+    tasks: list[asyncio.Task] = []
+    try:
+        if not await lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", DEMO_LOCK):
+            return
+        rng = random.Random(seed)
+        existing = {v["name"]: v for v in rt.service.list_agents(OPERATOR, "default")}
+        agents = []
+        for name, cls in FLEET:
+            view = existing.get(name)
+            if view is None:
+                view, _token = await rt.service.register_agent(OPERATOR, name, "default", cls)
+            agents.append((view["agent_id"], cls))
         tasks = [asyncio.create_task(_agent_loop(rt, a, c, random.Random(rng.random()))) for a, c in agents]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            await cancel_all(tasks)
-            with contextlib.suppress(Exception):
-                await lock_conn.close()
-
-    return asyncio.create_task(run_all(), name="demo-fleet")
+        await asyncio.gather(*tasks)
+    except Exception:
+        log.exception("the demo fleet stopped")
+    finally:
+        await cancel_all(tasks)
+        with contextlib.suppress(Exception):
+            await lock_conn.close()
