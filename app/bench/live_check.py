@@ -452,14 +452,17 @@ async def serve_api(database_url: str):
         pg = await create_pool(database_url, min_size=1, max_size=2)
         yield f"{base}/graphql", EventStore(pg)
     finally:
-        if pg is not None:
-            await pg.close()
-        process.terminate()
+        process.terminate()   # first: whatever fails below, the API process does not outlive us
         try:
+            if pg is not None:
+                await pg.close()
             await asyncio.to_thread(process.wait, 15)
         except subprocess.TimeoutExpired:
-            process.kill()
-            await asyncio.to_thread(process.wait)
+            pass              # killed below
+        finally:
+            if process.poll() is None:   # slow to stop, or we were cancelled while waiting
+                process.kill()
+                process.wait()
 
 
 async def _create_pool(operator: Gql, name: str, s: LiveSettings) -> None:
