@@ -5,7 +5,6 @@ import time
 from collections.abc import AsyncGenerator
 
 import strawberry
-from strawberry.extensions import ParserCache, ValidationCache
 from strawberry.types import Info
 
 from app.auth import require, require_operator
@@ -19,6 +18,7 @@ from . import types as t
 from .audit_schema import AuditQuery
 from .context_schema import ContextMutation, ContextQuery
 from .context import principal, runtime
+from .document_cache import SmallDocumentParserCache, SmallDocumentValidationCache
 from .errors import ErrorCodes, as_graphql_error
 
 
@@ -241,11 +241,5 @@ class AgentRMSchema(strawberry.Schema):
             super().process_errors(unexpected, execution_context)
 
 
-# Clients send the same few documents over and over (requestTurn, heartbeat, completeTurn),
-# and without the caches parsing and validating them again took about 40% of the API's CPU
-# under the live check's load. Bounded: any client can send new documents.
-DOCUMENT_CACHE_SIZE = 512
-
 schema = AgentRMSchema(query=Query, mutation=Mutation, subscription=Subscription,
-                       extensions=[ErrorCodes, lambda: ParserCache(maxsize=DOCUMENT_CACHE_SIZE),
-                                   lambda: ValidationCache(maxsize=DOCUMENT_CACHE_SIZE)])
+                       extensions=[ErrorCodes, SmallDocumentParserCache, SmallDocumentValidationCache])
