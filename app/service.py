@@ -235,10 +235,10 @@ class Service:
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
         await self.projector.wait_until(lambda: self.model.turns[turn_id]["level"] is not None
                                         or self.model.turns[turn_id]["finished_at"] is not None,
-                                        DECISION_TIMEOUT)
+                                        DECISION_TIMEOUT, turn_id=turn_id)
         if wait > 0:
             await self.projector.wait_until(
-                lambda: self.model.turns[turn_id]["status"] != ev.QUEUED, wait)
+                lambda: self.model.turns[turn_id]["status"] != ev.QUEUED, wait, turn_id=turn_id)
         return self.turn_view(turn_id)
 
     def _own_turn(self, principal: Principal | None, turn_id: str, *, operator_ok: bool = False) -> dict:
@@ -268,7 +268,8 @@ class Service:
         before = doc["version"]
         data = {"turn_id": turn_id, "agent_id": doc["agent_id"], "pool": doc["pool"], "at": _now(), **data}
         await self._append([NewEvent(f"turn-{turn_id}", type_, data, self._meta(principal, turn_id))])
-        await self.projector.wait_until(lambda: settled(self.model.turns[turn_id], before), DECISION_TIMEOUT)
+        await self.projector.wait_until(lambda: settled(self.model.turns[turn_id], before), DECISION_TIMEOUT,
+                                        turn_id=turn_id)
         return self.turn_view(turn_id)
 
     async def heartbeat(self, principal: Principal | None, turn_id: str) -> dict:

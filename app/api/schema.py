@@ -225,7 +225,8 @@ class Subscription:
         while doc["finished_at"] is None:
             await rt.projector.wait_until(
                 lambda: (rt.projector.model.turns[str(turn_id)]["status"],
-                         rt.projector.model.turns[str(turn_id)]["version"]) != key, 30.0)
+                         rt.projector.model.turns[str(turn_id)]["version"]) != key, 30.0,
+                turn_id=str(turn_id))
             doc = rt.projector.model.turns[str(turn_id)]
             if (doc["status"], doc["version"]) != key:
                 key = (doc["status"], doc["version"])

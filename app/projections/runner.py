@@ -61,11 +61,16 @@ class Projector:
         self.model = CoreModel()
         self.persist_interval = persist_interval
         self._lock = asyncio.Lock()
-        # Callers waiting for the model to reach some state: (predicate, future). Checked
-        # synchronously after each fold, so a fold wakes only the waiters it satisfies. (A
-        # Condition woke every waiter on every fold - with a hundred agents queued for a lane
-        # that is a hundred task switches per event, each re-taking the Condition's lock.)
+        # Callers waiting for the model to reach some state: (predicate, future), checked
+        # once per turn of the event loop after folds, so a fold wakes only the waiters it
+        # satisfies. (A Condition woke every waiter on every fold - with a hundred agents
+        # queued for a lane, a hundred task switches per event.) A waiter on one turn is
+        # checked only when an event of that turn was folded: a turn's document changes
+        # only by events that carry its turn_id (core.py), and a burst of a thousand
+        # requests would otherwise run a thousand predicates per pass.
         self._waiters: set[tuple[Callable[[], bool], asyncio.Future]] = set()
+        self._turn_waiters: dict[str, set[tuple[Callable[[], bool], asyncio.Future]]] = {}
+        self._touched_turns: set[str] = set()
         self._wake_scheduled = False
         self._subscribers: list[Callable[[RecordedEvent], None]] = []
         self._tasks: list[asyncio.Task] = []
@@ -93,6 +98,9 @@ class Projector:
                 if event.position <= self.model.position:
                     continue  # already folded from offer(): subscribers must not see it twice
                 self.model.fold(event)
+                turn_id = event.data.get("turn_id") if isinstance(event.data, dict) else None
+                if isinstance(turn_id, str):
+                    self._touched_turns.add(turn_id)
                 for callback in list(self._subscribers):
                     callback(event)
                 folded += 1
@@ -105,13 +113,17 @@ class Projector:
         """Check the waiters once the current burst of folds is over: folds that happen in
         the same turn of the event loop (a group commit, then the scheduler's answer) share
         one pass over the waiters."""
-        if not self._wake_scheduled and self._waiters:
+        if not self._wake_scheduled:
             self._wake_scheduled = True
             asyncio.get_running_loop().call_soon(self._check_waiters)
 
     def _check_waiters(self) -> None:
         self._wake_scheduled = False
-        for waiter in list(self._waiters):
+        touched, self._touched_turns = self._touched_turns, set()
+        due = list(self._waiters)
+        for turn_id in touched:
+            due += self._turn_waiters.get(turn_id, ())
+        for waiter in due:
             predicate, future = waiter
             if future.done():
                 continue
@@ -158,17 +170,23 @@ class Projector:
         if self.model.position < position:
             await self.catch_up(until=position)
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Wait until predicate() holds on the model, or timeout; returns predicate()."""
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float, *,
+                         turn_id: str | None = None) -> bool:
+        """Wait until predicate() holds on the model, or timeout; True if it held, else
+        predicate() at the timeout. With `turn_id` the predicate must depend only on that
+        turn's document: it is re-checked only when an event of that turn is folded."""
         if predicate():
             return True
         waiter = (predicate, asyncio.get_running_loop().create_future())
-        self._waiters.add(waiter)
+        group = self._waiters if turn_id is None else self._turn_waiters.setdefault(turn_id, set())
+        group.add(waiter)
         future = waiter[1]
         try:
             await asyncio.wait((future,), timeout=timeout)
         finally:
-            self._waiters.discard(waiter)
+            group.discard(waiter)
+            if turn_id is not None and not group:
+                self._turn_waiters.pop(turn_id, None)
             if not future.done():
                 future.cancel()
             elif not future.cancelled():
