@@ -60,7 +60,7 @@ SCENARIOS: dict[str, dict] = {
     "more-lanes": {"about": "96 lanes: capacity to spare for agentrm",
                    "lanes": 96},
     "slow-clients": {"about": "the AgentRM client's per-turn delays before this round's API speedups: "
-                              "20 ms grant -> provider, 30 ms last byte -> decision (default 8 and 7 ms)",
+                              "20 ms grant -> provider, 30 ms last byte -> decision (default 9 and 9 ms)",
                      "options": {"client_delay_s": 0.02, "report_delay_s": 0.03}},
     "slow-provider": {"about": "from minute 10 every call takes 4x as long to its first chunk: "
                                "agentrm's start deadlines must re-learn",
