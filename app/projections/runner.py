@@ -192,8 +192,8 @@ class Projector:
             await asyncio.wait((future,), timeout=timeout)
         finally:
             group.discard(waiter)
-            if turn_id is not None and not group:
-                self._turn_waiters.pop(turn_id, None)
+            if turn_id is not None and not group and self._turn_waiters.get(turn_id) is group:
+                del self._turn_waiters[turn_id]
             if not future.done():
                 future.cancel()
             elif not future.cancelled():
