@@ -147,7 +147,7 @@ async def test_waiters_wake_on_the_fold_that_satisfies_them_and_only_then(fresh_
         never = asyncio.create_task(rt.projector.wait_until(thousand, 0.3))
         # Keyed by turn: re-checked only when an event of that turn is folded.
         on_w2 = asyncio.create_task(rt.projector.wait_until(two, 5.0, turn_id="w2"))
-        elsewhere = asyncio.create_task(rt.projector.wait_until(two, 1.0, turn_id="w9"))
+        elsewhere = asyncio.create_task(rt.projector.wait_until(two, 30.0, turn_id="w9"))
         await asyncio.sleep(0.05)
         await rt.store.append([NewEvent("turn-w1", ev.HEARTBEAT_SENT, {"turn_id": "w1", "at": 0.0})])
         await asyncio.sleep(0.05)
@@ -160,7 +160,8 @@ async def test_waiters_wake_on_the_fold_that_satisfies_them_and_only_then(fresh_
         assert await asyncio.wait_for(on_w2, 2.0) is True
         await asyncio.sleep(0.1)
         assert not elsewhere.done()                # w2's event is not w9's: not re-checked
-        assert await elsewhere is True             # ...until its timeout, which re-checks
+        await rt.store.append([NewEvent("turn-w9", ev.HEARTBEAT_SENT, {"turn_id": "w9", "at": 0.0})])
+        assert await asyncio.wait_for(elsewhere, 2.0) is True   # ...until w9 changes
         assert await never is False                # timed out, and says so
         left = {predicate for predicate, _future in rt.projector._waiters}
         assert not left & {two, broken, thousand}  # none of ours left behind
