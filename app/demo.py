@@ -71,7 +71,7 @@ async def _agent_loop(rt, agent_id: str, priority_class: str, rng: random.Random
 DEMO_LOCK = 0x44454D4F  # "DEMO": with several workers, one of them drives the fleet
 
 
-async def start_demo(rt, seed: int = 7) -> asyncio.Task:
+def start_demo(rt, seed: int = 7) -> asyncio.Task:
     """Drive the demo fleet in a task (which ends at once if another worker drives it)."""
     return asyncio.create_task(_run_demo(rt, seed), name="demo-fleet")
 

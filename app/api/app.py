@@ -60,7 +60,7 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         demo_task = None
         if demo:
             from app.demo import start_demo
-            demo_task = await start_demo(rt)
+            demo_task = start_demo(rt)
         try:
             yield
         finally:
