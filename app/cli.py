@@ -71,7 +71,11 @@ def cmd_schema(_args) -> int:
 
 
 def cmd_bench(args, rest: list[str]) -> int:
-    from app.bench.cli import main as bench_main
+    try:
+        from agentrm_bench.cli import main as bench_main
+    except ImportError as exc:  # the service installs without the benchmarks
+        raise SystemExit(f"agentrm bench needs the benchmark package ({exc}); run `make setup`, "
+                         "or `pip install -e '.[bench]'`") from None
     return bench_main([args.which, *rest])
 
 

@@ -8,7 +8,7 @@ that the whole pipeline runs, that the log yields every metric, and that nothing
 holding a lane."""
 from __future__ import annotations
 
-from app.bench.live_check import COMPARED, run_async
+from agentrm_bench.live_check import COMPARED, run_async
 
 
 async def test_live_check_runs_end_to_end_and_reports_every_metric(fresh_database, tmp_path):

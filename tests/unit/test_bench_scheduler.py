@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.bench.policies import POLICY_NAMES
-from app.bench.scheduler_bench import METRIC_KEYS, _param, main, run, run_scenarios, simulate, target_check
-from app.bench.sim import Provider
-from app.bench.workload import (BATCH, CLASSES, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams,
+from agentrm_bench.policies import POLICY_NAMES
+from agentrm_bench.scheduler_bench import METRIC_KEYS, _param, main, run, run_scenarios, simulate, target_check
+from agentrm_bench.sim import Provider
+from agentrm_bench.workload import (BATCH, CLASSES, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams,
                                 call_attempts, generate)
 
 SMALL = dict(agents=24, minutes=3.0, seed=7)
@@ -152,8 +152,8 @@ def test_report_files_are_written(tmp_path):
 
 
 def test_provider_never_admits_above_its_limit_under_the_most_aggressive_policy():
-    from app.bench.policies import Context, make_policy
-    from app.bench.sim import ProviderLink, Recorder, Simulator
+    from agentrm_bench.policies import Context, make_policy
+    from agentrm_bench.sim import ProviderLink, Recorder, Simulator
     trace = generate(WorkloadParams(agents=40, minutes=2.0, seed=5))
     sim, provider = Simulator(), Provider(rpm=60, tpm=200_000)
     recorder = Recorder(duration_s=trace.duration_s)

@@ -1,7 +1,7 @@
 """The retention benchmark runs end to end in quick mode and reports honestly."""
 import json
 
-from app.bench import context_bench as bench
+from agentrm_bench import context_bench as bench
 from app.context.tokens import count_message
 
 

@@ -701,7 +701,7 @@ def render_plot(results: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-if __name__ == "__main__":  # python -m app.bench.context_bench [out_dir]
+if __name__ == "__main__":  # python -m agentrm_bench.context_bench [out_dir]
     import sys
 
     target = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results")

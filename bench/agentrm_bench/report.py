@@ -207,7 +207,7 @@ def write_scheduler_report(out: Path, result: dict, plot_series: dict[str, dict]
         f"agentrm settings beyond the core's defaults: {w['agentrm_settings'] or 'none'}. The simulated "
         f"agentrm client pays {1000 * w['agentrm_client']['client_delay_s']:g} ms from grant to provider and "
         f"{1000 * w['agentrm_client']['report_delay_s']:g} ms from last byte to decision, the live check's "
-        "measurement through the real service (`app/bench/policies.py`).",
+        "measurement through the real service (`bench/agentrm_bench/policies.py`).",
         "Cells: mean over seeds (min–max).",
         "",
         markdown_table(result),
@@ -227,8 +227,8 @@ def write_scheduler_report(out: Path, result: dict, plot_series: dict[str, dict]
         per_class_table(result),
         "",
         "Plots (first seed): `scheduler_latency_cdf.png`, `scheduler_lanes.png`, `scheduler_429s.png`.",
-        "Metric definitions: `app/bench/metrics.py`; baseline models and their sources: "
-        "`app/bench/policies.py`; workload: `app/bench/workload.py`.",
+        "Metric definitions: `bench/agentrm_bench/metrics.py`; baseline models and their sources: "
+        "`bench/agentrm_bench/policies.py`; workload: `bench/agentrm_bench/workload.py`.",
         "",
         "## Workload parameters",
         "",
