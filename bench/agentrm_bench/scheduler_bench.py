@@ -17,8 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from .metrics import series, summarize
-from .policies import MEASURED_CLIENT_DELAY_S, MEASURED_REPORT_DELAY_S, POLICY_NAMES, Context, make_policy
-from .sim import Provider, ProviderLink, Recorder, Simulator
+from .harness import run_policy
+from .policies.agentrm import MEASURED_CLIENT_DELAY_S, MEASURED_REPORT_DELAY_S
+
+POLICY_NAMES = ("agentrm", "lanes-fifo", "aios-fifo", "litellm-router")
 from .workload import CLASSES, Trace, WorkloadParams, generate
 
 # The provider and pool of the default workload, the same for every policy. Lanes are the
@@ -74,15 +76,7 @@ METRIC_KEYS = ("p50_latency_s", "p95_latency_s", "p99_latency_s", "lane_waste", 
 def simulate(policy_name: str, trace: Trace, lanes: int, rpm: int, tpm: int,
              agentrm_overrides: dict | None = None, options: dict | None = None) -> tuple[dict, dict]:
     """Run one policy over one trace; returns (metrics, series)."""
-    sim = Simulator()
-    provider = Provider(rpm, tpm, trace.params.ttft_slowdown_at_s, trace.params.ttft_slowdown_factor)
-    recorder = Recorder(duration_s=trace.duration_s)
-    ctx = Context(sim=sim, provider=provider, recorder=recorder, link=ProviderLink(sim, provider, recorder),
-                  trace=trace, lanes=lanes, seed=trace.params.seed, options=dict(options or {}))
-    policy = make_policy(policy_name, ctx, agentrm_overrides)
-    policy.start()
-    sim.run(trace.duration_s)
-    policy.finish()
+    recorder = run_policy(policy_name, trace, lanes, rpm, tpm, agentrm_overrides, options).recorder
     by_class = {c: [a.agent_id for a in trace.agents if a.priority_class == c] for c in CLASSES}
     return summarize(recorder, by_class), series(recorder)
 

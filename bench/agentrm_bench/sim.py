@@ -1,8 +1,21 @@
-"""Discrete-event simulation: a virtual clock, a simulated provider with a true rate limit,
-and the recorder every policy reports into.
+"""Discrete-event simulation: a virtual clock, a simulated provider with a true rate limit and
+faults, and the recorder every policy reports into.
 
-Nothing here reads the wall clock: a 10-minute workload runs in a second or two, and the same
-seed gives the same numbers.
+Nothing here reads the wall clock: a 30-minute workload runs in seconds, and the same seed
+gives the same numbers.
+
+The provider streams. An admitted attempt has a first chunk (after its time to first token)
+and then chunks until its last byte, unless it faults:
+- `hang`: admitted, and then nothing, ever (no first chunk, no answer);
+- `stall`: the first chunk comes and the stream runs for a while, then stops for ever;
+- `slow`: alive but slow: its first chunk takes far longer than usual, then it completes;
+- an outage window of the provider: every attempt sent inside it hangs, retries included.
+A fault of the trace belongs to the call's first attempt; a retry of it is answered (unless it
+is sent into an outage), so every policy can finish the same work.
+
+A policy never sees the future: it learns of chunks and answers through callbacks
+(`on_first_chunk`, `on_answer`), and an idle watchdog (`Watchdog`) only asks what a client
+could know at that moment (`Attempt.silent_since`).
 """
 from __future__ import annotations
 
@@ -77,6 +90,40 @@ class _Bucket:
         return self.seconds_until(self.limit_per_minute)
 
 
+@dataclass(frozen=True)
+class Saturation:
+    """A self-hosted-like provider (vLLM-style continuous batching) whose speed depends on how
+    many requests it serves at once.
+
+    Aggregate decode throughput follows X(n) = x_max * n / (n + k) tokens/s for n running
+    requests, each getting X(n)/n; at most `max_running` run at once (the KV cache's room),
+    the rest wait in the server's queue, so past the knee throughput plateaus and only
+    latency grows. Time to first token grows with the running batch: ttft(n) = ttft_base_s
+    + ttft_quad_s * n^2, plus prefill. Fit (least squares by hand, 5 points) to a published
+    vLLM concurrency sweep of Mistral-7B-Instruct on one RTX 4090, 256 in / 128 out:
+    output tok/s 210, 377, 644, 975, 1190 and mean TTFT 63, 79, 155, 362, 667 ms at
+    concurrency 4, 8, 16, 32, 48 (mushfiqrahman.dev, "latency-throughput knee", vLLM
+    OpenAI server, `vllm bench serve`). The fit gives x_max = 2068 tok/s, k = 35.4
+    (X(4) = 210, X(16) = 644, X(32) = 982, X(48) = 1190) and ttft ~ 55 ms + 0.27 ms * n^2.
+    max_running = 48: the sweep stops there; past it we assume the server queues.
+    The per-request rate is recomputed whenever a request starts or ends (processor sharing)."""
+    x_max_tokens_per_s: float = 2068.0
+    k: float = 35.4
+    max_running: int = 48
+    ttft_base_s: float = 0.055
+    ttft_quad_s: float = 0.00027
+
+    def per_request_rate(self, running: int) -> float:
+        return self.x_max_tokens_per_s / (max(1, running) + self.k)
+
+    def ttft(self, running: int) -> float:
+        return self.ttft_base_s + self.ttft_quad_s * running * running
+
+    def plateau_tokens_per_s(self) -> float:
+        n = self.max_running
+        return self.x_max_tokens_per_s * n / (n + self.k)
+
+
 class Provider:
     """An LLM API with a true RPM and TPM limit, as OpenAI documents its limiter: two buckets
     that replenish continuously up to one minute's worth. A request is admitted only if one
@@ -86,18 +133,24 @@ class Provider:
     never settles keeps its full charge. A 429 costs nothing here, which is kinder to
     retry-heavy clients than OpenAI's note that failed requests count against the limit.
 
-    `admitted_log` keeps every admission (time, tokens charged) so tests can check that the
-    provider never admits above its limit."""
+    `admitted_log` keeps every admission (time, tokens charged) so tests and the
+    over-admission metric can check what the provider was asked to take."""
 
     REJECT_LATENCY_S = 0.2
 
-    def __init__(self, rpm: int, tpm: int, slowdown_at_s: float | None = None, slowdown_factor: float = 1.0):
+    def __init__(self, rpm: int, tpm: int, slowdown_at_s: float | None = None, slowdown_factor: float = 1.0,
+                 outages: tuple[tuple[float, float], ...] = (), saturation: Saturation | None = None):
         self.rpm, self.tpm = rpm, tpm
         self.slowdown_at_s, self.slowdown_factor = slowdown_at_s, slowdown_factor
+        self.outages = tuple(outages)
+        self.saturation = saturation
         self.requests = _Bucket(rpm, float(rpm))
         self.tokens = _Bucket(tpm, float(tpm))
         self.admitted_log: list[tuple[float, int]] = []
         self.rejections: list[float] = []
+
+    def in_outage(self, now: float) -> bool:
+        return any(start <= now < end for start, end in self.outages)
 
     def _headers(self) -> dict:
         return {
@@ -146,10 +199,24 @@ class CallRecord:
     agent_id: str
     priority_class: str
     requested_at: float
+    run_key: str = ""
     first_sent_at: float | None = None
     completed_at: float | None = None
     attempts: int = 0
     rate_limited: int = 0
+    failed: int = 0               # times its error reached the agent after the policy's own retries
+
+
+@dataclass
+class RunRecord:
+    """One agent run (a chat answer, a batch job, a cron firing): from its first call's
+    request to its last call's answer."""
+    run_key: str
+    agent_id: str
+    priority_class: str
+    calls: int
+    started_at: float
+    completed_at: float | None = None
 
 
 @dataclass
@@ -159,6 +226,8 @@ class SlotHold:
     started_at: float
     ended_at: float | None = None
     productive_s: float = 0.0     # seconds of successful provider calls inside the hold
+    inflight_s: float = 0.0       # seconds with a provider attempt in flight (any outcome)
+    hung_s: float = 0.0           # seconds with an attempt in flight that will never answer
     hung_since: float | None = None  # when the hold's call hung (kept after release, for plots)
 
 
@@ -167,56 +236,103 @@ class Recorder:
     """Everything the metrics need, gathered while a policy runs."""
     duration_s: float
     calls: list[CallRecord] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
     holds: list[SlotHold] = field(default_factory=list)
     rate_limited_at: list[float] = field(default_factory=list)
+    sent_log: list[tuple[float, int]] = field(default_factory=list)  # (time, prompt + max output) per attempt
     provider_attempts: int = 0
+    live_calls_cut: int = 0
+    hung_attempts_cut: int = 0
     notes: dict = field(default_factory=dict)
+    open_attempts: dict[int, "Attempt"] = field(default_factory=dict)  # by id()
 
-    def request(self, now: float, call: CallSpec, agent_id: str, priority_class: str) -> CallRecord:
-        record = CallRecord(call, agent_id, priority_class, now)
+    def request(self, now: float, call: CallSpec, agent_id: str, priority_class: str,
+                run_key: str = "") -> CallRecord:
+        record = CallRecord(call, agent_id, priority_class, now, run_key)
         self.calls.append(record)
         return record
+
+    def run_started(self, now: float, run_key: str, agent_id: str, priority_class: str, calls: int) -> RunRecord:
+        run = RunRecord(run_key, agent_id, priority_class, calls, now)
+        self.runs.append(run)
+        return run
 
     def hold(self, now: float, slot: str) -> SlotHold:
         hold = SlotHold(slot, now)
         self.holds.append(hold)
         return hold
 
-    def release(self, now: float, hold: SlotHold) -> None:
-        if hold.ended_at is None:
+    def release(self, now: float, hold: SlotHold | None) -> None:
+        if hold is not None and hold.ended_at is None:
             hold.ended_at = now
+
+    def close(self, end: float) -> None:
+        """The simulated period is over: attempts still open are credited to their slots up
+        to the end (a success still streaming has been productive since it was sent; a hung
+        one has been hung), once."""
+        for attempt in self.open_attempts.values():
+            hold = attempt.hold
+            if hold is None or attempt.ended_at is not None:
+                continue
+            hold.inflight_s += end - attempt.sent_at
+            if attempt.hung_from is not None:
+                hold.hung_s += max(0.0, end - attempt.hung_from)
+            elif attempt.answer.admitted and attempt.will_answer:
+                hold.productive_s += end - attempt.sent_at
+        self.open_attempts = {}
+
+    def failed(self, record: CallRecord) -> None:
+        """The policy gave up on an attempt chain: its error reached the agent."""
+        record.failed += 1
 
 
 class ProviderLink:
     """Sends attempts of calls to the provider on behalf of a policy, and calls back with
     the answer. A hung attempt is admitted and then never answered: the callback never
     fires, exactly as a promise that never settles; a policy that wants a timeout or a
-    lease must arrange it itself. Only the first attempt of a hanging call hangs."""
+    lease must arrange it itself (see `Watchdog`).
+
+    `hold` is the slot the attempt runs in: its in-flight, productive and hung seconds are
+    credited to it, so lane waste means the same for every policy."""
 
     def __init__(self, sim: Simulator, provider: Provider, recorder: Recorder):
         self.sim, self.provider, self.recorder = sim, provider, recorder
+        self._engine = _SaturatedEngine(sim, provider.saturation) if provider.saturation else None
 
-    def send(self, record: CallRecord, on_answer: Callable[["Attempt"], None]) -> "Attempt":
+    def send(self, record: CallRecord, on_answer: Callable[["Attempt"], None], hold: SlotHold | None = None,
+             on_first_chunk: Callable[["Attempt"], None] | None = None) -> "Attempt":
         now = self.sim.now
         record.attempts += 1
         self.recorder.provider_attempts += 1
         if record.first_sent_at is None:
             record.first_sent_at = now
         call = record.call
+        self.recorder.sent_log.append((now, call.prompt_tokens + call.max_output_tokens))
         answer = self.provider.submit(now, call.prompt_tokens, call.max_output_tokens)
-        attempt = Attempt(record, now, answer)
+        attempt = Attempt(record, now, answer, hold=hold, recorder=self.recorder, link=self)
+        self.recorder.open_attempts[id(attempt)] = attempt
         if not answer.admitted:
             record.rate_limited += 1
             self.recorder.rate_limited_at.append(now)
-            self.sim.after(Provider.REJECT_LATENCY_S, lambda: attempt.finish(now + Provider.REJECT_LATENCY_S, on_answer))
+            attempt.will_answer = True
+            self.sim.after(Provider.REJECT_LATENCY_S, lambda: attempt.finish(self.sim.now, on_answer))
             return attempt
-        if call.hangs and record.attempts == 1:
-            attempt.hung = True
+        fault = call.fault if record.attempts == 1 else None
+        if self.provider.in_outage(now):
+            fault = "hang"
+        if fault == "hang":
+            attempt.will_answer = False
+            attempt.hung_from = now
             return attempt
         charged = call.prompt_tokens + call.max_output_tokens
         used = call.prompt_tokens + call.output_tokens
-        extra = self.provider.extra_first_chunk_s(now, call.first_chunk_s)
-        attempt.first_chunk_s = call.first_chunk_s + extra
+
+        def first_chunk() -> None:
+            if attempt.abandoned:
+                return
+            attempt.first_chunk_at = self.sim.now
+            if on_first_chunk is not None:
+                on_first_chunk(attempt)
 
         def answered() -> None:
             if attempt.abandoned:
@@ -224,8 +340,101 @@ class ProviderLink:
             self.provider.settle(self.sim.now, charged, used)
             attempt.finish(self.sim.now, on_answer)
 
-        self.sim.after(call.provider_latency_s + extra, answered)
+        if fault == "stall":
+            attempt.will_answer = False
+            ttft = call.first_chunk_s + self.provider.extra_first_chunk_s(now, call.first_chunk_s)
+            attempt.stalls_at = now + ttft + call.stall_after_s
+            attempt.hung_from = attempt.stalls_at
+            self.sim.after(ttft, first_chunk)
+            return attempt
+        attempt.will_answer = True
+        if self._engine is not None:
+            self._engine.start(attempt, call, first_chunk, answered)
+            return attempt
+        ttft = call.first_chunk_s + (call.slow_extra_s if fault == "slow" else 0.0)
+        extra = self.provider.extra_first_chunk_s(now, ttft)
+        self.sim.after(ttft + extra, first_chunk)
+        self.sim.after(call.provider_latency_s - call.first_chunk_s + ttft + extra, answered)
         return attempt
+
+
+class _SaturatedEngine:
+    """Processor sharing over at most `max_running` requests; the rest wait in FIFO order.
+    A request's first chunk comes ttft(running) after it starts running; it then decodes its
+    output at the shared per-request rate, recomputed whenever the running set changes."""
+
+    def __init__(self, sim: Simulator, model: Saturation):
+        self.sim, self.model = sim, model
+        self.running: list[list] = []   # [attempt, remaining_tokens, decoding, on_done]
+        self.waiting: list[tuple] = []
+        self.updated_at = 0.0
+        self.version = 0
+
+    def start(self, attempt: "Attempt", call: CallSpec, on_first_chunk, on_done) -> None:
+        self._advance()
+        if len(self.running) >= self.model.max_running:
+            self.waiting.append((attempt, call, on_first_chunk, on_done))
+        else:
+            self._run(attempt, call, on_first_chunk, on_done)
+        self._reschedule()
+
+    def _run(self, attempt, call, on_first_chunk, on_done) -> None:
+        entry = [attempt, float(call.output_tokens), False, on_done]
+        self.running.append(entry)
+        ttft = self.model.ttft(len(self.running)) + call.prompt_tokens / 20_000.0
+
+        def first() -> None:
+            self._advance()
+            entry[2] = True
+            on_first_chunk()
+            self._reschedule()
+
+        self.sim.after(ttft, first)
+
+    def _rate(self) -> float:
+        return self.model.per_request_rate(len(self.running))
+
+    def _advance(self) -> None:
+        now = self.sim.now
+        elapsed = now - self.updated_at
+        if elapsed > 0:
+            rate = self._rate()
+            for entry in self.running:
+                if entry[2]:
+                    entry[1] -= elapsed * rate
+        self.updated_at = now
+
+    def _reschedule(self) -> None:
+        self.version += 1
+        version = self.version
+        decoding = [e for e in self.running if e[2]]
+        if not decoding:
+            return
+        rate = self._rate()
+        soonest = min(max(0.0, e[1]) for e in decoding) / rate
+        self.sim.after(soonest, lambda: self._tick(version))
+
+    def _tick(self, version: int) -> None:
+        if version != self.version:
+            return
+        self._advance()
+        done = [e for e in self.running if e[2] and e[1] <= 1e-6]
+        for entry in done:
+            self.running.remove(entry)
+        while self.waiting and len(self.running) < self.model.max_running:
+            self._run(*self.waiting.pop(0))
+        for entry in done:
+            entry[3]()
+        self._reschedule()
+
+    def abandon(self, attempt: "Attempt") -> None:
+        """A client closed the request: the server stops working on it."""
+        self._advance()
+        self.running = [e for e in self.running if e[0] is not attempt]
+        self.waiting = [w for w in self.waiting if w[0] is not attempt]
+        while self.waiting and len(self.running) < self.model.max_running:
+            self._run(*self.waiting.pop(0))
+        self._reschedule()
 
 
 @dataclass
@@ -233,19 +442,116 @@ class Attempt:
     record: CallRecord
     sent_at: float
     answer: ProviderAnswer
-    hung: bool = False
+    hold: SlotHold | None = None
+    recorder: Recorder | None = None
+    will_answer: bool = True      # the provider will answer it (False: hang, stall, outage)
+    hung_from: float | None = None  # when it became a call that will never answer
+    stalls_at: float | None = None  # a mid-stream stall: the last chunk's time
+    first_chunk_at: float | None = None
     abandoned: bool = False       # the client gave up on it (timeout, reap): its answer is ignored
-    first_chunk_s: float = 0.0    # after sending, when the first chunk arrives (admitted, not hung)
     finished_at: float | None = None
+    ended_at: float | None = None  # finished or abandoned
+    link: "ProviderLink | None" = None
+
+    @property
+    def hung(self) -> bool:
+        """Sent, admitted, and it will never answer (a hang before the first chunk, an
+        outage, or a stream that stalls)."""
+        return self.answer.admitted and not self.will_answer
 
     @property
     def ok(self) -> bool:
         return self.answer.admitted and self.finished_at is not None
 
+    def chunk_seen(self, now: float) -> bool:
+        return self.first_chunk_at is not None and self.first_chunk_at <= now
+
+    def streaming(self, now: float) -> bool:
+        """A chunk came and the stream is still flowing at `now` (what a client reading the
+        stream observes)."""
+        if not self.chunk_seen(now) or self.ended_at is not None:
+            return False
+        return self.stalls_at is None or now < self.stalls_at
+
+    def silent_since(self, now: float) -> float:
+        """Since when the client has seen nothing from this attempt: its send, or its last
+        chunk (`now` while the stream flows)."""
+        if not self.chunk_seen(now):
+            return self.sent_at
+        if self.stalls_at is not None and self.stalls_at <= now:
+            return self.stalls_at
+        return now
+
+    def _close(self, now: float) -> None:
+        self.ended_at = now
+        if self.hold is not None:
+            self.hold.inflight_s += now - self.sent_at
+            if self.hung_from is not None and now > self.hung_from:
+                self.hold.hung_s += now - self.hung_from
+        if self.recorder is not None:
+            self.recorder.open_attempts.pop(id(self), None)
+
     def finish(self, now: float, on_answer: Callable[["Attempt"], None]) -> None:
         if self.abandoned:
             return
         self.finished_at = now
+        self._close(now)
         if self.answer.admitted:
             self.record.completed_at = now
+            if self.hold is not None:
+                self.hold.productive_s += now - self.sent_at
         on_answer(self)
+
+    def abandon(self, now: float) -> None:
+        """The client gives up on the attempt (a timeout, a reap, a cut): the request is
+        closed, its answer will be ignored. A live call cut counts as such."""
+        if self.abandoned or self.finished_at is not None:
+            return
+        self.abandoned = True
+        self._close(now)
+        if self.recorder is not None and self.answer.admitted:
+            if self.will_answer:
+                self.recorder.live_calls_cut += 1
+            else:
+                self.recorder.hung_attempts_cut += 1
+        if self.link is not None and self.link._engine is not None:
+            self.link._engine.abandon(self)
+
+
+class Watchdog:
+    """A client-side timer on one attempt, as an HTTP client's read timeout works on a stream:
+    it fires when nothing has arrived for `first_chunk_s` before the first chunk, or for
+    `idle_s` between chunks after it (None: no such limit). It re-arms itself from what the
+    client has seen, never from what the provider will do."""
+
+    def __init__(self, sim: Simulator, attempt: Attempt, first_chunk_s: float | None, idle_s: float | None,
+                 on_fire: Callable[[Attempt], None]):
+        self.sim, self.attempt = sim, attempt
+        self.first_chunk_s, self.idle_s, self.on_fire = first_chunk_s, idle_s, on_fire
+        self.cancelled = False
+        self._arm()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def _limit(self) -> float | None:
+        return self.idle_s if self.attempt.chunk_seen(self.sim.now) else self.first_chunk_s
+
+    def _arm(self) -> None:
+        limit = self._limit()
+        if limit is None:
+            if self.idle_s is not None and not self.attempt.chunk_seen(self.sim.now):
+                # no first-chunk limit: look again once a chunk may have come
+                self.sim.after(self.idle_s, self._check)
+            return
+        self.sim.at(self.attempt.silent_since(self.sim.now) + limit, self._check)
+
+    def _check(self) -> None:
+        a = self.attempt
+        if self.cancelled or a.ended_at is not None:
+            return
+        limit = self._limit()
+        if limit is not None and self.sim.now - a.silent_since(self.sim.now) >= limit - 1e-9:
+            self.on_fire(a)
+            return
+        self._arm()

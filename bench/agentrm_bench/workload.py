@@ -47,6 +47,10 @@ class WorkloadParams:
     minutes: float = 30.0
     seed: int = 1
     hang_rate: float = 0.01                 # share of calls whose first attempt never returns
+    stall_rate: float = 0.0                 # share whose first attempt stalls mid-stream, for ever
+    stall_after_s: tuple[float, float] = (0.5, 8.0)   # stream time before the stall (uniform)
+    slow_rate: float = 0.0                  # share whose first attempt is alive but slow to start
+    slow_extra_s: tuple[float, float] = (15.0, 90.0)  # extra time to first chunk (uniform)
     share_interactive: float = 0.5
     share_batch: float = 0.3                # background gets the rest
     # interactive
@@ -64,6 +68,11 @@ class WorkloadParams:
     batch_prompt_start: int = 4_000
     batch_prompt_cap: int = 48_000
     batch_job_gap_mean_s: float = 5.0
+    # Heavy-tailed run lengths (the `runs` scenario): when set, interactive and batch runs
+    # take max(min, floor(Pareto(min, alpha))) calls, capped, instead of the uniform ranges.
+    calls_per_run_alpha: float | None = None
+    calls_per_run_min: int = 1
+    calls_per_run_cap: int = 200
     # background
     background_period_s: float = 120.0
     background_jitter_s: float = 5.0
@@ -102,7 +111,13 @@ class CallSpec:
     provider_latency_s: float               # from request sent to the last byte
     first_chunk_s: float                    # from request sent to the first streamed chunk
     tool_after_s: float                     # tool time before the agent's next call (0 at run end)
-    hangs: bool
+    fault: str | None = None                # None, "hang", "stall" or "slow" (first attempt only)
+    stall_after_s: float = 0.0              # a stall: stream time after the first chunk
+    slow_extra_s: float = 0.0               # slow: extra time to the first chunk
+
+    @property
+    def hangs(self) -> bool:
+        return self.fault == "hang"
 
 
 @dataclass(frozen=True)
@@ -178,8 +193,20 @@ class _CallFactory:
                         max_output_tokens=max_output, output_tokens=int(output),
                         provider_latency_s=round(first_chunk + self.draw.decode(output), 4),
                         first_chunk_s=round(first_chunk, 4),
-                        tool_after_s=round(tool_after, 4),
-                        hangs=self.draw.rng.random() < self.draw.p.hang_rate)
+                        tool_after_s=round(tool_after, 4), **self._fault())
+
+    def _fault(self) -> dict:
+        # One draw decides the fault, so traces without stalls or slow calls are the same
+        # as before those kinds existed; their sizes are drawn only when they occur.
+        p, rng = self.draw.p, self.draw.rng
+        u = rng.random()
+        if u < p.hang_rate:
+            return {"fault": "hang"}
+        if u < p.hang_rate + p.stall_rate:
+            return {"fault": "stall", "stall_after_s": round(rng.uniform(*p.stall_after_s), 4)}
+        if u < p.hang_rate + p.stall_rate + p.slow_rate:
+            return {"fault": "slow", "slow_extra_s": round(rng.uniform(*p.slow_extra_s), 4)}
+        return {}
 
 
 def _run(draw: _Draw, factory: _CallFactory, priority_class: str, n_calls: int, prompt: int,
@@ -198,13 +225,21 @@ def _run(draw: _Draw, factory: _CallFactory, priority_class: str, n_calls: int, 
     return calls, prompt
 
 
+def _calls_per_run(draw: _Draw, uniform: tuple[int, int]) -> int:
+    p = draw.p
+    if p.calls_per_run_alpha is None:
+        return draw.rng.randint(*uniform)
+    return min(p.calls_per_run_cap, max(p.calls_per_run_min,
+                                        int(draw.pareto(p.calls_per_run_min, p.calls_per_run_alpha))))
+
+
 def _interactive(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
     p, rng = draw.p, draw.rng
     factory, runs, prompt, t = _CallFactory(agent_id, draw), [], p.interactive_prompt_start, 0.0
     while t < horizon:
         think = rng.expovariate(1.0 / p.interactive_think_mean_s)
         t += think
-        calls, prompt = _run(draw, factory, INTERACTIVE, rng.randint(*p.interactive_calls_per_run),
+        calls, prompt = _run(draw, factory, INTERACTIVE, _calls_per_run(draw, p.interactive_calls_per_run),
                              prompt, p.interactive_prompt_cap,
                              lambda: int(draw.lognormal(p.interactive_output_median, 0.6)),
                              p.interactive_max_output)
@@ -223,7 +258,7 @@ def _batch(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
         gap = rng.uniform(0.0, 60.0) if first else rng.expovariate(1.0 / p.batch_job_gap_mean_s)
         first = False
         t += gap
-        calls, _ = _run(draw, factory, BATCH, rng.randint(*p.batch_calls_per_job), p.batch_prompt_start,
+        calls, _ = _run(draw, factory, BATCH, _calls_per_run(draw, p.batch_calls_per_job), p.batch_prompt_start,
                         p.batch_prompt_cap, lambda: int(draw.pareto(p.batch_output_min, p.batch_output_alpha)),
                         p.batch_max_output)
         runs.append(RunSpec(idle_before_s=round(gap, 4), not_before_s=0.0, calls=tuple(calls)))
@@ -286,7 +321,8 @@ def call_attempts(trace: Trace) -> dict[str, list[dict]]:
                     "prompt_tokens": call.prompt_tokens, "max_output_tokens": call.max_output_tokens,
                     "output_tokens": call.output_tokens, "provider_latency_s": call.provider_latency_s,
                     "first_chunk_s": call.first_chunk_s,
-                    "tool_after_s": call.tool_after_s, "hangs": call.hangs,
+                    "tool_after_s": call.tool_after_s, "hangs": call.hangs, "fault": call.fault,
+                    "stall_after_s": call.stall_after_s, "slow_extra_s": call.slow_extra_s,
                 })
         out[agent.agent_id] = seq
     return out

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrm_bench.policies import POLICY_NAMES
+from agentrm_bench.scheduler_bench import POLICY_NAMES
 from agentrm_bench.scheduler_bench import METRIC_KEYS, _param, main, run, run_scenarios, simulate, target_check
 from agentrm_bench.sim import Provider
 from agentrm_bench.workload import (BATCH, CLASSES, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams,
@@ -92,7 +92,7 @@ def test_agentrm_leaves_no_zombies_where_lanes_fifo_does():
 def _one_agent_trace(calls: list[tuple[float, float]], minutes: float) -> Trace:
     """One batch agent with one run: (provider latency, tool time after) per call."""
     specs = tuple(CallSpec(call_id=f"c{i}", prompt_tokens=1000, max_output_tokens=100, output_tokens=50,
-                           provider_latency_s=lat, first_chunk_s=0.5, tool_after_s=tool, hangs=False)
+                           provider_latency_s=lat, first_chunk_s=0.5, tool_after_s=tool)
                   for i, (lat, tool) in enumerate(calls))
     agent = AgentScript("bat0000", BATCH, (RunSpec(idle_before_s=0.0, not_before_s=0.0, calls=specs),))
     return Trace(params=WorkloadParams(agents=1, minutes=minutes), agents=(agent,))
