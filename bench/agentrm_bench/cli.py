@@ -75,7 +75,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(rest)
     out = ["--out", str(args.out)]
-    code = _scheduler(out + (["--seeds", "2", "--minutes", "3"] if args.quick else ["--scenarios"]))
+    from .scenarios import SCENARIO_NAMES
+    code = 0
+    for name in SCENARIO_NAMES:
+        quick = ["--seeds", "1", "--set", "agents=30", "--set", "minutes=3"] if args.quick else []
+        code |= _scheduler(out + ["--scenario", name] + quick)
     code |= _system(out + (["--quick"] if args.quick else []))
     code |= _context(out + (["--quick"] if args.quick else []))
     code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))

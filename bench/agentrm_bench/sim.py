@@ -331,6 +331,8 @@ class ProviderLink:
             if attempt.abandoned:
                 return
             attempt.first_chunk_at = self.sim.now
+            for listener in attempt.chunk_listeners:
+                listener()
             if on_first_chunk is not None:
                 on_first_chunk(attempt)
 
@@ -452,6 +454,7 @@ class Attempt:
     finished_at: float | None = None
     ended_at: float | None = None  # finished or abandoned
     link: "ProviderLink | None" = None
+    chunk_listeners: list = field(default_factory=list)  # told of the first chunk (watchdogs)
 
     @property
     def hung(self) -> bool:
@@ -529,6 +532,13 @@ class Watchdog:
         self.sim, self.attempt = sim, attempt
         self.first_chunk_s, self.idle_s, self.on_fire = first_chunk_s, idle_s, on_fire
         self.cancelled = False
+        self.generation = 0
+        attempt.chunk_listeners.append(self._rearm)
+        self._arm()
+
+    def _rearm(self) -> None:
+        """The first chunk came: the limit between chunks applies from now."""
+        self.generation += 1
         self._arm()
 
     def cancel(self) -> None:
@@ -540,15 +550,13 @@ class Watchdog:
     def _arm(self) -> None:
         limit = self._limit()
         if limit is None:
-            if self.idle_s is not None and not self.attempt.chunk_seen(self.sim.now):
-                # no first-chunk limit: look again once a chunk may have come
-                self.sim.after(self.idle_s, self._check)
-            return
-        self.sim.at(self.attempt.silent_since(self.sim.now) + limit, self._check)
+            return  # no limit before the first chunk: _rearm arms the idle limit when it comes
+        generation = self.generation
+        self.sim.at(self.attempt.silent_since(self.sim.now) + limit, lambda: self._check(generation))
 
-    def _check(self) -> None:
+    def _check(self, generation: int) -> None:
         a = self.attempt
-        if self.cancelled or a.ended_at is not None:
+        if self.cancelled or a.ended_at is not None or generation != self.generation:
             return
         limit = self._limit()
         if limit is not None and self.sim.now - a.silent_since(self.sim.now) >= limit - 1e-9:

@@ -1,0 +1,141 @@
+"""The scheduler benchmark's scenarios: named presets, fixed before any policy was tuned on them
+(benchmark v2). Each sets the workload (WorkloadParams fields), the pool and the provider, and
+says where each choice comes from. `--set NAME=VALUE` still changes any workload parameter, and
+`--lanes/--rpm/--tpm` the pool; a changed scenario must be published as such, with both results.
+
+The workload model itself (classes, think times, tool times, prompt growth, time to first
+token) is described in workload.py, with the reason for each distribution. The values common
+to every scenario unless it says otherwise:
+- 200 agents over 30 simulated minutes: long enough for OpenClaw's 630 s run timeout to fire
+  several times, and for AgentRM's 60 s boost to cycle 30 times.
+- Provider speed: 0.4 s + prefill at 20k tokens/s to the first token (lognormal spread, sigma
+  0.5), decode at 60 tokens/s: the order of magnitude of hosted GPT-4o-class APIs' published
+  latency (first token in a few hundred ms, 50-100 output tokens/s).
+- No faults, except where a scenario is about them: a scenario measures one thing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .sim import Saturation
+
+# AgentRM's settings for every scenario: the core's defaults (app/domain/settings.py). Only the
+# pool's lanes and the provider's RPM/TPM come from the scenario. Fixed in benchmark v2.
+AGENTRM_DEFAULTS: dict = {}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    about: str
+    params: dict = field(default_factory=dict)        # WorkloadParams overrides
+    lanes: int = 64
+    rpm: int = 10_000
+    tpm: int = 12_000_000
+    outages: tuple[tuple[float, float], ...] = ()
+    saturation: Saturation | None = None
+    replicas: int = 1
+    sweep_lanes: tuple[int, ...] = ()                  # fixed-lanes@N runs beside the policies
+    policies: tuple[str, ...] | None = None           # None: every policy
+    sources: dict = field(default_factory=dict)        # choice -> where it comes from / why
+
+    def describe(self) -> dict:
+        return {"name": self.name, "about": self.about, "params": dict(self.params), "lanes": self.lanes,
+                "rpm": self.rpm, "tpm": self.tpm, "outages": [list(o) for o in self.outages],
+                "saturation": None if self.saturation is None else vars(self.saturation),
+                "replicas": self.replicas, "sweep_lanes": list(self.sweep_lanes), "sources": dict(self.sources)}
+
+
+NO_FAULTS = {"hang_rate": 0.0}
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario(
+        name="mixed-lanes",
+        about="Lanes are the bottleneck: interactive chat agents and batch coding agents share one pool, "
+              "with tool time between calls; the provider has headroom.",
+        params={**NO_FAULTS, "share_interactive": 0.6, "share_batch": 0.4},
+        lanes=32,
+        sources={
+            "share_interactive=0.6, share_batch=0.4": "two classes only, so the contention is interactive vs batch",
+            "lanes=32": "with unlimited lanes this fleet keeps about 60 calls in flight (120 interactive agents "
+                        "x ~0.24 of their time in a call + 80 batch agents x ~0.4): 32 lanes make lanes bind",
+            "rpm/tpm 10k/12M": "above the fleet's demand (~500 calls/min, ~8.7M tokens/min), so only lanes bind",
+        }),
+    Scenario(
+        name="provider-bound",
+        about="The provider's TPM and RPM bind: the fleet asks for about twice what the provider allows, "
+              "and the provider answers 429 with retry-after.",
+        params={**NO_FAULTS},
+        lanes=64, rpm=300, tpm=4_500_000,
+        sources={
+            "rpm=300, tpm=4.5M": "the default fleet asks ~500 calls/min of ~17k tokens each (8.7M tokens/min); "
+                                 "4.5M TPM allows ~260 calls/min and 300 RPM ~300: both limits near, both bind",
+            "lanes=64": "lanes to spare, so the provider is the only bottleneck",
+            "429 behaviour": "sim.Provider: OpenAI's documented limiter (continuous refill, one minute's capacity), "
+                             "retry-after in whole seconds until the request would fit",
+        }),
+    Scenario(
+        name="hangs",
+        about="Failures of four kinds: calls that hang before their first chunk, streams that stall "
+              "mid-way, calls that are slow but alive, and a 2-minute provider outage in which every "
+              "attempt (retries too) hangs.",
+        params={"hang_rate": 0.02, "stall_rate": 0.02, "slow_rate": 0.02,
+                "stall_after_s": (0.5, 8.0), "slow_extra_s": (15.0, 90.0)},
+        lanes=64, outages=((720.0, 840.0),),
+        sources={
+            "2% hangs, 2% stalls": "ASSUMPTION: public trackers report both kinds as routine (openclaw/openclaw#71127 "
+                                   "stuck sessions, #80330 a stalled model_call); no published rate, so a rate high "
+                                   "enough to matter and low enough that most calls are healthy",
+            "2% slow, +15-90 s to first chunk": "long prefill or provider-side queueing on reasoning models; "
+                                                "alive calls a short first-chunk timeout would cut",
+            "outage 12:00-14:00": "a provider incident of minutes (status pages), mid-run so that policies "
+                                  "must both survive it and recover",
+        }),
+    Scenario(
+        name="runs",
+        about="Agent runs with a heavy-tailed number of calls (most short, a few of hundreds); lanes bind. "
+              "What matters is run completion time.",
+        params={**NO_FAULTS, "share_interactive": 0.5, "share_batch": 0.5,
+                "calls_per_run_alpha": 1.2, "calls_per_run_min": 2, "calls_per_run_cap": 200},
+        lanes=32,
+        sources={
+            "Pareto(min 2, alpha 1.2), cap 200": "agent trajectories' step counts are heavy-tailed (Autellix, "
+                                                 "arXiv 2502.13965, on program lengths; SWE-agent runs from a few "
+                                                 "steps to hundreds): median ~3.5 calls, mean ~10",
+            "lanes=32": "as mixed-lanes: lanes bind, so the order of service decides run completion",
+        }),
+    Scenario(
+        name="saturating-provider",
+        about="A self-hosted-like provider (continuous batching) whose latency grows with concurrency and "
+              "whose throughput plateaus past a knee; no rate limit. Configured lanes are a ceiling of 128; "
+              "a sweep of fixed lane counts shows the curve.",
+        params={**NO_FAULTS},
+        lanes=128, rpm=10_000_000, tpm=10_000_000_000, saturation=Saturation(),
+        sweep_lanes=(8, 16, 24, 32, 48, 64, 96, 128),
+        sources={
+            "saturation curve": "sim.Saturation: fit to a published vLLM concurrency sweep (Mistral-7B on one "
+                                "RTX 4090: 210-1190 output tok/s and 63-667 ms TTFT at concurrency 4-48)",
+            "lanes=128": "a ceiling well past the knee: a policy that fills every lane runs past it",
+        }),
+    Scenario(
+        name="replicas",
+        about="Three gateway replicas share one provider budget: per-replica counters (each replica "
+              "enforces the whole limit on what it sees) against one writer per pool.",
+        params={**NO_FAULTS},
+        lanes=63, rpm=300, tpm=4_500_000, replicas=3,
+        policies=("agentrm", "gateway-fifo@30s", "litellm-proxy", "litellm-proxy-priority", "vtc", "plas"),
+        sources={
+            "3 replicas, the provider-bound limits": "the scenario of BerriAI/litellm#40291 and #8430: rate limits "
+                                                     "that do not hold across replicas",
+            "lanes=63": "21 per replica, so the replicas together have what one gateway would",
+        }),
+    Scenario(
+        name="paper",
+        about="The first benchmark's default (the paper's setting: lanes held through tools are the waste "
+              "it measures), 1% hangs, against a faithful openclaw-lanes.",
+        params={"hang_rate": 0.01},
+        lanes=64,
+        sources={"everything": "workload.py's defaults, unchanged from the first benchmark"}),
+)}
+
+SCENARIO_NAMES = tuple(SCENARIOS)
