@@ -11,7 +11,7 @@ import pytest
 
 from agentrm_bench.harness import run_policy
 from agentrm_bench.policies.central import DEFAULT_TIMEOUT_S, parse_timeout
-from agentrm_bench.workload import INTERACTIVE, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams
+from agentrm_bench.workload import INTERACTIVE, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams, generate
 
 BIG_RPM, BIG_TPM = 10_000, 10_000_000
 
@@ -174,3 +174,13 @@ def test_a_429_waits_its_retry_after_and_lowers_the_replicas_bucket_to_the_heade
     assert sent["a3"].first_sent_at == pytest.approx(120.2) and sent["a3"].rate_limited == 0
     assert len(run.recorder.rate_limited_at) == 1
     assert run.recorder.notes["gateway_header_clamps"] == 1
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_one_gateway_with_the_providers_limits_never_draws_a_429(seed):
+    # Its buckets mirror the provider's (same limits, refills, refunds and kept charges), so
+    # every refusal would be the gateway admitting what the provider does not hold.
+    tight = generate(WorkloadParams(agents=60, minutes=5.0, seed=seed, stall_rate=0.03, slow_rate=0.03))
+    run = run_policy("gateway-fifo", tight, 16, 300, 400_000)
+    assert run.recorder.rate_limited_at == []
+    assert len(run.provider.admitted_log) == run.recorder.provider_attempts

@@ -53,8 +53,10 @@ from .base import Context, Cursor, Policy, sdk_backoff
 # (the issue fixes "one retry that honours retry-after").
 GATEWAY_RETRIES = 1
 DEFAULT_TIMEOUT_S = 30.0
-# Float slack when a bucket timer fires exactly at the refill instant.
-_EPS = 1e-6
+# A wake-up for a refill is set for when the bucket holds the reservation plus this share of
+# its capacity: the provider's own bucket takes other float paths to the same level, and a
+# gateway a few ulps above it at the refill instant would draw a 429 it should never see.
+_SLACK = 1e-9
 
 
 def parse_timeout(variant: str | None, policy: str = "gateway-fifo") -> float:
@@ -93,8 +95,10 @@ class TokenBucket:
         """Seconds until `amount` is available (a reservation larger than the capacity waits
         for a full bucket)."""
         self._refill(now)
-        need = min(amount, self.capacity) - self.level
-        return 0.0 if need <= _EPS else need / self.rate
+        target = min(amount, self.capacity)
+        if self.level >= target:
+            return 0.0
+        return (target + _SLACK * self.capacity - self.level) / self.rate
 
     def take(self, now: float, amount: float) -> None:
         self._refill(now)
