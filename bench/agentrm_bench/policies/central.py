@@ -24,6 +24,8 @@ everything else is this one gateway, so a difference between them is the queue o
   carries (never raises them): the provider's own count is the better one, and it is what
   makes per-replica buckets notice each other. This replaces the cookbook's blunt global
   pause (`seconds_to_pause_after_rate_limit_error = 15`) with the provider's own numbers.
+  Successful answers are not synced: their headers describe the moment the request was
+  admitted, and applying them at the last byte would undercount the refill since.
 - A first-chunk timeout applied as an httpx read timeout (httpx docs, "Timeouts": the read
   timeout is the longest wait for a chunk of data, so it applies before the first chunk and
   between chunks alike): `sim.Watchdog(first_chunk_s=T, idle_s=T)`. A timeout cuts the
