@@ -19,10 +19,11 @@ class Run:
 
 def run_policy(name: str, trace: Trace, lanes: int, rpm: int, tpm: int, agentrm_overrides: dict | None = None,
                options: dict | None = None, outages: tuple[tuple[float, float], ...] = (),
-               saturation: Saturation | None = None, replicas: int = 1, until: float | None = None) -> Run:
+               saturation: Saturation | None = None, replicas: int = 1, until: float | None = None,
+               provider_concurrency: int | None = None) -> Run:
     sim = Simulator()
     provider = Provider(rpm, tpm, trace.params.ttft_slowdown_at_s, trace.params.ttft_slowdown_factor,
-                        outages=outages, saturation=saturation)
+                        outages=outages, saturation=saturation, max_concurrent=provider_concurrency)
     end = trace.duration_s if until is None else until
     recorder = Recorder(duration_s=end)
     ctx = Context(sim=sim, provider=provider, recorder=recorder, link=ProviderLink(sim, provider, recorder),

@@ -35,6 +35,9 @@ class Scenario:
     outages: tuple[tuple[float, float], ...] = ()
     saturation: Saturation | None = None
     replicas: int = 1
+    # The provider itself admits at most `lanes` calls at once (429 beyond): lanes are then a
+    # physical limit for every policy, not only a setting of those that have lanes.
+    provider_concurrency_is_lanes: bool = False
     sweep_lanes: tuple[int, ...] = ()                  # fixed-lanes@N runs beside the policies
     policies: tuple[str, ...] | None = None           # None: every policy
     sources: dict = field(default_factory=dict)        # choice -> where it comes from / why
@@ -43,7 +46,7 @@ class Scenario:
         return {"name": self.name, "about": self.about, "params": dict(self.params), "lanes": self.lanes,
                 "rpm": self.rpm, "tpm": self.tpm, "outages": [list(o) for o in self.outages],
                 "saturation": None if self.saturation is None else vars(self.saturation),
-                "replicas": self.replicas, "sweep_lanes": list(self.sweep_lanes), "sources": dict(self.sources)}
+                "replicas": self.replicas, "provider_concurrency_is_lanes": self.provider_concurrency_is_lanes, "sweep_lanes": list(self.sweep_lanes), "sources": dict(self.sources)}
 
 
 NO_FAULTS = {"hang_rate": 0.0}
@@ -54,8 +57,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         about="Lanes are the bottleneck: interactive chat agents and batch coding agents share one pool, "
               "with tool time between calls; the provider has headroom.",
         params={**NO_FAULTS, "share_interactive": 0.6, "share_batch": 0.4},
-        lanes=32,
+        lanes=32, provider_concurrency_is_lanes=True,
         sources={
+            "the provider admits 32 calls at once": "a provisioned deployment's concurrency (or a per-key cap): "
+                                                    "beyond it the provider answers 429 with retry-after 1, so lanes "
+                                                    "bind every policy, with or without lanes of its own; gateways "
+                                                    "are configured with that number",
             "share_interactive=0.6, share_batch=0.4": "two classes only, so the contention is interactive vs batch",
             "lanes=32": "with unlimited lanes this fleet keeps about 60 calls in flight (120 interactive agents "
                         "x ~0.24 of their time in a call + 80 batch agents x ~0.4): 32 lanes make lanes bind",
@@ -97,12 +104,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
               "What matters is run completion time.",
         params={**NO_FAULTS, "share_interactive": 0.5, "share_batch": 0.5,
                 "calls_per_run_alpha": 1.2, "calls_per_run_min": 2, "calls_per_run_cap": 200},
-        lanes=32,
+        lanes=32, provider_concurrency_is_lanes=True,
         sources={
             "Pareto(min 2, alpha 1.2), cap 200": "agent trajectories' step counts are heavy-tailed (Autellix, "
                                                  "arXiv 2502.13965, on program lengths; SWE-agent runs from a few "
                                                  "steps to hundreds): median ~3.5 calls, mean ~10",
-            "lanes=32": "as mixed-lanes: lanes bind, so the order of service decides run completion",
+            "lanes=32, the provider admits 32 at once": "as mixed-lanes: lanes bind every policy, so the order of "
+                                                        "service decides run completion",
         }),
     Scenario(
         name="saturating-provider",

@@ -47,7 +47,8 @@ def simulate(policy_name: str, trace: Trace, lanes: int, rpm: int, tpm: int,
     sc = scenario
     run = run_policy(policy_name, trace, lanes, rpm, tpm, agentrm_overrides, options,
                      outages=sc.outages if sc else (), saturation=sc.saturation if sc else None,
-                     replicas=sc.replicas if sc else 1)
+                     replicas=sc.replicas if sc else 1,
+                     provider_concurrency=lanes if sc and sc.provider_concurrency_is_lanes else None)
     by_class = {c: [a.agent_id for a in trace.agents if a.priority_class == c] for c in CLASSES}
     limit = physical_limit(trace, lanes, rpm, tpm, sc.saturation if sc else None)
     return summarize(run.recorder, by_class, limit, rpm, tpm, lanes), series(run.recorder)

@@ -139,8 +139,14 @@ class Provider:
     REJECT_LATENCY_S = 0.2
 
     def __init__(self, rpm: int, tpm: int, slowdown_at_s: float | None = None, slowdown_factor: float = 1.0,
-                 outages: tuple[tuple[float, float], ...] = (), saturation: Saturation | None = None):
+                 outages: tuple[tuple[float, float], ...] = (), saturation: Saturation | None = None,
+                 max_concurrent: int | None = None):
         self.rpm, self.tpm = rpm, tpm
+        # A concurrency limit (a provisioned deployment's, a provider's per-key cap): an
+        # attempt beyond it is refused with 429 and retry-after 1, as a rate limit is. An
+        # attempt counts until it is answered or its client closes it (a hung one holds on).
+        self.max_concurrent = max_concurrent
+        self.inflight = 0
         self.slowdown_at_s, self.slowdown_factor = slowdown_at_s, slowdown_factor
         self.outages = tuple(outages)
         self.saturation = saturation
@@ -166,10 +172,16 @@ class Provider:
         self.requests.refill(now)
         self.tokens.refill(now)
         charge = prompt_tokens + max_output_tokens
+        if self.max_concurrent is not None and self.inflight >= self.max_concurrent:
+            headers = self._headers()
+            headers["retry-after"] = "1"
+            self.rejections.append(now)
+            return ProviderAnswer(False, headers, 1.0)
         if self.requests.level >= 1.0 and self.tokens.level >= charge:
             self.requests.level -= 1.0
             self.tokens.level -= charge
             self.admitted_log.append((now, charge))
+            self.inflight += 1
             return ProviderAnswer(True, self._headers())
         wait = max(self.requests.seconds_until(1.0), self.tokens.seconds_until(charge))
         retry_after = float(max(1, math.ceil(wait)))
@@ -487,6 +499,8 @@ class Attempt:
 
     def _close(self, now: float) -> None:
         self.ended_at = now
+        if self.answer.admitted and self.link is not None:
+            self.link.provider.inflight -= 1
         if self.hold is not None:
             self.hold.inflight_s += now - self.sent_at
             if self.hung_from is not None and now > self.hung_from:

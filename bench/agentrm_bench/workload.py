@@ -13,7 +13,7 @@ A fraction of calls hang: the provider accepts them and never answers. The hang 
 the first attempt of a call; a retry of it is answered, so every policy can finish the work.
 
 Why these defaults (they were recalibrated once; README "Benchmarks" keeps the history):
-- 30 simulated minutes: lanes-fifo's only backstop against hung calls is a 630 s lane task
+- 30 simulated minutes: openclaw-lanes' last backstop against hung calls is a 630 s lane task
   timeout. A 10-minute window ends before it can ever fire, which flatters AgentRM (the
   `ten-minutes` scenario shows by how much); 30 minutes lets the baseline recycle zombies.
 - Tool time. The paper's pair of results (throughput +168% at equal lanes, lane waste -96%)

@@ -46,7 +46,7 @@ def test_trace_is_seeded_and_flattens_for_a_live_check():
     assert sum(len(seq) for seq in attempts.values()) == generate(params).call_count()
 
 
-POLICIES = ("agentrm", "agentrm-fifo", "agentrm-nodeadline", "lanes-fifo", "aios-fifo", "litellm-router")
+from agentrm_bench.policies import POLICY_NAMES as POLICIES  # noqa: E402
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -78,12 +78,12 @@ def _call(i: int = 0, latency: float = 10.0, first: float = 0.5, tool: float = 0
 
 def test_json_output_has_the_promised_keys_for_every_policy(capsys):
     assert main(["--scenario", "hangs", "--seed", "3", "--seed", "4", "--set", "agents=16", "--set", "minutes=2",
-                 "--policies", "agentrm,agentrm-nodeadline,lanes-fifo", "--json"]) == 0
+                 "--policies", "agentrm,agentrm-nodeadline,openclaw-lanes", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {"scenario", "workload", "physical_limit_calls_per_min", "policies"} <= set(result)
     assert result["scenario"] == "hangs" and result["workload"]["seeds"] == [3, 4]
     assert result["workload"]["agents"] == 16 and result["workload"]["stall_rate"] == 0.02
-    assert set(result["policies"]) == {"agentrm", "agentrm-nodeadline", "lanes-fifo"}
+    assert set(result["policies"]) == {"agentrm", "agentrm-nodeadline", "openclaw-lanes"}
     for metrics in result["policies"].values():
         for key in REPORTED_KEYS:
             assert key in metrics and len(metrics["per_seed"][key]) == 2
@@ -103,8 +103,8 @@ def test_unknown_policies_and_bad_settings_are_refused_with_a_clear_error(capsys
 
 
 def test_same_seed_same_numbers():
-    a = run("mixed-lanes", (2,), ("agentrm", "lanes-fifo"), {"agents": 20, "minutes": 2.0})
-    b = run("mixed-lanes", (2,), ("agentrm", "lanes-fifo"), {"agents": 20, "minutes": 2.0})
+    a = run("mixed-lanes", (2,), ("agentrm", "openclaw-lanes", "vtc"), {"agents": 20, "minutes": 2.0})
+    b = run("mixed-lanes", (2,), ("agentrm", "openclaw-lanes", "vtc"), {"agents": 20, "minutes": 2.0})
     a.pop("elapsed_s"), b.pop("elapsed_s")
     assert a == b
 
@@ -169,7 +169,7 @@ def test_saturation_model_reproduces_its_cited_fit_and_plateaus():
         calls = [_call(i, latency=5.0) for i in range(k)]
         agents = tuple(AgentScript(f"bat{i:04d}", BATCH, (RunSpec(0.0, 0.0, (c,)),)) for i, c in enumerate(calls))
         trace = Trace(params=WorkloadParams(agents=k, minutes=10), agents=agents)
-        rec = run_policy("litellm-router", trace, 1000, 10_000_000, 10**10, saturation=Saturation(max_running=8)).recorder
+        rec = run_policy("gateway-fifo@120s", trace, 1000, 10_000_000, 10**10, saturation=Saturation(max_running=8)).recorder
         return max(r.completed_at for r in rec.calls)
     assert makespan(16) == pytest.approx(2 * makespan(8), rel=0.1)
 
@@ -189,10 +189,10 @@ def test_physical_limit_is_the_tightest_of_lanes_rpm_and_tpm():
     assert lim["binding"] == "tpm" and lim["calls_per_min"] == pytest.approx(10.0)
 
 
-def test_agentrm_leaves_no_zombies_where_lanes_fifo_does():
+def test_agentrm_leaves_no_zombies_where_run_held_lanes_do():
     trace = generate(WorkloadParams(agents=30, minutes=4.0, seed=3, hang_rate=0.15))
     agentrm, _ = simulate("agentrm", trace, lanes=8, rpm=400, tpm=2_000_000, agentrm_overrides={"lease_seconds": 10.0})
-    fifo, _ = simulate("lanes-fifo", trace, lanes=8, rpm=400, tpm=2_000_000)
+    fifo, _ = simulate("aios", trace, lanes=8, rpm=400, tpm=2_000_000)
     assert agentrm["zombies"] == 0 and agentrm["reaps"] > 0 and fifo["zombies"] > 0
     assert agentrm["hung_lane_seconds"] < fifo["hung_lane_seconds"]
 
@@ -200,7 +200,7 @@ def test_agentrm_leaves_no_zombies_where_lanes_fifo_does():
 def test_a_call_still_streaming_at_the_end_counts_as_in_flight_for_every_policy():
     trace = _trace([_call(0, latency=100.0)], minutes=1.0)       # ends 40 s after the window
     for policy in POLICIES:
-        m, _ = simulate(policy, trace, lanes=2, rpm=600, tpm=1_000_000)
+        m, _ = simulate(policy, trace, lanes=3, rpm=600, tpm=1_000_000)
         assert m["lane_waste"] < 0.05, (policy, m["lane_waste"])
         assert m["hung_lane_seconds"] == 0
 
@@ -231,7 +231,7 @@ def test_provider_never_admits_above_its_limit_under_the_most_aggressive_policy(
     trace = generate(WorkloadParams(agents=40, minutes=2.0, seed=5))
     sim, provider = Simulator(), Provider(rpm=60, tpm=200_000)
     recorder = Recorder(duration_s=trace.duration_s)
-    policy = make_policy("aios-fifo", Context(sim, provider, recorder, ProviderLink(sim, provider, recorder),
+    policy = make_policy("no-gateway", Context(sim, provider, recorder, ProviderLink(sim, provider, recorder),
                                               trace, lanes=8, seed=5))
     policy.start()
     sim.run(trace.duration_s)

@@ -20,10 +20,6 @@ BASELINES: dict[str, tuple[str, str]] = {
     "gateway-fifo": ("gateway_fifo", "GatewayFifo"),
     "vtc": ("vtc", "Vtc"),
     "plas": ("plas", "Plas"),
-    # the first benchmark's models, kept until their faithful successors replace them
-    "lanes-fifo": ("legacy", "LanesFifo"),
-    "aios-fifo": ("legacy", "AiosFifo"),
-    "litellm-router": ("legacy", "LitellmRouter"),
 }
 AGENTRM_NAMES = ("agentrm", "agentrm-fifo", "agentrm-nodeadline")
 

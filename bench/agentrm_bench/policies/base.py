@@ -143,11 +143,19 @@ class Policy:
         self.sim.after(delay, lambda: self.call_ready(cur) if cur.token == token else None)
 
 
+# openai-python src/openai/_constants.py: the SDK's retry constants (snapshot 2026-08).
+SDK_DEFAULT_TIMEOUT_S = 600.0
+SDK_DEFAULT_MAX_RETRIES = 2
+SDK_INITIAL_RETRY_DELAY_S = 0.5
+SDK_MAX_RETRY_DELAY_S = 8.0
+SDK_MAX_RETRY_AFTER_DELAY_S = 120.0   # 60 s before openai/openai-python#3555 (2026-07)
+
+
 def sdk_backoff(rng: random.Random, retry_after: float | None, retries_done: int) -> float:
     """openai-python `_calculate_retry_timeout` (src/openai/_base_client.py): honour
-    retry-after when 0 < it <= 60 s, otherwise 0.5 s * 2^n capped at 8 s
-    (INITIAL_RETRY_DELAY, MAX_RETRY_DELAY in src/openai/_constants.py), minus up to 25%
-    jitter."""
-    if retry_after is not None and 0 < retry_after <= 60:
+    retry-after when 0 < it <= MAX_RETRY_AFTER_DELAY, otherwise 0.5 s * 2^n capped at 8 s,
+    minus up to 25% jitter. Every SDK-based client of the benchmark sleeps through this."""
+    if retry_after is not None and 0 < retry_after <= SDK_MAX_RETRY_AFTER_DELAY_S:
         return retry_after
-    return min(0.5 * 2 ** retries_done, 8.0) * (1 - 0.25 * rng.random())
+    sleep = min(SDK_INITIAL_RETRY_DELAY_S * 2.0 ** min(retries_done, 1000), SDK_MAX_RETRY_DELAY_S)
+    return max(0.0, sleep * (1 - 0.25 * rng.random()))

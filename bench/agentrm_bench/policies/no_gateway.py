@@ -32,23 +32,20 @@ after AGENT_RETRY_S (policies/base.py), as for every policy.
 from __future__ import annotations
 
 from ..sim import Attempt, Watchdog
-from .base import Context, Cursor, Policy
+from .base import (SDK_DEFAULT_MAX_RETRIES, SDK_DEFAULT_TIMEOUT_S, SDK_MAX_RETRY_AFTER_DELAY_S, Context, Cursor, Policy,
+                   sdk_backoff)
 
-# src/openai/_constants.py
-DEFAULT_TIMEOUT_S = 600.0
-DEFAULT_MAX_RETRIES = 2
-INITIAL_RETRY_DELAY_S = 0.5
-MAX_RETRY_DELAY_S = 8.0
-MAX_RETRY_AFTER_DELAY_S = 120.0
+# src/openai/_constants.py (the constants and the backoff live in base.py, shared by every
+# SDK-based client of the benchmark)
+DEFAULT_TIMEOUT_S = SDK_DEFAULT_TIMEOUT_S
+DEFAULT_MAX_RETRIES = SDK_DEFAULT_MAX_RETRIES
+MAX_RETRY_AFTER_DELAY_S = SDK_MAX_RETRY_AFTER_DELAY_S
 
 
 def retry_timeout(rng, retries_taken: int, retry_after: float | None) -> float:
     """`_calculate_retry_timeout(remaining_retries, ...)` with nb_retries = max_retries -
     remaining_retries = retries_taken."""
-    if retry_after is not None and 0 < retry_after <= MAX_RETRY_AFTER_DELAY_S:
-        return retry_after
-    sleep = min(INITIAL_RETRY_DELAY_S * 2.0 ** min(retries_taken, 1000), MAX_RETRY_DELAY_S)
-    return max(0.0, sleep * (1 - 0.25 * rng.random()))
+    return sdk_backoff(rng, retry_after, retries_taken)
 
 
 def should_retry_429(retry_after: float | None) -> bool:
