@@ -14,7 +14,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 
 @dataclass
@@ -102,11 +102,15 @@ def parse_duration(value: str) -> float | None:
 
 
 def _seconds_until_timestamp(value: str, now: float) -> float | None:
-    """Anthropic's reset form is an RFC 3339 instant."""
+    """Anthropic's reset form is an RFC 3339 instant. One without an offset is read as UTC:
+    datetime.timestamp() would read it in the host's local zone, and a replay or what-if on
+    a host in another zone would then decide differently."""
     try:
         instant = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
         return None
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=timezone.utc)
     return max(0.0, instant.timestamp() - now)
 
 

@@ -419,3 +419,20 @@ def test_a_zombie_agents_backed_off_reaps_do_not_inflate_the_pool_estimate():
     # (Karn), so one broken agent cannot drag every other agent's deadline up.
     assert srtts[1] == srtts[2] == srtts[3] and s.agents["z"].start_misses == 4
     assert s.start.timeout(100, 0.5, 300.0, 0) < 10.0
+
+
+def test_a_reset_instant_without_an_offset_is_utc_whatever_the_host_zone(monkeypatch):
+    import time as _time
+    from datetime import datetime, timezone
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+    seen = []
+    for zone in ("UTC", "America/New_York", "Asia/Tokyo"):
+        monkeypatch.setenv("TZ", zone)
+        _time.tzset()
+        obs = parse_rate_headers({"anthropic-ratelimit-tokens-remaining": "10",
+                                  "anthropic-ratelimit-tokens-reset": "2026-01-01T12:00:30"}, now)
+        seen.append(obs.to_dict())
+    monkeypatch.delenv("TZ")
+    _time.tzset()
+    assert seen[0] == seen[1] == seen[2]
+    assert 30.0 in [v for v in seen[0].values() if isinstance(v, float)]
