@@ -80,6 +80,8 @@ def main(argv: list[str]) -> int:
     for name in SCENARIO_NAMES:
         quick = ["--seeds", "1", "--set", "agents=30", "--set", "minutes=3"] if args.quick else []
         code |= _scheduler(out + ["--scenario", name] + quick)
+    from .report import write_summary
+    write_summary(args.out, SCENARIO_NAMES)
     code |= _system(out + (["--quick"] if args.quick else []))
     code |= _context(out + (["--quick"] if args.quick else []))
     code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))

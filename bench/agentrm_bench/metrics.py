@@ -2,8 +2,10 @@
 simulator recorded (sim.Recorder). The report prints these definitions.
 
 Per call (one logical call of the trace, across all its attempts):
-- queue wait: from the moment the agent wanted the call (think or tool time over) to its
-  first attempt reaching the provider; a call never sent counts with its age at the end.
+- queue wait: from the moment the agent wanted the call (think or tool time over) to the
+  send of the attempt that was answered: every queue, 429 and backoff, hung or cut attempt
+  before it counts, wherever the policy keeps the call waiting (a gateway's queue or the
+  client's retry loop); a call never answered counts with its age at the end.
 - latency (end to end): from that moment to a successful answer, through every queue, 429,
   retry, hang and reap; a call still unanswered at the end counts with its age then (a lower
   bound, so a policy cannot look faster by never finishing its slow calls).
@@ -28,7 +30,8 @@ call's request to its last call's answer (unfinished runs: their age at the end)
 - zombies: slots held at the end by an attempt hung for at least ZOMBIE_AFTER_S.
 - jain: Jain's index of successful calls per agent, within each class.
 - max_service_gap: VTC's measure of unfairness (Sheng et al., OSDI 2024): in each minute,
-  among the agents of one class that had a call waiting at the minute's start (backlogged),
+  among the agents of one class that had a call asked for and not yet answered at the
+  minute's start (backlogged, wherever the call was waiting),
   the difference between the most and the least service received in that minute, in VTC's
   cost units (prompt + 2 x completion tokens); the largest over minutes and classes.
 - over_admission: how far the requests sent to the provider exceed the token-bucket envelope
@@ -67,7 +70,7 @@ def _latencies(recorder: Recorder, end: float, priority_class: str | None = None
 
 
 def _waits(recorder: Recorder, end: float, priority_class: str | None = None) -> list[float]:
-    return [(r.first_sent_at if r.first_sent_at is not None else end) - r.requested_at
+    return [(r.answered_sent_at if r.answered_sent_at is not None else end) - r.requested_at
             for r in recorder.calls if priority_class is None or r.priority_class == priority_class]
 
 
@@ -94,13 +97,11 @@ def service_gap(recorder: Recorder, end: float, priority_class: str, agents: lis
         i = index[r.agent_id]
         if r.completed_at is not None and r.completed_at < windows * SERVICE_GAP_WINDOW_S:
             served[int(r.completed_at // SERVICE_GAP_WINDOW_S), i] += _cost(r.call)
-        sent = r.first_sent_at if r.first_sent_at is not None else end
-        # waiting at a window's start: requested before it, not yet sent then
+        answered = r.completed_at if r.completed_at is not None else end
+        # backlogged at a window's start: asked for before it, not yet answered then
         first = int(np.ceil(r.requested_at / SERVICE_GAP_WINDOW_S))
-        last = int(np.ceil(sent / SERVICE_GAP_WINDOW_S)) - 1
-        for w in range(first, min(last, windows - 1) + 1):
-            if w * SERVICE_GAP_WINDOW_S < sent:
-                backlogged[w, i] = True
+        last = int(np.ceil(answered / SERVICE_GAP_WINDOW_S)) - 1
+        backlogged[first:min(last, windows - 1) + 1, i] = True
     gap = 0.0
     for w in range(windows):
         row = served[w][backlogged[w]]

@@ -128,11 +128,21 @@ def _spread(metrics: dict, key: str, digits: int) -> str:
     return f"{fmt(float(mean), digits)} ({fmt(min(values) / scale, digits)}–{fmt(max(values) / scale, digits)})"
 
 
+def _order(name: str) -> tuple:
+    """Report order: AgentRM and its ablations, then the baselines as the registry lists them,
+    then a sweep by lane count."""
+    from .policies import POLICY_NAMES
+    if name in POLICY_NAMES:
+        return (0, POLICY_NAMES.index(name), 0)
+    base, _, variant = name.partition("@")
+    return (1, base, int(variant) if variant.isdigit() else variant)
+
+
 def scenario_table(result: dict, columns=SCHEDULER_COLUMNS, spread: bool = False) -> str:
     """One row per policy: the mean over seeds (with min-max when `spread`)."""
     headers = ["policy", *(h for _, h, _ in columns)]
     rows = []
-    for name, m in result["policies"].items():
+    for name, m in sorted(result["policies"].items(), key=lambda item: _order(item[0])):
         cells = [(_spread(m, k, d) if spread else fmt(_value(m, k) if _value(m, k) is None
                                                       else float(_value(m, k)), d)) for k, _, d in columns]
         rows.append([name, *cells])
@@ -218,3 +228,56 @@ def write_scheduler_report(out: Path, result: dict) -> None:
              f"Means over seeds, (min–max) over seeds.", "",
              scenario_table(result, spread=True), "", "## Metrics", "", metrics.__doc__.strip(), ""]
     (out / f"scheduler_{name}.md").write_text("\n".join(lines))
+
+
+# The columns each scenario's headline table shows (the full tables keep every column).
+_COMMON = (("throughput_per_min", "calls/min", 1), ("fraction_of_limit", "of limit", 2))
+HEADLINE_COLUMNS = {
+    "mixed-lanes": _COMMON + (("p95_wait_s:INTERACTIVE", "int. P95 wait s", 2), ("p95_wait_s:BATCH", "batch P95 wait s", 1),
+                              ("p95_latency_s", "P95 s", 1), ("run_completion_mean_s", "run mean s", 1),
+                              ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0),
+                              ("lane_waste", "lane waste", 3), ("jain:INTERACTIVE", "Jain int.", 3),
+                              ("jain:BATCH", "Jain batch", 3), ("max_service_gap", "max gap ktok", 1)),
+    "provider-bound": _COMMON + (("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0),
+                                 ("p95_latency_s", "P95 s", 1), ("p99_latency_s", "P99 s", 1),
+                                 ("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1), ("over_admission", "over-adm.", 3),
+                                 ("jain:INTERACTIVE", "Jain int.", 3), ("max_service_gap", "max gap ktok", 1)),
+    "hangs": _COMMON + (("hung_lane_seconds", "hung lane-s", 0), ("live_calls_cut", "live cut", 0),
+                        ("failed_calls", "failed", 0), ("zombies", "zombies", 1), ("p95_latency_s", "P95 s", 1),
+                        ("p99_latency_s", "P99 s", 1), ("lane_waste", "lane waste", 3),
+                        ("max_service_gap", "max gap ktok", 1)),
+    "runs": _COMMON + (("run_completion_mean_s", "run mean s", 1), ("run_completion_p95_s", "run P95 s", 1),
+                       ("run_completion_p99_s", "run P99 s", 1), ("p95_latency_s", "P95 s", 1),
+                       ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0),
+                       ("jain:BATCH", "Jain batch", 3), ("max_service_gap", "max gap ktok", 1)),
+    "saturating-provider": _COMMON + (("p95_latency_s", "P95 s", 1), ("p99_latency_s", "P99 s", 1),
+                                      ("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1), ("live_calls_cut", "live cut", 0),
+                                      ("failed_calls", "failed", 0), ("max_service_gap", "max gap ktok", 1)),
+    "replicas": _COMMON + (("over_admission", "over-adm.", 3), ("rate_limited", "429s/call", 3),
+                           ("failed_calls", "failed", 0), ("p95_latency_s", "P95 s", 1),
+                           ("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1)),
+    "paper": _COMMON + (("p95_latency_s", "P95 s", 1), ("p99_latency_s", "P99 s", 1), ("lane_waste", "lane waste", 3),
+                        ("hung_lane_seconds", "hung lane-s", 0), ("live_calls_cut", "live cut", 0),
+                        ("zombies", "zombies", 1), ("run_completion_mean_s", "run mean s", 1)),
+}
+
+
+def headline_table(result: dict) -> str:
+    return scenario_table(result, HEADLINE_COLUMNS.get(result["scenario"], SCHEDULER_COLUMNS), spread=True)
+
+
+def write_summary(out: Path, names: Sequence[str]) -> Path:
+    """scheduler.md: every scenario's headline table, from the JSON each run wrote."""
+    lines = ["# Scheduler benchmark v2: every scenario", "",
+             "Means over seeds 1-5, (min–max) over seeds. Full tables: `scheduler_<scenario>.md`.", ""]
+    for name in names:
+        path = out / f"scheduler_{name}.json"
+        if not path.exists():
+            continue
+        result = json.loads(path.read_text())
+        lines += [f"## {name}", "", result["about"], "",
+                  f"Physical limit {result['physical_limit_calls_per_min']:.1f} calls/min "
+                  f"(bound by {result['physical_limit']['binding']}).", "", headline_table(result), ""]
+    target = out / "scheduler.md"
+    target.write_text("\n".join(lines))
+    return target

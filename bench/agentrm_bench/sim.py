@@ -213,6 +213,7 @@ class CallRecord:
     requested_at: float
     run_key: str = ""
     first_sent_at: float | None = None
+    answered_sent_at: float | None = None   # when the attempt that answered was sent
     completed_at: float | None = None
     attempts: int = 0
     rate_limited: int = 0
@@ -515,6 +516,7 @@ class Attempt:
         self._close(now)
         if self.answer.admitted:
             self.record.completed_at = now
+            self.record.answered_sent_at = self.sent_at
             if self.hold is not None:
                 self.hold.productive_s += now - self.sent_at
         on_answer(self)

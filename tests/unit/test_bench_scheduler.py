@@ -250,3 +250,27 @@ def test_provider_token_bucket_holds_for_any_arrivals(arrivals):
             assert "retry-after" in answer.headers and "x-ratelimit-remaining-tokens" in answer.headers
     assert _envelope_ok([(t, 1.0) for t, _ in provider.admitted_log], provider.rpm)
     assert _envelope_ok([(t, float(c)) for t, c in provider.admitted_log], provider.tpm)
+
+
+def test_queue_wait_runs_to_the_attempt_that_was_answered_wherever_the_call_waited():
+    # one call, a provider that refuses it for the first 60 s (RPM 1, bucket emptied by a first call)
+    trace = _trace([_call(0, latency=2.0), _call(1, latency=2.0)], minutes=5)
+    m, _ = simulate("no-gateway", trace, lanes=3, rpm=1, tpm=1_000_000)
+    # the second call is refused (429, retry-after up to 60 s) and waits in the client's retry loop
+    assert m["rate_limited_count"] >= 1
+    assert m["p99_wait_s"]["BATCH"] > 30.0
+
+
+def test_service_gap_compares_backlogged_agents_of_one_class_per_minute():
+    from agentrm_bench.metrics import service_gap
+    from agentrm_bench.sim import CallRecord, Recorder
+    rec = Recorder(duration_s=180.0)
+    big, small = _call(0), _call(1)        # cost 1000 + 2 x 50 = 1100 each
+    for i, (agent, t_done) in enumerate((("a", 70.0), ("a", 80.0), ("b", 150.0))):
+        r = CallRecord(big if i < 2 else small, agent, BATCH, requested_at=10.0)
+        r.completed_at = t_done
+        rec.calls.append(r)
+    # minute 1 (60-120 s): both a and b backlogged at 60 s; a got 2 x 1100, b nothing
+    assert service_gap(rec, 180.0, BATCH, ["a", "b"]) == pytest.approx(2200.0)
+    # an agent of another class is not compared
+    assert service_gap(rec, 180.0, BATCH, ["a"]) == 0.0
