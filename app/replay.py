@@ -2,6 +2,8 @@
 scheduler state as of any past position."""
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import dataclass
 
 from app.domain.apply import apply, new_pool
@@ -24,12 +26,19 @@ class ReplayReport:
     differences: list[str]
 
 
+def _fold_page(model: CoreModel, events) -> None:
+    for event in events:
+        model.fold(event)
+
+
 async def rebuild(store: EventStore, up_to: int | None = None) -> tuple[CoreModel, int]:
+    """Fold the log from position 0 into a fresh model. The folding runs in a worker thread,
+    page by page: an operator's replay must not hold the API's event loop (and with it the
+    scheduler's timers and every request) for the seconds a long log takes."""
     model, count, after = CoreModel(), 0, 0
     while True:
         events = await store.read(after, PAGE, up_to=up_to)
-        for event in events:
-            model.fold(event)
+        await asyncio.to_thread(_fold_page, model, events)
         count += len(events)
         if len(events) < PAGE:
             return model, count
@@ -56,9 +65,12 @@ async def replay_check(store: EventStore, projector: Projector, pool: str | None
                 "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT) or 0
             live_docs = await load_docs(conn, PROJECTIONS)
     rebuilt, count = await rebuild(store, up_to=position)
+    return await asyncio.to_thread(_compare, live_docs, rebuilt, pool, count, position)
+
+
+def _compare(live_docs: dict, rebuilt: CoreModel, pool: str | None, count: int, position: int) -> ReplayReport:
     live, replayed = _scope(live_docs, pool), _scope(rebuilt.all_docs(), pool)
     # jsonb round trip: compare both through the same JSON normalisation
-    import json
     replayed = {k: json.loads(json.dumps(v)) for k, v in replayed.items()}
     differences = sorted(f"{p}/{k}" for (p, k) in set(live) | set(replayed)
                          if live.get((p, k)) != replayed.get((p, k)))

@@ -5,6 +5,8 @@ so these fields live beside `replayCheck` and `schedulerAt`. Operator only: a wh
 reads every agent's workload."""
 from __future__ import annotations
 
+import asyncio
+
 import strawberry
 from strawberry.types import Info
 
@@ -101,7 +103,9 @@ class AuditQuery:
                                                boost_seconds=boost_seconds)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
-        r = what_if(workload, settings)
+        # The simulation is CPU-bound: run it off the event loop, which also serves the
+        # scheduler's timers and every other request.
+        r = await asyncio.to_thread(what_if, workload, settings)
         return WhatIfReport(
             pool=r.pool, from_position=r.from_position, to_position=r.to_position,
             recorded_settings=_settings(r.recorded_settings), settings=_settings(r.settings),
