@@ -38,7 +38,6 @@ Metrics (per strategy and budget, averaged over sessions):
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import random
 import statistics
@@ -56,6 +55,7 @@ from app.context.embedder import MiniLMEmbedder, cosine_top_k, default_embedder
 from app.context.summarize import ExtractiveSummarizer
 from app.context.tokens import REPLY_PRIMING_TOKENS, count_message, count_text
 from app.domain import context as domain
+from app.stats import percentile
 
 BUDGETS = (2_000, 4_000, 8_000)
 STRATEGIES = ("truncation", "running-summary", "agentrm")
@@ -497,14 +497,6 @@ def _calibrate(embedder: MiniLMEmbedder, session: Session) -> float:
     return (time.process_time() - started) / max(1, len(sentences))
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[index]
-
-
 def _current_answer(fact: PlantedFact, turn: int) -> str | None:
     """What the agent should know about ``fact`` after ``turn`` messages, or None."""
     if fact.turn < turn:
@@ -593,7 +585,7 @@ def run(out_dir: pathlib.Path, sessions: int = 3, seed: int = 7, quick: bool = F
             "summary_tokens": sum(r["summary_tokens"] for r in runs) / len(runs),
             "chunks_embedded": sum(r["chunks_embedded"] for r in runs) / len(runs),
             "index_cpu_s": sum(r["index_cpu_seconds"] for r in runs) / len(runs),
-            "latency_ms_p50": _percentile(latencies, 0.5), "latency_ms_p95": _percentile(latencies, 0.95),
+            "latency_ms_p50": (percentile(latencies, 50) or 0.0), "latency_ms_p95": (percentile(latencies, 95) or 0.0),
         })
     agentrm_4k = next(r for r in rows if r["strategy"] == "agentrm" and r["budget"] == 4_000)
     results = {

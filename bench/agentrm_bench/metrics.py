@@ -27,7 +27,10 @@ call's request to its last call's answer (unfinished runs: their age at the end)
   held. A slot is whatever bounds a policy's concurrency (a lane held for a whole run, a
   semaphore permit held per attempt, a worker); tool time inside a held slot, backoff sleeps
   and the client's reaction time are waste, for everyone alike.
-- zombies: slots held at the end by an attempt hung for at least ZOMBIE_AFTER_S.
+- zombies: slots held at the end by an attempt hung for at least ZOMBIE_AFTER_S (60 s).
+- stuck_agents: agents the policy stopped serving for good (AgentRM quarantines an agent
+  after 3 consecutive reaps until an operator releases it; the work it had left is lost).
+  Each such stop also counts as a failed call.
 - jain: Jain's index of successful calls per agent, within each class.
 - max_service_gap: VTC's measure of unfairness (Sheng et al., OSDI 2024): in each minute,
   among the agents of one class that had a call asked for and not yet answered at the
@@ -44,16 +47,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sim import Recorder
+from app.stats import percentile
+
+from .sim import ZOMBIE_AFTER_S, Recorder
 from .workload import CLASSES
 
-ZOMBIE_AFTER_S = 60.0
 SERIES_STEP_S = 5.0
 SERVICE_GAP_WINDOW_S = 60.0
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
 
 
 def jain(values: list[float]) -> float | None:
@@ -176,7 +176,7 @@ def summarize(recorder: Recorder, agents_by_class: dict[str, list[str]], limit: 
     completed = len(done)
     minutes = end / 60.0
     held = productive = inflight = hung_s = 0.0
-    zombies = hung_at_end = 0
+    hung_at_end = 0
     for hold in recorder.holds:
         stop = min(hold.ended_at if hold.ended_at is not None else end, end)
         held += max(0.0, stop - hold.started_at)
@@ -185,7 +185,6 @@ def summarize(recorder: Recorder, agents_by_class: dict[str, list[str]], limit: 
         hung_s += hold.hung_s
         if hold.ended_at is None and hold.hung_since is not None:
             hung_at_end += 1
-            zombies += end - hold.hung_since >= ZOMBIE_AFTER_S
     per_class = {c: _class_summary(recorder, end, c, agents_by_class.get(c, [])) for c in CLASSES
                  if agents_by_class.get(c)}
     fairness = [v["jain_fairness"] for v in per_class.values() if v["jain_fairness"] is not None]
@@ -210,7 +209,8 @@ def summarize(recorder: Recorder, agents_by_class: dict[str, list[str]], limit: 
         "jain": {c: v["jain_fairness"] for c, v in per_class.items()},
         "max_service_gap": max((v["max_service_gap"] for v in per_class.values()), default=0.0),
         "lane_waste": 1.0 - inflight / held if held > 0 else 0.0,
-        "zombies": zombies,
+        "zombies": recorder.zombies,
+        "stuck_agents": recorder.stuck_agents,
         "over_admission": over,
         # more detail
         "rate_limited_count": len(recorder.rate_limited_at),

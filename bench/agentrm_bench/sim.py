@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 
 from .workload import CallSpec
 
+# A slot held at the end by an attempt hung at least this long is a zombie.
+ZOMBIE_AFTER_S = 60.0
+
 # -- the virtual clock ------------------------------------------------------------------
 
 
@@ -216,6 +219,7 @@ class CallRecord:
     answered_sent_at: float | None = None   # when the attempt that answered was sent
     completed_at: float | None = None
     attempts: int = 0
+    admitted_attempts: int = 0
     rate_limited: int = 0
     failed: int = 0               # times its error reached the agent after the policy's own retries
 
@@ -256,6 +260,8 @@ class Recorder:
     provider_attempts: int = 0
     live_calls_cut: int = 0
     hung_attempts_cut: int = 0
+    zombies: int = 0
+    stuck_agents: int = 0         # agents the policy stopped serving for good (AgentRM quarantine)
     notes: dict = field(default_factory=dict)
     open_attempts: dict[int, "Attempt"] = field(default_factory=dict)  # by id()
 
@@ -287,6 +293,8 @@ class Recorder:
             hold = attempt.hold
             if hold is None or attempt.ended_at is not None:
                 continue
+            if attempt.hung_from is not None and end - attempt.hung_from >= ZOMBIE_AFTER_S:
+                self.zombies += 1   # a slot held by a call hung long enough that nothing frees it
             hold.inflight_s += end - attempt.sent_at
             if attempt.hung_from is not None:
                 hold.hung_s += max(0.0, end - attempt.hung_from)
@@ -330,7 +338,10 @@ class ProviderLink:
             attempt.will_answer = True
             self.sim.after(Provider.REJECT_LATENCY_S, lambda: attempt.finish(self.sim.now, on_answer))
             return attempt
-        fault = call.fault if record.attempts == 1 else None
+        # The trace's fault belongs to the first attempt the provider admits (a 429 before it
+        # does not use it up), so every policy meets every fault.
+        record.admitted_attempts += 1
+        fault = call.fault if record.admitted_attempts == 1 else None
         if self.provider.in_outage(now):
             fault = "hang"
         if fault == "hang":
@@ -529,7 +540,7 @@ class Attempt:
         self.abandoned = True
         self._close(now)
         if self.recorder is not None and self.answer.admitted:
-            if self.will_answer:
+            if self.will_answer or (self.stalls_at is not None and now < self.stalls_at):
                 self.recorder.live_calls_cut += 1
             else:
                 self.recorder.hung_attempts_cut += 1

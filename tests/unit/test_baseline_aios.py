@@ -84,3 +84,11 @@ def test_a_429_sleeps_its_retry_after_inside_the_batch_and_delays_every_answer()
     assert calls["b"].rate_limited == 1 and calls["b"].attempts == 2
     # 429 at 1.1 + 0.2 s, SDK sleeps retry-after (60 s <= 60 is honoured), answered 1 s later
     assert calls["a"].completed_at == calls["b"].completed_at == pytest.approx(1.3 + 60.0 + 1.0)
+
+
+def test_an_answer_of_a_batch_still_running_at_the_end_is_not_delivered_so_not_completed():
+    short = agent("a", call("a1", latency=1.0))
+    long = agent("b", call("b1", latency=1000.0))
+    rec = run(short, long, until=300.0)
+    calls = {r.agent_id: r for r in rec.calls}
+    assert calls["a"].completed_at is None and calls["b"].completed_at is None

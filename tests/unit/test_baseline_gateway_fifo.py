@@ -31,7 +31,7 @@ def trace(*agents: AgentScript, minutes: float = 10.0) -> Trace:
 
 def backoffs(n: int) -> list[float]:
     """openai-python's first backoff step, 0.5 s minus up to 25% jitter, as the policy draws it."""
-    rng = random.Random("1/gateway-fifo")
+    rng = random.Random("1/jitter")
     return [0.5 * (1 - 0.25 * rng.random()) for _ in range(n)]
 
 

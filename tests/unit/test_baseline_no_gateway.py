@@ -34,7 +34,7 @@ def run(*agents: AgentScript, lanes: int = 4, until: float = 3600.0, rpm: int = 
 
 def factors(n: int) -> list[float]:
     """The jitter factors of the policy's first n draws (rng seeded "<seed>/<name>")."""
-    rng = random.Random(f"1/{NAME}")
+    rng = random.Random("1/jitter")
     return [1 - 0.25 * rng.random() for _ in range(n)]
 
 

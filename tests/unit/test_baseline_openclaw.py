@@ -126,3 +126,26 @@ def test_a_429_is_retried_in_the_lane_after_its_retry_after():
     assert second.first_sent_at == 1.0
     assert second.completed_at == pytest.approx(1.0 + 0.2 + 59.0 + 1.0)   # the 429 comes 0.2 s later
     assert len(rec.holds) == 1                                            # the lane is kept meanwhile
+
+
+def test_without_cron_jobs_every_lane_serves_main_and_subagent_runs():
+    assert lane_sizes(12, cron=False) == {"main": 4, "subagent": 8}
+    chats = [agent(f"i{k}", INTERACTIVE, call(f"i{k}c", latency=10.0)) for k in range(5)]
+    rec = run(*chats, lanes=12)
+    assert sorted(r.first_sent_at for r in rec.calls) == [0.0, 0.0, 0.0, 0.0, 10.0]   # main has 4 of 12
+    assert {h.policy_slot for h in rec.holds} == {"main"}
+
+
+def test_a_success_resets_the_retry_window_so_a_later_hang_in_the_run_is_retried_too():
+    # two hung calls 200 s apart in one run: each is cut at 120 s and retried once
+    rec = run(agent("a", BATCH, call("c1", latency=2.0, tool=200.0, fault="hang"), call("c2", latency=2.0, fault="hang")))
+    first, second = rec.calls
+    assert first.attempts == 2 and second.attempts == 2
+    assert first.failed == 0 and second.failed == 0 and second.completed_at is not None
+
+
+def test_a_self_hosted_provider_gets_the_300_s_idle_timeout():
+    from agentrm_bench.sim import Saturation
+    rec = run(agent("a", INTERACTIVE, call("c1", latency=2.0, fault="hang")), saturation=Saturation())
+    (record,) = rec.calls
+    assert record.attempts == 2 and 300.0 < record.completed_at < 305.0

@@ -69,7 +69,7 @@ def test_a_call_that_waited_beta_times_its_runs_service_is_promoted_to_the_top_q
 def test_attained_service_counts_completed_calls_only():
     # a's first attempt hangs: it is cut at 30 s (the gateway's timeout) and adds nothing; the
     # retry, sent 30 + b later, takes 1 s: the run has attained exactly 1 s, in queue 0.
-    b = 0.5 * (1 - 0.25 * random.Random("1/plas").random())
+    b = 0.5 * (1 - 0.25 * random.Random("1/jitter").random())
     run = run_policy("plas", trace(agent("a", call("a1", fault="hang", tool=100.0), call("a2"))),
                      4, BIG_RPM, BIG_TPM, until=60.0)
     holds = [(h.started_at, h.ended_at) for h in run.recorder.holds]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentrm_bench.harness import run_policy
 from agentrm_bench.metrics import envelope_excess, physical_limit
-from agentrm_bench.scenarios import SCENARIOS, Scenario
+from agentrm_bench.scenarios import SCENARIOS
 from agentrm_bench.scheduler_bench import REPORTED_KEYS, _param, main, run, simulate
 from agentrm_bench.sim import Provider, Saturation
 from agentrm_bench.workload import (BATCH, CLASSES, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams,
@@ -274,3 +274,27 @@ def test_service_gap_compares_backlogged_agents_of_one_class_per_minute():
     assert service_gap(rec, 180.0, BATCH, ["a", "b"]) == pytest.approx(2200.0)
     # an agent of another class is not compared
     assert service_gap(rec, 180.0, BATCH, ["a"]) == 0.0
+
+
+def test_a_fault_belongs_to_the_first_attempt_the_provider_admits():
+    # RPM 1: the second agent's first attempt is refused (429); its admitted retry still hangs
+    calls = [_call(0, latency=1.0), _call(1, latency=1.0, fault="hang")]
+    agents = tuple(AgentScript(f"bat{i:04d}", BATCH, (RunSpec(0.0, 0.0, (c,)),)) for i, c in enumerate(calls))
+    trace = Trace(params=WorkloadParams(agents=2, minutes=5), agents=agents)
+    rec = run_policy("no-gateway", trace, 3, 1, 1_000_000).recorder
+    hung = rec.calls[1]
+    # refused first, then admitted about a minute later: that admitted attempt hangs, and the
+    # SDK's 600 s timeout has not come by the end
+    assert hung.rate_limited >= 1 and hung.admitted_attempts == 1 and hung.completed_at is None
+
+
+def test_a_quarantined_agent_counts_as_a_failed_call_and_a_stuck_agent():
+    # an outage longer than three leases: three consecutive reaps quarantine the agent
+    trace = _trace([_call(0), _call(1)], minutes=10)
+    m, _ = simulate("agentrm", trace, lanes=1, rpm=600, tpm=1_000_000, agentrm_overrides={"lease_seconds": 30.0})
+    assert m["stuck_agents"] == 0
+    from agentrm_bench.scenarios import Scenario
+    outage = Scenario(name="t", about="t", outages=((0.0, 200.0),))
+    m, _ = simulate("agentrm", trace, lanes=1, rpm=600, tpm=1_000_000,
+                    agentrm_overrides={"lease_seconds": 30.0}, scenario=outage)
+    assert m["stuck_agents"] == 1 and m["failed_calls"] == 1 and m["calls_completed"] == 0

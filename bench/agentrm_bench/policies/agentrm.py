@@ -130,6 +130,10 @@ class AgentRM(Policy):
             self._drop_turn(cur, d["turn_id"])
             cur.token += 1
             cur.stuck = True  # quarantined: an operator must release the agent
+            # The client's call ends in an error the agent cannot retry: a failed call, and
+            # an agent this policy no longer serves (its remaining work is lost).
+            self.recorder.failed(cur.record)
+            self.recorder.stuck_agents += 1
 
     def _drop_turn(self, cur: Cursor, turn_id: str) -> None:
         self.by_turn.pop(turn_id, None)

@@ -22,7 +22,7 @@ Sources (agiresearch/AIOS unless named; cited beside the code):
   `litellm/main.py`, "set timeout for 10 minutes by default") and builds the openai client with
   `max_retries = data.pop("max_retries", 2)` (`litellm/llms/openai/openai.py`). The openai
   SDK (openai/openai-python `_base_client.py`) retries a timeout and a 429 up to those 2
-  times, sleeping `_calculate_retry_timeout` (retry-after when 0 < it <= 60 s, else 0.5 s *
+  times, sleeping `_calculate_retry_timeout` (retry-after when 0 < it <= 120 s, else 0.5 s *
   2^n capped at 8 s minus up to 25% jitter: `base.sdk_backoff`). A non-streamed request sees
   no byte before its answer, so the 600 s read timeout runs from the send whether the
   provider hangs before its first token, stalls mid-generation or is slow.
@@ -167,6 +167,10 @@ class Aios(Policy):
             self._worker_done(cur, False)         # APITimeoutError -> 408 LLMResponse
 
     def _worker_done(self, cur: Cursor, ok: bool) -> None:
+        if ok:
+            # The provider answered, but the agent learns it only when the batch returns
+            # (_batch_done): until then the call is not completed, for the metrics either.
+            cur.record.completed_at = None
         self.recorder.release(self.sim.now, cur.hold)
         cur.hold = None
         self.running -= 1

@@ -85,7 +85,9 @@ class Policy:
     def __init__(self, ctx: Context, agents: tuple[AgentScript, ...] | None = None):
         self.ctx = ctx
         self.sim, self.recorder, self.link = ctx.sim, ctx.recorder, ctx.link
-        self.rng = random.Random(f"{ctx.seed}/{self.name}")
+        # One jitter stream per seed, the same for every policy: two policies that behave
+        # alike then draw alike, and a difference in the report is a difference in policy.
+        self.rng = random.Random(f"{ctx.seed}/jitter")
         self.cursors = [Cursor(agent) for agent in (ctx.trace.agents if agents is None else agents) if agent.runs]
 
     def start(self) -> None:

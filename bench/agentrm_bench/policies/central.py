@@ -31,7 +31,7 @@ everything else is this one gateway, so a difference between them is the queue o
   between chunks alike): `sim.Watchdog(first_chunk_s=T, idle_s=T)`. A timeout cuts the
   attempt (`attempt.abandon`).
 - One retry after a 429 or a timeout. The wait before it is openai-python's
-  `_calculate_retry_timeout` (src/openai/_base_client.py): retry-after when 0 < it <= 60 s,
+  `_calculate_retry_timeout` (src/openai/_base_client.py): retry-after when 0 < it <= 120 s,
   otherwise 0.5 s * 2^0 minus up to 25% jitter (`base.sdk_backoff`). The retried call then
   re-enters the order as a retry (for FIFO: ahead of new calls, see `FifoOrder`). If the retry
   fails too, the error reaches the agent (`agent_retry`), which asks again 1 s later as a new

@@ -182,7 +182,10 @@ class LitellmProxy(Policy):
         # ... then usage-based-routing-v2's pick (`_return_potential_deployments`)
         self._tick_minute()
         call = chain.cur.record.call
-        if self.tpm_used + call.prompt_tokens > self.tpm or self.rpm_used + 1 >= self.rpm:
+        # The rpm test at selection (`rpm_dict[item] + 1 >= rpm`) never fires in the code: the
+        # dict is keyed "{id}:rpm:{minute}" and looked up by the bare id; only the tpm test
+        # and the pre-call rpm check (`_precall_and_send`) limit.
+        if self.tpm_used + call.prompt_tokens > self.tpm:
             self.notes["no_deployments"] += 1
             self._failed(chain, _Failure("no_deployments", USAGE_ROUTER_RETRY_AFTER_S))
             return

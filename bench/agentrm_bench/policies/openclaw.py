@@ -77,6 +77,9 @@ DEFAULT_LANES = {"main": 4, "subagent": 8, "cron": 1}
 # run/llm-idle-timeout.ts DEFAULT_LLM_IDLE_TIMEOUT_MS, CRON_LLM_IDLE_TIMEOUT_MS.
 IDLE_TIMEOUT_S = 120.0
 CRON_IDLE_TIMEOUT_S = 60.0
+# The same file: self-hosted providers (vllm, sglang, ...) get SELF_HOSTED_LLM_IDLE_TIMEOUT_MS
+# and LOCAL_LLM_FIRST_EVENT_TIMEOUT_MS, 300 s each.
+SELF_HOSTED_IDLE_TIMEOUT_S = 300.0
 # Lane task timeout (openclaw/openclaw#77741).
 LANE_TASK_TIMEOUT_S = 630.0
 # run/helpers.ts MAX_TRANSIENT_RETRIES, MAX_TRANSIENT_RETRY_TIME_MS, TRANSIENT_RETRY_BASE_DELAY_MS,
@@ -90,16 +93,18 @@ TRANSIENT_RETRY_MAX_S = 30.0
 COOLDOWN_STEPS_S = (30.0, 60.0, 300.0)
 
 
-def lane_sizes(lanes: int) -> dict[str, int]:
+def lane_sizes(lanes: int, cron: bool = True) -> dict[str, int]:
     """OpenClaw's default lane sizes scaled to `lanes`: the same ratio, the same sum, at least
-    one lane each (largest remainders, ties to the larger default)."""
-    if lanes < len(DEFAULT_LANES):
-        raise ValueError(f"openclaw-lanes needs at least {len(DEFAULT_LANES)} lanes (main, subagent, cron), "
+    one lane each (largest remainders, ties to the larger default). Without cron jobs there
+    is no cron lane."""
+    defaults = DEFAULT_LANES if cron else {k: v for k, v in DEFAULT_LANES.items() if k != "cron"}
+    if lanes < len(defaults):
+        raise ValueError(f"openclaw-lanes needs at least {len(defaults)} lanes ({', '.join(defaults)}), "
                          f"got {lanes}")
-    total = sum(DEFAULT_LANES.values())
-    exact = {name: lanes * size / total for name, size in DEFAULT_LANES.items()}
+    total = sum(defaults.values())
+    exact = {name: lanes * size / total for name, size in defaults.items()}
     sizes = {name: max(1, int(share)) for name, share in exact.items()}
-    order = sorted(DEFAULT_LANES, key=lambda n: (-(exact[n] - int(exact[n])), -DEFAULT_LANES[n]))
+    order = sorted(defaults, key=lambda n: (-(exact[n] - int(exact[n])), -defaults[n]))
     i = 0
     while sum(sizes.values()) < lanes:
         sizes[order[i % len(order)]] += 1
@@ -115,7 +120,11 @@ class OpenClawLanes(Policy):
 
     def __init__(self, ctx: Context, agents=None, variant=None):
         super().__init__(ctx, agents)
-        self.caps = lane_sizes(ctx.lanes)
+        # A deployment with no cron jobs configures no cron lane: its lanes all serve main
+        # and subagent runs (the kinder reading of mapping ctx.lanes onto OpenClaw's lanes).
+        has_cron = any(c.agent.priority_class == BACKGROUND for c in self.cursors)
+        self.caps = lane_sizes(ctx.lanes, cron=has_cron)
+        self.self_hosted = ctx.provider.saturation is not None
         self.active = {lane: 0 for lane in self.caps}
         self.queues: dict[str, deque[Cursor]] = {lane: deque() for lane in self.caps}
         self.idle_timeouts = 0
@@ -131,6 +140,8 @@ class OpenClawLanes(Policy):
         return "main"
 
     def idle_timeout_s(self, cur: Cursor) -> float:
+        if self.self_hosted:
+            return SELF_HOSTED_IDLE_TIMEOUT_S
         return CRON_IDLE_TIMEOUT_S if self.lane_of(cur) == "cron" else IDLE_TIMEOUT_S
 
     # -- lanes ---------------------------------------------------------------------------
@@ -189,6 +200,10 @@ class OpenClawLanes(Policy):
             # auth-profiles/usage.ts markAuthProfileUsed: errorCount and cooldown reset
             cur.extra["error_count"] = 0
             cur.extra["cooldown_until"] = None
+            # failover-retry-controller.ts observeAttempt: a successful model response
+            # resets the transient-retry window, so a later failure in the same run gets its
+            # own 90 s window
+            cur.extra["retry"]["window_start"] = None
             self.call_done(cur)
             return
         self._mark_profile_failure(cur)
