@@ -22,6 +22,8 @@ the counterfactual's pacing; 429 counts therefore compare pacing only through pa
 """
 from __future__ import annotations
 
+from app.stats import percentile
+
 import dataclasses
 import heapq
 import itertools
@@ -312,14 +314,6 @@ class RunMetrics:
     span_seconds: float = 0.0
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return None
-    values = sorted(values)
-    k = (len(values) - 1) * q / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
 def grants(turns: dict[str, TurnSpec], decisions: Iterable[Decision]) -> list[tuple[str, int]]:
