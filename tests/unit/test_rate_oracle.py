@@ -151,16 +151,20 @@ def test_batched_decisions_stay_within_the_rate_budget_in_every_window(batches):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.integers(1, 6), st.integers(0, 6_000)), max_size=60))
+@given(st.lists(st.tuples(st.one_of(st.floats(0.0, 3.0), st.floats(0.0, 120.0)), st.integers(1, 6),
+                          st.integers(0, 6_000)), max_size=60))
 def test_a_saturating_workload_stays_within_the_budget(bursts):
     """Every batch asks for more than the buckets hold and completes what was granted,
-    with usage from nothing to twice the reservation: the bound is tight here."""
+    with usage from nothing to twice the reservation and now and then a 429: the bound is
+    tight here."""
     from .workload import start
     run = start(PoolSettings(name="p", lanes=6, rpm=20, tpm=12_000, lease_seconds=20.0, boost_seconds=30.0))
     granted_now: list[tuple[str, int]] = []
     for i, (wait, n, est) in enumerate(bursts):
-        inputs = [(ev.COMPLETION_REPORTED, {"turn_id": tid, "outcome": ev.OK, "prompt_tokens": (i * 7919) % (2 * r + 1),
-                                            "completion_tokens": 0}) for tid, r in granted_now]
+        # Every seventh completion is a 429, so the AIMD factor moves and recovers too.
+        inputs = [(ev.COMPLETION_REPORTED, {"turn_id": tid, "outcome": ev.RATE_LIMITED if (i + j) % 7 == 6 else ev.OK,
+                                            "prompt_tokens": (i * 7919) % (2 * r + 1), "completion_tokens": 0})
+                  for j, (tid, r) in enumerate(granted_now)]
         inputs += [(ev.TURN_REQUESTED, {"turn_id": f"b{i}.{k}", "agent_id": "a0", "estimated_tokens": est,
                                         "max_output_tokens": 500}) for k in range(n)]
         out = run.step(run.now + wait, inputs)
