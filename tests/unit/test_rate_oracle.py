@@ -16,6 +16,7 @@ from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.settings import PoolSettings
 
+from .examples import examples
 from .workload import SETTINGS, Ledger, drive, workload
 
 
@@ -143,14 +144,14 @@ def test_time_running_backwards_is_refused():
 
 # -- the scheduler's batched path against the oracle and the ledger ----------------------
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(workload)
 def test_batched_decisions_stay_within_the_rate_budget_in_every_window(batches):
     run = drive(batches)
     assert first_violation(run.created, run.log) is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.floats(0.0, 3.0), st.floats(0.0, 120.0)), st.integers(1, 6),
                           st.integers(0, 6_000)), max_size=60))
 def test_a_saturating_workload_stays_within_the_budget(bursts):
@@ -173,7 +174,7 @@ def test_a_saturating_workload_stays_within_the_budget(bursts):
     assert sum(1 for t, _ in run.log if t == ev.TURN_GRANTED) > 0 or not bursts
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(workload)
 def test_the_log_alone_rebuilds_the_state_and_an_independent_ledger_agrees(batches):
     run = drive(batches)

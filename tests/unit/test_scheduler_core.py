@@ -13,6 +13,7 @@ from app.audit.rate_oracle import first_violation
 from app.domain.decide import REAP_GRACE_S, decide, decide_many, next_deadline
 from app.domain.settings import PoolSettings
 
+from .examples import examples
 from .workload import Ledger
 
 
@@ -332,7 +333,7 @@ def fresh_pool():
     return pool(lanes=3, tpm=60_000, rpm=120, lease_seconds=20.0, boost_seconds=30.0)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(action, max_size=60))
 def test_invariants_hold_and_the_stored_log_rebuilds_what_an_independent_ledger_says(actions):
     live, log, _issued, _now = run_actions(actions)
@@ -348,14 +349,14 @@ def test_invariants_hold_and_the_stored_log_rebuilds_what_an_independent_ledger_
     assert replayed.canonical_json() == live.canonical_json()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(action, max_size=60))
 def test_grants_stay_within_the_rate_budget_by_an_independent_oracle(actions):
     _live, log, _issued, _now = run_actions(actions)
     assert first_violation({"settings": fresh_pool().settings.to_dict(), "at": 0.0}, log) is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(action, max_size=40))
 def test_every_queued_turn_is_granted_while_a_hog_keeps_the_pool_busy(actions):
     """Arrivals never stop here: after the random prefix, interactive hogs keep every lane

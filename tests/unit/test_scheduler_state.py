@@ -11,10 +11,11 @@ from app.domain.decide import REAP_GRACE_S, decide_many
 from app.domain.settings import PoolSettings
 from app.domain.state import PoolState
 
+from .examples import examples
 from .workload import drive, to_inputs, workload
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(workload, workload)
 def test_a_stored_and_reloaded_state_decides_exactly_as_the_original(first, then):
     """The projection stores PoolState.to_dict() as JSON and a new leader resumes from it:
