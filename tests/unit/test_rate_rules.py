@@ -249,3 +249,18 @@ def test_a_late_report_is_aged_before_it_lowers_the_bucket():
     seen = only(out, ev.RATE_OBSERVED)
     assert seen["observed_remaining_requests"] == 10 and seen["remaining_requests"] == pytest.approx(69.0)
     assert p.state.requests.level == pytest.approx(69.0)
+
+
+def test_a_pause_ends_exactly_at_its_deadline():
+    p = Pool(retry_after_default=3.0)
+    p.batch(0.0, p.request("t"))
+    until = only(p.batch(1.0, p.complete("t", outcome=ev.RATE_LIMITED)), ev.POOL_PAUSED)["until"]
+    assert next_deadline(p.state, 1.0) == until
+    assert p.tick(until - 1e-6) == []
+    assert [t for t, _ in p.tick(until)] == [ev.POOL_RESUMED]
+    assert p.state.paused_until is None
+
+
+def test_an_empty_pool_has_nothing_to_wait_for():
+    state = new_pool({"settings": PoolSettings().to_dict(), "at": 0.0})
+    assert next_deadline(state, 0.0) is None

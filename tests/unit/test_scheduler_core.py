@@ -454,3 +454,28 @@ def test_a_zombie_agents_backed_off_reaps_do_not_inflate_the_pool_estimate():
     # (Karn), so one broken agent cannot drag every other agent's deadline up.
     assert srtts[1] == srtts[2] == srtts[3] and s.agents["z"].start_misses == 4
     assert s.start.timeout(100, 0.5, 300.0, 0) < 10.0
+
+
+def test_an_agent_is_demoted_level_by_level_down_to_the_last():
+    s = pool(lanes=1, allotment_seconds=(10.0, 20.0, math.inf), boost_seconds=1000.0)
+    register(s, "a")
+    request(s, "t1", "a", 0.0)
+    out = complete(s, "t1", 10.0)                   # exactly 10 lane-seconds: level 0 used up
+    assert [(d["from_level"], d["to_level"], d["reason"]) for t, d in out if t == ev.AGENT_DEMOTED] == \
+        [(0, 1, "lane-seconds")]
+    request(s, "t2", "a", 10.0)
+    out = complete(s, "t2", 30.0)                   # 20 at level 1: used up too
+    assert [(d["from_level"], d["to_level"]) for t, d in out if t == ev.AGENT_DEMOTED] == [(1, 2)]
+    request(s, "t3", "a", 30.0)
+    assert not [t for t, _ in complete(s, "t3", 500.0) if t == ev.AGENT_DEMOTED]   # nowhere lower
+    assert s.agents["a"].level == 2
+
+
+def test_a_token_allotment_demotes_with_its_reason():
+    s = pool(lanes=1, allotment_tokens=(1_000, 128_000, math.inf))
+    register(s, "a")
+    request(s, "t1", "a", 0.0)
+    out = complete(s, "t1", 1.0, p=600, c=400)     # exactly 1,000 tokens
+    demoted = [d for t, d in out if t == ev.AGENT_DEMOTED]
+    assert [(d["reason"], d["used_tokens"], d["allotment_tokens"]) for d in demoted] == [("tokens", 1000, 1000)]
+    assert demoted[0]["used_seconds"] == 1.0 and demoted[0]["allotment_seconds"] == 30.0

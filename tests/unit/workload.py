@@ -159,6 +159,7 @@ class Ledger:
                 self.finished.add(d["turn_id"])   # refused on arrival
         elif type_ == ev.TURN_PROMOTED:
             need(turn is not None and turn["status"] == ev.QUEUED, "promoted but not queued")
+            need(d["from_level"] == turn["level"] > 0 and d["to_level"] == 0, "promoted from the top or elsewhere")
             need(d["at"] - turn["queued_at"] >= self.settings.boost_seconds - 1e-9, "promoted before it aged")
             turn["level"] = d["to_level"]
         elif type_ == ev.AGENT_DEMOTED:
