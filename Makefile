@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing.
-.PHONY: setup run test bench schema clean
+.PHONY: setup run test bench schema clean mutate
 
 setup:
 	@bash ops/setup.sh
@@ -16,5 +16,19 @@ bench: setup
 schema: setup
 	.venv/bin/agentrm schema > schema/agentrm.graphql
 
+# Mutation testing of the scheduling core, outside `make test` (docs/mutation-testing.md).
+# What is mutated and which tests run against each mutant: [tool.mutmut] in pyproject.toml.
+# The survivors are listed at the end; `.venv/bin/mutmut show NAME` prints one's diff.
+mutate: setup
+	.venv/bin/python -m pip install -q -e ".[test,mutation]"
+	rm -rf mutants
+	.venv/bin/mutmut run --max-children 2 > .agentrm/mutmut-run.log 2>&1 || (tail -c 2000 .agentrm/mutmut-run.log; exit 1)
+	.venv/bin/mutmut export-cicd-stats > /dev/null
+	@.venv/bin/python -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); \
+	  k = s["killed"] + s["timeout"]; \
+	  print("mutation score: %d/%d killed (%.1f%%), %d survived, %d not covered" \
+	        % (k, s["total"], 100.0 * k / s["total"], s["survived"], s["no_tests"]))'
+	@.venv/bin/mutmut results
+
 clean:
-	rm -rf .venv .agentrm
+	rm -rf .venv .agentrm mutants

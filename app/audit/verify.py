@@ -6,8 +6,9 @@ violation is the one that matters (after it the folded state is no longer trustw
 so checking stops there). The checks restate the core's rules independently of decide():
 - a grant takes a lane that exists and is free, for a turn that is queued (so lanes held
   never exceed capacity and no turn is granted twice);
-- a grant fits the rate budget: available(state, at) covers 1 request and the turn's
-  reserved tokens (the same bucket math the scheduler used), and the pool is not paused;
+- the grants fit the rate budget in every window, refunds and the AIMD factor applied, and
+  none is made while the pool is paused: rate_oracle's check, which rebuilds the budget
+  from the decisions alone instead of reusing the scheduler's bucket math;
 - a turn completes at most once, and only while granted;
 - a reap happens at or after the turn's lease expiry, after every LeaseExtended;
 - a demotion follows an exhausted allotment at the agent's level.
@@ -19,14 +20,10 @@ from dataclasses import dataclass, field
 
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
-from app.domain.decide import available
 from app.domain.state import PoolState
 
 from . import Record
-
-# Bucket levels are floats folded step by step; a grant the live scheduler judged to fit
-# may sit a rounding error below the reservation when recomputed.
-EPSILON = 1e-6
+from .rate_oracle import RateOracle
 
 
 @dataclass(frozen=True)
@@ -57,8 +54,8 @@ class VerifyReport:
 
 
 class _PoolCheck:
-    def __init__(self, state: PoolState):
-        self.state = state
+    def __init__(self, state: PoolState, rates: RateOracle):
+        self.state, self.rates = state, rates
         self.granted: set[str] = set()
         self.completed: set[str] = set()
 
@@ -68,7 +65,13 @@ class _PoolCheck:
         turn_id = d.get("turn_id")
         turn = state.turns.get(turn_id) if turn_id else None
         if r.type == ev.TURN_GRANTED:
-            return self._grant(turn_id, turn, d)
+            problem = self._grant(turn_id, turn, d)
+            if problem:
+                return problem
+        return self.rates.check(r.type, d) or self._rule(r, turn_id, turn)
+
+    def _rule(self, r: Record, turn_id: str | None, turn) -> str | None:
+        state, d = self.state, r.data
         if r.type == ev.TURN_COMPLETED:
             if turn_id in self.completed:
                 return f"turn {turn_id} completed twice"
@@ -103,14 +106,6 @@ class _PoolCheck:
             busy = len([t for t in state.lanes if t is not None])
             return (f"turn {turn_id} granted lane {lane}, which turn {state.lanes[lane]} still holds "
                     f"({busy + 1} grants for {state.settings.lanes} lanes)")
-        at = d["at"]
-        if state.paused_until is not None and at < state.paused_until:
-            return f"turn {turn_id} granted at {at:.3f} while the pool was paused until {state.paused_until:.3f}"
-        requests, tokens = available(state, at)
-        reserved = d.get("reserved_tokens", 0)
-        if requests + EPSILON < 1 or tokens + EPSILON < reserved:
-            return (f"turn {turn_id} granted beyond the rate budget: {requests:.3f} requests and "
-                    f"{tokens:.1f} tokens available, needed 1 and {reserved}")
         return None
 
     def after(self, r: Record) -> None:
@@ -132,7 +127,7 @@ def verify(records: Iterable[Record], pool: str | None = None) -> VerifyReport:
         if pool is not None and name != pool:
             continue
         if r.type == ev.POOL_CREATED:
-            checks[name] = _PoolCheck(new_pool(r.data))
+            checks[name] = _PoolCheck(new_pool(r.data), RateOracle.for_pool(r.data))
             report.pools.append(name)
             continue
         check = checks.get(name)
@@ -140,13 +135,14 @@ def verify(records: Iterable[Record], pool: str | None = None) -> VerifyReport:
             report.violations.append(Violation(r.position, r.stream, r.type, "decision before PoolCreated"))
             return report
         report.decisions_checked += 1
-        problem = check.check(r)
-        if problem is None:
-            try:
+        try:
+            problem = check.check(r)
+            if problem is None:
                 apply(check.state, r.type, r.data)
-            except (KeyError, IndexError, TypeError) as exc:
-                # A decision the fold cannot even apply (unknown turn or agent) is illegal too.
-                problem = f"cannot be applied to the pool state: {type(exc).__name__} {exc}"
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            # A decision the fold cannot even apply (unknown turn or agent, a missing
+            # field) is illegal too.
+            problem = f"cannot be applied to the pool state: {type(exc).__name__} {exc}"
         if problem is not None:
             report.violations.append(Violation(r.position, r.stream, r.type, problem))
             return report

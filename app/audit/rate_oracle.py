@@ -1,0 +1,207 @@
+"""An independent check of a pool's rate limits, computed from its decisions alone.
+
+The scheduler admits calls through two token buckets (admission.Bucket); this module does
+not use them. It restates the promise the buckets are meant to keep, as network calculus
+states a token bucket's: over every window, what was granted stays within what the
+bucket held at the window's start plus what it refilled during the window,
+
+    granted(p, j] - refunded(p, j]  <=  U(p) + integral over (t_p, t_j] of limit * F(t) / 60 dt
+
+for every point p of the log before every grant j, where
+- F(t) is the AIMD factor, rebuilt here from PoolCreated (1.0) and each PoolPaused
+  (its recorded factor) growing by `aimd_increase_per_minute` per minute, up to 1.0;
+- U(p) is an upper bound on the bucket's level at p: before any decision, one minute's
+  worth at the current factor (the cap); right after a PoolPaused, 0 requests (a 429
+  empties the request bucket) and the cap at the lowered factor for tokens; right after
+  a RateObserved, no more than the provider reported (headers may only lower a bucket);
+- a grant consumes 1 request and its reservation, which must be exactly the turn's
+  estimated plus maximum output tokens (from its TurnQueued); a completion refunds the
+  reservation minus the real usage, once, whatever the event says (the reservation is
+  taken from the grant); a reap or a cancel refunds nothing.
+
+Taking the minimum of U(p) + consumed(p) - refill(p) over all points seen so far checks
+every window ending at a grant in O(1) per decision, online, so `audit verify` can run it
+over a whole log in one pass. The bound is an upper bound only: a scheduler that grants
+less than it could passes here (the worked examples in the unit tests pin the exact
+levels). It also checks that a PoolPaused halves the factor the log implies (AIMD's
+decrease, never below the floor) and that nothing is granted while the pool is paused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.domain import events as ev
+
+# Folded floats: the scheduler's bucket levels are sums of many small refills, so a grant
+# that fit may sit a rounding error beyond the bound recomputed here.
+REL_EPSILON = 1e-9
+ABS_EPSILON = 1e-6
+
+
+@dataclass
+class _Aimd:
+    """The admitted-rate factor as a function of time, rebuilt from the log."""
+    factor: float            # the factor set at `since` (1.0 at creation, a pause's after)
+    since: float
+    per_minute: float        # additive increase per minute
+
+    def at(self, t: float) -> float:
+        return min(1.0, self.factor + self.per_minute * max(0.0, t - self.since) / 60.0)
+
+    def integral(self, a: float, b: float) -> float:
+        """Integral of the factor over [a, b] (a >= since): linear growth, then flat at 1."""
+        if b <= a:
+            return 0.0
+        if self.per_minute <= 0 or self.factor >= 1.0:
+            return (b - a) * min(1.0, self.factor)
+        full_at = self.since + (1.0 - self.factor) * 60.0 / self.per_minute
+        ramp_end = min(b, max(a, full_at))
+        ramp = (ramp_end - a) * (self.at(a) + self.at(ramp_end)) / 2.0
+        return ramp + max(0.0, b - ramp_end)
+
+
+@dataclass
+class _Envelope:
+    """One resource (requests or tokens): cumulative consumption against cumulative refill,
+    and the tightest window start seen so far."""
+    name: str
+    limit: float             # per minute
+    consumed: float = 0.0
+    refilled: float = 0.0    # integral of limit * F / 60 since the pool was created
+    slack: float = float("inf")   # min over points p of U(p) + consumed(p) - refilled(p)
+    # The point where that minimum was taken, for the message: where, U(p), consumed(p),
+    # refilled(p).
+    window: tuple[str, float, float, float] = ("", 0.0, 0.0, 0.0)
+
+    def point(self, upper: float, where: str) -> None:
+        value = upper + self.consumed - self.refilled
+        if value < self.slack:
+            self.slack, self.window = value, (where, upper, self.consumed, self.refilled)
+
+    def explain(self) -> str:
+        where, upper, consumed, refilled = self.window
+        return (f"{self.consumed - consumed:.3f} {self.name} granted net of refunds since {where}, but "
+                f"the bucket held at most {upper:.3f} then and refilled {self.refilled - refilled:.3f} since "
+                f"(limit {self.limit:g}/min x AIMD factor)")
+
+    def excess(self) -> float:
+        """How far consumption since the tightest window start exceeds its budget (<= 0 is fine)."""
+        over = self.consumed - self.refilled - self.slack
+        tolerance = ABS_EPSILON + REL_EPSILON * (self.limit + abs(self.consumed) + abs(self.refilled))
+        return over if over > tolerance else 0.0
+
+
+@dataclass
+class RateOracle:
+    """Feed it a pool stream's decisions in order with `check`; it returns the first broken
+    rate rule as a sentence, or None."""
+    rpm: float
+    tpm: float
+    aimd_floor: float
+    aimd_decrease: float
+    clock: float
+    aimd: _Aimd
+    requests: _Envelope = field(init=False)
+    tokens: _Envelope = field(init=False)
+    needs: dict[str, int] = field(default_factory=dict)         # queued turns: estimated + max output
+    reservations: dict[str, int] = field(default_factory=dict)  # granted, not yet settled
+    paused_until: float | None = None
+    grants: int = 0
+
+    def __post_init__(self) -> None:
+        self.requests = _Envelope("requests", self.rpm)
+        self.tokens = _Envelope("tokens", self.tpm)
+
+    @classmethod
+    def for_pool(cls, created: dict) -> "RateOracle":
+        """From a PoolCreated event's data."""
+        s, at = created["settings"], float(created["at"])
+        return cls(rpm=float(s["rpm"]), tpm=float(s["tpm"]), aimd_floor=float(s.get("aimd_floor", 0.1)),
+                   aimd_decrease=float(s.get("aimd_decrease", 0.5)), clock=at,
+                   aimd=_Aimd(1.0, at, float(s.get("aimd_increase_per_minute", 0.1))))
+
+    def factor(self) -> float:
+        return self.aimd.at(self.clock)
+
+    def check(self, type_: str, data: dict) -> str | None:
+        at = data.get("at")
+        if isinstance(at, (int, float)):
+            if at < self.clock:
+                return f"decided at {at:.3f}, before an earlier decision at {self.clock:.3f}"
+            self._advance(float(at))
+        where = f"{type_} at {self.clock:.3f}"
+        for env in (self.requests, self.tokens):
+            env.point(env.limit * self.factor(), f"before {where}")
+        handler = getattr(self, "_" + type_, None)
+        return handler(data, where) if handler else None
+
+    def _advance(self, t: float) -> None:
+        share = self.aimd.integral(self.clock, t) / 60.0
+        self.requests.refilled += self.rpm * share
+        self.tokens.refilled += self.tpm * share
+        self.clock = t
+
+    # -- decisions that move a budget -------------------------------------------------
+    def _TurnQueued(self, d: dict, where: str) -> None:
+        self.needs[d["turn_id"]] = int(d["estimated_tokens"]) + int(d.get("max_output_tokens", 0))
+
+    def _TurnGranted(self, d: dict, where: str) -> str | None:
+        turn_id, reserved = d["turn_id"], d.get("reserved_tokens", 0)
+        if self.paused_until is not None and self.clock < self.paused_until:
+            return (f"turn {turn_id} granted at {self.clock:.3f} while the pool was paused until "
+                    f"{self.paused_until:.3f}")
+        need = self.needs.pop(turn_id, None)
+        if need is not None and reserved != need:
+            return f"turn {turn_id} reserved {reserved} tokens, but it asked for {need} (estimated + max output)"
+        self.reservations[turn_id] = reserved
+        self.grants += 1
+        self.requests.consumed += 1
+        self.tokens.consumed += reserved
+        for env in (self.requests, self.tokens):
+            if env.excess():
+                return f"turn {turn_id} granted beyond the rate budget: {env.explain()}"
+        return None
+
+    def _TurnCompleted(self, d: dict, where: str) -> None:
+        reserved = self.reservations.pop(d["turn_id"], None)
+        if reserved is not None:  # refunded once, by the reservation the grant made
+            used = int(d.get("prompt_tokens") or 0) + int(d.get("completion_tokens") or 0)
+            self.tokens.consumed -= reserved - used
+
+    def _settled_without_refund(self, d: dict, where: str) -> None:
+        self.reservations.pop(d["turn_id"], None)
+        self.needs.pop(d["turn_id"], None)
+
+    _TurnReaped = _TurnCancelled = _settled_without_refund
+
+    def _PoolPaused(self, d: dict, where: str) -> str | None:
+        expected = max(self.aimd_floor, self.factor() * self.aimd_decrease)
+        factor = float(d["rate_factor"])
+        if abs(factor - expected) > 1e-9:
+            return (f"the pool was paused with rate factor {factor:.6f}, but AIMD gives "
+                    f"max({self.aimd_floor:g}, {self.factor():.6f} x {self.aimd_decrease:g}) = {expected:.6f}")
+        self.aimd = _Aimd(factor, self.clock, self.aimd.per_minute)
+        self.paused_until = float(d["until"])
+        self.requests.point(0.0, f"the 429 at {self.clock:.3f}")
+        self.tokens.point(self.tpm * factor, f"the 429 at {self.clock:.3f}")
+        return None
+
+    def _PoolResumed(self, d: dict, where: str) -> None:
+        self.paused_until = None
+
+    def _RateObserved(self, d: dict, where: str) -> None:
+        for env, key in ((self.requests, "remaining_requests"), (self.tokens, "remaining_tokens")):
+            if d.get(key) is not None:
+                env.point(min(env.limit * self.factor(), float(d[key])),
+                          f"the provider's report at {self.clock:.3f}")
+
+
+def first_violation(created: dict, decisions) -> str | None:
+    """Check a whole pool stream: `created` is its PoolCreated data, `decisions` the
+    (type, data) pairs after it in order."""
+    oracle = RateOracle.for_pool(created)
+    for type_, data in decisions:
+        problem = oracle.check(type_, data)
+        if problem:
+            return problem
+    return None

@@ -1,0 +1,201 @@
+"""Random batched workloads for the scheduling core, driven through decide_many (the
+production path), and an independent ledger of what the decisions say.
+
+The ledger folds the decision log with its own code (not apply()), restating the rules
+the decisions must follow, so comparing it with the scheduler's state is not circular."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+from app.domain import events as ev
+from app.domain.apply import new_pool
+from app.domain.decide import decide_many
+from app.domain.settings import PoolSettings
+
+AGENTS = [("a0", ev.INTERACTIVE), ("a1", ev.INTERACTIVE), ("a2", ev.BATCH), ("a3", ev.BACKGROUND)]
+
+# A small budget that binds: a few calls empty either bucket.
+SETTINGS = PoolSettings(name="p", lanes=4, rpm=30, tpm=20_000, lease_seconds=20.0, boost_seconds=30.0)
+
+headers = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({}, optional={
+        "x-ratelimit-remaining-requests": st.integers(0, 100).map(str),
+        "x-ratelimit-remaining-tokens": st.integers(0, 60_000).map(str),
+        "retry-after": st.integers(0, 5).map(str),
+    }),
+)
+
+action = st.one_of(
+    st.tuples(st.just("request"), st.integers(0, len(AGENTS) - 1), st.integers(0, 8_000),
+              st.integers(0, 4_000), st.booleans()),
+    st.tuples(st.just("complete"), st.integers(0, 60), st.sampled_from([ev.OK, ev.OK, ev.OK, ev.RATE_LIMITED, ev.ERROR]),
+              st.integers(0, 9_000), st.integers(0, 3_000), headers),
+    st.tuples(st.just("heartbeat"), st.integers(0, 60)),
+    st.tuples(st.just("cancel"), st.integers(0, 60)),
+)
+
+# A batch: the seconds that pass before it, then the inputs that arrived together.
+batch = st.tuples(st.one_of(st.floats(0.0, 5.0), st.floats(0.0, 90.0)), st.lists(action, max_size=8))
+workload = st.lists(batch, max_size=40)
+
+
+@dataclass
+class Run:
+    state: object
+    created: dict
+    log: list[tuple[str, dict]] = field(default_factory=list)
+    inputs: list[list[tuple[str, dict, int]]] = field(default_factory=list)
+    outputs: list[list[tuple[str, dict]]] = field(default_factory=list)
+    issued: list[str] = field(default_factory=list)
+    now: float = 0.0
+    position: int = 0
+
+    def step(self, now: float, inputs: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+        numbered = []
+        for type_, data in inputs:
+            self.position += 1
+            numbered.append((type_, {**data, "pool": "p", "at": now}, self.position))
+        self.now = now
+        out = decide_many(self.state, numbered, now)
+        self.inputs.append(numbered)
+        self.outputs.append(out)
+        self.log += out
+        return out
+
+
+def start(settings: PoolSettings = SETTINGS) -> Run:
+    created = {"settings": settings.to_dict(), "at": 0.0}
+    run = Run(new_pool(created), created)
+    run.step(0.0, [(ev.AGENT_REGISTERED, {"agent_id": a, "name": a, "priority_class": c}) for a, c in AGENTS])
+    return run
+
+
+def to_inputs(run: Run, actions) -> list[tuple[str, dict]]:
+    inputs = []
+    for act in actions:
+        kind = act[0]
+        if kind == "request":
+            turn_id = f"t{len(run.issued)}"
+            run.issued.append(turn_id)
+            inputs.append((ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": AGENTS[act[1]][0],
+                                               "estimated_tokens": act[2], "max_output_tokens": act[3],
+                                               "streams": act[4]}))
+            continue
+        if not run.issued:
+            continue
+        turn_id = run.issued[act[1] % len(run.issued)]
+        if kind == "complete":
+            data = {"turn_id": turn_id, "outcome": act[2], "prompt_tokens": act[3], "completion_tokens": act[4]}
+            if act[5] is not None:
+                data["rate_limit_headers"] = act[5]
+            inputs.append((ev.COMPLETION_REPORTED, data))
+        elif kind == "heartbeat":
+            inputs.append((ev.HEARTBEAT_SENT, {"turn_id": turn_id}))
+        else:
+            inputs.append((ev.CANCEL_REQUESTED, {"turn_id": turn_id}))
+    return inputs
+
+
+def drive(batches, settings: PoolSettings = SETTINGS) -> Run:
+    run = start(settings)
+    for wait, actions in batches:
+        run.step(run.now + wait, to_inputs(run, actions))
+    return run
+
+
+# -- the independent ledger ------------------------------------------------------------
+
+class IllegalDecision(AssertionError):
+    pass
+
+
+@dataclass
+class Ledger:
+    """Turn lifecycles, lanes, levels and agent states, as the decisions alone tell them."""
+    settings: PoolSettings
+    turns: dict[str, dict] = field(default_factory=dict)      # live turns: status, lane, level, seq, queued_at
+    finished: set[str] = field(default_factory=set)
+    lanes: dict[int, str] = field(default_factory=dict)
+    agents: dict[str, dict] = field(default_factory=dict)     # level, state, class
+
+    def entry(self, cls: str) -> int:
+        return min({ev.INTERACTIVE: 0, ev.BATCH: 1, ev.BACKGROUND: 2}[cls], self.settings.levels - 1)
+
+    def fold(self, type_: str, d: dict) -> None:
+        turn = self.turns.get(d.get("turn_id"))
+
+        def need(cond: bool, why: str) -> None:
+            if not cond:
+                raise IllegalDecision(f"{type_} {d}: {why}")
+
+        if type_ == ev.AGENT_ADMITTED:
+            self.agents[d["agent_id"]] = {"level": d["level"], "state": ev.ACTIVE, "class": d["priority_class"]}
+            need(d["level"] == self.entry(d["priority_class"]), "admitted at the wrong level")
+        elif type_ == ev.TURN_QUEUED:
+            need(d["turn_id"] not in self.turns and d["turn_id"] not in self.finished, "queued twice")
+            need(self.agents[d["agent_id"]]["state"] == ev.ACTIVE, "queued for an inactive agent")
+            need(d["level"] == self.agents[d["agent_id"]]["level"], "queued off its agent's level")
+            self.turns[d["turn_id"]] = {"status": ev.QUEUED, "lane": None, "level": d["level"], "seq": d["seq"],
+                                        "queued_at": d["at"], "agent": d["agent_id"]}
+        elif type_ == ev.TURN_GRANTED:
+            need(turn is not None and turn["status"] == ev.QUEUED, "granted but not queued")
+            need(0 <= d["lane"] < self.settings.lanes and d["lane"] not in self.lanes, "lane busy or absent")
+            waiting = [t for t in self.turns.values() if t["status"] == ev.QUEUED]
+            head = min(waiting, key=lambda t: (t["level"], t["seq"]))
+            need(head is turn, "granted out of MLFQ order (lowest level, then FIFO)")
+            turn.update(status=ev.GRANTED, lane=d["lane"])
+            self.lanes[d["lane"]] = d["turn_id"]
+        elif type_ in (ev.TURN_COMPLETED, ev.TURN_REAPED):
+            need(turn is not None and turn["status"] == ev.GRANTED, "settled but not granted")
+            self._finish(d["turn_id"])
+        elif type_ == ev.TURN_CANCELLED:
+            if turn is not None:
+                self._finish(d["turn_id"])
+            else:
+                need(d["turn_id"] not in self.finished, "cancelled after it finished")
+                self.finished.add(d["turn_id"])   # refused on arrival
+        elif type_ == ev.TURN_PROMOTED:
+            need(turn is not None and turn["status"] == ev.QUEUED, "promoted but not queued")
+            need(d["from_level"] == turn["level"] > 0 and d["to_level"] == 0, "promoted from the top or elsewhere")
+            need(d["at"] - turn["queued_at"] >= self.settings.boost_seconds - 1e-9, "promoted before it aged")
+            turn["level"] = d["to_level"]
+        elif type_ == ev.AGENT_DEMOTED:
+            agent = self.agents[d["agent_id"]]
+            need(d["from_level"] == agent["level"] and d["to_level"] == agent["level"] + 1, "demoted oddly")
+            agent["level"] = d["to_level"]
+            for t in self.turns.values():
+                if t["agent"] == d["agent_id"] and t["status"] == ev.QUEUED:
+                    t["level"] = d["to_level"]
+        elif type_ == ev.LEVELS_BOOSTED:
+            for agent in self.agents.values():
+                agent["level"] = self.entry(agent["class"])
+            for t in self.turns.values():
+                if t["status"] == ev.QUEUED:
+                    aged = d["at"] - t["queued_at"] >= self.settings.boost_seconds
+                    t["level"] = 0 if aged else self.agents[t["agent"]]["level"]
+        elif type_ == ev.AGENT_QUARANTINED:
+            self.agents[d["agent_id"]]["state"] = ev.QUARANTINED
+        elif type_ == ev.QUARANTINE_LIFTED:
+            self.agents[d["agent_id"]]["state"] = ev.ACTIVE
+
+    def _finish(self, turn_id: str) -> None:
+        turn = self.turns.pop(turn_id)
+        if turn["lane"] is not None:
+            del self.lanes[turn["lane"]]
+        self.finished.add(turn_id)
+
+    def matches(self, state) -> None:
+        """The scheduler state says what the ledger says."""
+        live = {tid: (t.status, t.lane, t.level) for tid, t in state.turns.items()}
+        assert live == {tid: (t["status"], t["lane"], t["level"]) for tid, t in self.turns.items()}
+        assert {i: tid for i, tid in enumerate(state.lanes) if tid is not None} == self.lanes
+        for level, queue in enumerate(state.queues):
+            expected = sorted((tid for tid, t in self.turns.items()
+                               if t["status"] == ev.QUEUED and t["level"] == level),
+                              key=lambda tid: self.turns[tid]["seq"])
+            assert queue == expected, f"level {level}"
+        assert {a: (x.level, x.state) for a, x in state.agents.items()} == \
+            {a: (x["level"], x["state"]) for a, x in self.agents.items()}
