@@ -116,3 +116,14 @@ async def register(operator: GraphQLClient, name: str, pool: str = "default", cl
                    budget: int | None = None) -> tuple[str, str]:
     data = await operator(REGISTER, name=name, pool=pool, cls=cls, budget=budget)
     return data["registerAgent"]["agent"]["id"], data["registerAgent"]["token"]
+
+
+ADMITTED = """subscription($agent: ID) { events(after: 0, agentId: $agent, types: ["AgentAdmitted"]) {
+  position } }"""
+
+
+async def admitted(operator: GraphQLClient, agent_id: str) -> int:
+    """Wait for the pool's scheduler to answer a registration (AgentAdmitted, appended after
+    registerAgent returns): a test that counts appended events starts from a quiet log."""
+    async with operator.subscribe(ADMITTED, agent=agent_id) as sub:
+        return (await sub.next())["events"]["position"]

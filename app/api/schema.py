@@ -73,10 +73,12 @@ class Query(AuditQuery, ContextQuery):
     def pools(self, info: Info) -> list[t.Pool]:
         who = require(principal(info))
         svc = runtime(info).service
-        views = [svc.pool_view(name) for name in sorted(svc.model.pools)]
-        if not who.is_operator:  # upstream endpoints are the operator's business
-            views = [{**v, "upstream_base_url": None} for v in views]
-        return [t.Pool.of(v) for v in views]
+        if who.is_operator:
+            return [t.Pool.of(svc.pool_view(name)) for name in sorted(svc.model.pools)]
+        # An agent reads its own pool only (other pools' budgets are not its business), and
+        # never the upstream endpoint: that is the operator's.
+        own = svc.agent_view(who.agent_id)["pool"]
+        return [t.Pool.of({**svc.pool_view(own), "upstream_base_url": None})]
 
     @strawberry.field
     def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:

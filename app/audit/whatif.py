@@ -80,6 +80,8 @@ class Workload:
 
 def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last: int | None = None) -> Workload:
     """The recorded workload of `pool`: turns requested at positions in [first, last]."""
+    if first < 0 or (last is not None and last < first):
+        raise ValueError(f"positions must satisfy 0 <= from <= to, got from {first} to {last}")
     records = sorted(records, key=lambda r: r.position)
     stream = f"pool-{pool}"
     created = next((r for r in records if r.stream == stream and r.type == ev.POOL_CREATED), None)

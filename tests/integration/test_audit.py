@@ -19,9 +19,6 @@ from app.eventstore.model import NewEvent
 from tests.client import COMPLETE, CREATE_POOL, REQUEST, GraphQLClient, GraphQLError, register
 from tests.conftest import OPERATOR_TOKEN
 
-TURN = "query($id: ID!) { turn(id: $id) { status } }"
-
-
 async def agentrm(url: str, *args: str) -> tuple[int, str]:
     """Run the CLI as an operator would, without blocking the server's event loop."""
     env = {**os.environ, "DATABASE_URL": url}
@@ -49,21 +46,23 @@ def run_state() -> dict:
 @pytest.fixture
 async def recorded_run(server, operator, run_state) -> dict:
     """3 agents x 4 turns on 2 lanes (so turns queue), and one hung call reaped by lease
-    while the others are idle. Built once per module."""
+    while the others are idle. Built once per module. The 5 s lease is far longer than
+    any real call here, so on a loaded machine too exactly one turn is reaped."""
     if run_state:
         return run_state
     pool = f"audit_{uuid.uuid4().hex[:8]}"
-    await operator(CREATE_POOL, name=pool, lanes=2, rpm=60000, tpm=10_000_000, lease=1.0, boost=None)
+    await operator(CREATE_POOL, name=pool, lanes=2, rpm=60000, tpm=10_000_000, lease=5.0, boost=None)
     agents = [await register(operator, f"a{i}", pool) for i in range(3)]
     first = await server.runtime.store.head() + 1
     done: list[str] = []
     await asyncio.gather(*(_agent_turns(server, token, 2, done) for _, token in agents))
     async with GraphQLClient(server, agents[2][1]) as hung:
         reaped = (await hung(REQUEST, est=300, out=100, wait=30))["requestTurn"]
-        for _ in range(200):                 # the lease is 1 s; the reaper frees the lane
-            if (await operator(TURN, id=reaped["id"]))["turn"]["status"] == "REAPED":
-                break
-            await asyncio.sleep(0.05)
+        async with hung.subscribe("subscription($id: ID!) { turn(turnId: $id) { status } }", id=reaped["id"]) as sub:
+            status = (await sub.next())["turn"]["status"]
+            while status != "REAPED":        # the reaper frees the lane when the lease runs out
+                assert status == "GRANTED", status
+                status = (await sub.next(timeout=30))["turn"]["status"]
     await asyncio.gather(*(_agent_turns(server, token, 2, done) for _, token in agents))
     run_state.update(pool=pool, first=first, last=await server.runtime.store.head(), done=done,
                      reaped=reaped["id"])
@@ -207,6 +206,31 @@ async def test_graphql_what_if_is_for_the_operator(server, operator, recorded_ru
     with pytest.raises(GraphQLError) as missing:
         await _execute(server, WHAT_IF, OPERATOR_TOKEN, pool="no_such_pool")
     assert missing.value.code == "NOT_FOUND"
+
+
+WINDOW = """query($pool: String!, $from: Int, $to: Int) {
+  whatIf(pool: $pool, fromPosition: $from, toPosition: $to) { fromPosition toPosition grantsCompared
+    actual { turns completedOk reaped } whatIf { turns completedOk reaped } } }"""
+
+
+async def test_graphql_what_if_over_windows_of_positions(server, operator, recorded_run):
+    pool, first, last = recorded_run["pool"], recorded_run["first"], recorded_run["last"]
+    requested = [e["position"] for e in (await operator(
+        "query($a: Int!) { events(after: $a, limit: 1000, types: [\"TurnRequested\"]) { position data } }",
+        a=first - 1))["events"] if e["data"]["pool"] == pool and e["position"] <= last]
+    assert len(requested) == 13
+    middle = requested[5]                      # the first six requests; the hung turn comes later
+    early = (await operator(WINDOW, pool=pool, **{"from": first, "to": middle}))["whatIf"]
+    late = (await operator(WINDOW, pool=pool, **{"from": middle + 1, "to": last}))["whatIf"]
+    assert (early["fromPosition"], early["toPosition"]) == (first, middle)
+    assert (late["fromPosition"], late["toPosition"]) == (middle + 1, last)
+    assert early["actual"] == early["whatIf"] == {"turns": 6, "completedOk": 6, "reaped": 0}
+    assert late["actual"] == late["whatIf"] == {"turns": 7, "completedOk": 6, "reaped": 1}
+    assert early["grantsCompared"] == 6 and late["grantsCompared"] == 6
+    for window in ({"from": middle, "to": first}, {"from": -1, "to": last}):
+        with pytest.raises(GraphQLError) as err:
+            await operator(WINDOW, pool=pool, **window)
+        assert err.value.code == "BAD_USER_INPUT", (window, err.value.errors)
 
 
 # -- subscriptions resume without a gap or a repeat ------------------------------------------

@@ -86,31 +86,39 @@ async def test_concurrent_appenders_and_a_tailing_reader_miss_nothing(store):
 
 
 async def test_listener_reconnects_after_its_connection_is_killed(store):
+    """Nothing but the listener can wake the reader here: the poll fallback is an hour
+    away, and the appends come from a store without in-process pokes (as another
+    process's would). So each event arrives only if the listener reconnected."""
     es, url = store
-    listener = LogListener(url, poll_interval=5.0)
+    listener = LogListener(url, poll_interval=3600.0)
     await listener.start()
-    got = []
+    silent = EventStore(es.pool)            # no on_append hooks: no pokes
+    got: list[str] = []
+    arrived = {n: asyncio.Event() for n in (1, 2, 3)}
 
     async def reader():
         async for event in follow(es, listener, 0):
-            got.append(event.position)
-            if len(got) == 2:
+            got.append(event.type)
+            arrived[len(got)].set()
+            if len(got) == 3:
                 return
 
     task = asyncio.create_task(reader())
-    await es.append([NewEvent("a-1", "One", {})])
-    async with es.pool.acquire() as conn:   # kill the LISTEN session from the server side
-        await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                           "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()")
-    await asyncio.sleep(0.3)
-    # appended by another process's pool: no in-process poke, only NOTIFY can wake us
-    other = await asyncpg.connect(url)
-    await other.execute("SELECT 1")
-    await other.close()
-    es2 = EventStore(es.pool)
-    await es2.append([NewEvent("a-1", "Two", {})])
+    await silent.append([NewEvent("a-1", "One", {})])
+    await asyncio.wait_for(arrived[1].wait(), 15)        # NOTIFY on the first connection
+    async with es.pool.acquire() as conn:   # kill this database's LISTEN session from the server side
+        killed = await conn.fetch("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = current_database() AND query LIKE 'LISTEN%' "
+                                  "AND pid <> pg_backend_pid()")
+    assert len(killed) == 1
+    # Committed while the listener is down or reconnecting: its NOTIFY may be lost, and the
+    # re-read the listener does on reconnecting must pick it up.
+    await silent.append([NewEvent("a-1", "Two", {})])
+    await asyncio.wait_for(arrived[2].wait(), 15)
+    # Committed after the reconnect: only the new LISTEN session's NOTIFY wakes the reader.
+    await silent.append([NewEvent("a-1", "Three", {})])
     await asyncio.wait_for(task, 15)
-    assert len(got) == 2
+    assert got == ["One", "Two", "Three"]
     await listener.stop()
 
 
@@ -124,14 +132,39 @@ async def _hold_append_lock(url: str):
     return conn, tx
 
 
+async def _until(check, timeout: float = 15.0) -> None:
+    """Poll a condition (not a clock): return as soon as it holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
+
+
+async def _flusher_waits_for_the_lock(conn) -> None:
+    """The store's flusher has taken its group and blocks on the append lock: PostgreSQL
+    shows its session waiting for an advisory lock in this database."""
+    async def waiting() -> bool:
+        return bool(await conn.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()"))
+    await _until(waiting)
+
+
+async def _queued_behind(es: EventStore, n: int) -> None:
+    """n appends wait in the store for the next group (the flusher is busy with the first)."""
+    async def queued() -> bool:
+        return len(es._pending) == n
+    await _until(queued)
+
+
 async def test_a_cancelled_caller_does_not_strand_the_rest_of_its_group(store):
     es, url = store
     await es.append([NewEvent("warm-1", "Warm", {})])
     conn, tx = await _hold_append_lock(url)
     first = asyncio.create_task(es.append([NewEvent("c-1", "First", {})]))
-    await asyncio.sleep(0.1)               # the flusher is now waiting for the lock with `first`
+    await _flusher_waits_for_the_lock(conn)
     others = [asyncio.create_task(es.append([NewEvent(f"c-{i}", "Other", {})])) for i in (2, 3)]
-    await asyncio.sleep(0.05)
+    await _queued_behind(es, 2)
     first.cancel()
     await tx.rollback()
     await conn.close()
@@ -144,10 +177,10 @@ async def test_one_bad_request_fails_alone_not_its_whole_group(store):
     es, url = store
     conn, tx = await _hold_append_lock(url)
     bad = asyncio.create_task(es.append([NewEvent("bad-1", "Bad", {"text": "nul \x00 here"})]))
-    await asyncio.sleep(0.1)
+    await _flusher_waits_for_the_lock(conn)
     good = asyncio.create_task(es.append([NewEvent("good-1", "Good", {"n": 1})]))
     nan = asyncio.create_task(es.append([NewEvent("nan-1", "Nan", {"x": float("nan")})]))
-    await asyncio.sleep(0.05)
+    await _queued_behind(es, 2)
     await tx.rollback()
     await conn.close()
     results = await asyncio.wait_for(asyncio.gather(bad, good, nan, return_exceptions=True), 10)

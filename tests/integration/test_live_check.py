@@ -3,12 +3,20 @@ service (PostgreSQL, GraphQL over HTTP, a fake provider on loopback), metrics co
 the event log and set beside the simulation's.
 
 Agreement within 15% is a benchmark result (`agentrm bench live`), measured, not asserted
-here: a 9-second run of a dozen agents is too small for a stable p95. What is asserted is
-that the whole pipeline runs, that the log yields every metric, and that nothing is left
-holding a lane."""
+here: a 9-second run of a dozen agents is too small for a stable p95, and no speed is
+asserted (not even a throughput floor). What is asserted is that the whole pipeline runs,
+that the log yields every metric, that the service itself reaped the hung calls (the
+harness only cancels what is left after the run), and that the log the service wrote
+keeps the scheduler's invariants."""
 from __future__ import annotations
 
+from collections import Counter
+
+from app.audit import load_records
+from app.audit.verify import verify
 from agentrm_bench.live_check import COMPARED, run_async
+from app.domain import events as ev
+from app.eventstore.store import EventStore, create_pool
 
 
 async def test_live_check_runs_end_to_end_and_reports_every_metric(fresh_database, tmp_path):
@@ -19,7 +27,7 @@ async def test_live_check_runs_end_to_end_and_reports_every_metric(fresh_databas
 
     live, diagnostics = result["live"], result["diagnostics"]
     assert diagnostics["client_errors"] == []
-    assert live["calls_completed"] > 20
+    assert live["calls_completed"] > 0
     assert live["events_read"] > 0
     for key in ("p50_latency_s", "p95_latency_s", "throughput_per_min", "lane_waste"):
         assert live[key] is not None and live[key] >= 0
@@ -30,7 +38,25 @@ async def test_live_check_runs_end_to_end_and_reports_every_metric(fresh_databas
     assert diagnostics["provider"]["hung"] >= 1
     assert live["reaps"] >= 1
     assert live["zombies"] == 0
-    assert diagnostics["lanes_held_after_sweep"] == 0
+
+    # The service's own record, read back from the database: the invariants hold (no lane
+    # double-booked, grants within the budget, reaps only after the lease), every granted
+    # turn ended exactly once, and the scheduler reaped some of them.
+    db = await create_pool(fresh_database, min_size=1, max_size=2)
+    try:
+        records = await load_records(EventStore(db))
+    finally:
+        await db.close()
+    pool = result["settings"]["pool"]
+    report = verify(records)
+    assert report.ok, report.first
+    decisions = [r for r in records if r.stream == f"pool-{pool}"]
+    granted = {r.data["turn_id"] for r in decisions if r.type == ev.TURN_GRANTED}
+    ends = Counter(r.data["turn_id"] for r in decisions
+                   if r.type in (ev.TURN_COMPLETED, ev.TURN_REAPED, ev.TURN_CANCELLED))
+    assert granted and all(ends[t] == 1 for t in granted)
+    reaped = {r.data["turn_id"] for r in decisions if r.type == ev.TURN_REAPED}
+    assert reaped and reaped <= granted
 
     # The comparison has every metric, each with both sides and a verdict.
     assert set(result["comparison"]) == set(COMPARED)

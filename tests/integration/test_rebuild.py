@@ -15,13 +15,18 @@ from app.replay import pool_state_at, replay_check
 from app.runtime import Runtime
 
 
+# Long enough that a learned start deadline (a few times the first-chunk delay, which a
+# loaded machine stretches) stays below it; short enough that hung calls are reaped in the run.
+LEASE = 3.0
+
+
 async def test_rebuild_from_zero_equals_live_over_several_busy_pools(fresh_database):
     rt = await Runtime(fresh_database).start()
     try:
         pools = []
         for i, lanes in enumerate((1, 2, 3)):
             name = f"busy{i}"
-            await rt.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=lanes, lease_seconds=1.0,
+            await rt.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=lanes, lease_seconds=LEASE,
                                                                 rpm=100_000, tpm=10_000_000,
                                                                 start_timeout_floor_seconds=0.3))
             pools.append(name)
@@ -56,7 +61,10 @@ async def test_rebuild_from_zero_equals_live_over_several_busy_pools(fresh_datab
                                                    rng.randint(0, 300), 0.2 if outcome == ev.RATE_LIMITED else None)
 
         await asyncio.gather(*(drive(k, me) for k, me in enumerate(agents)))
-        await asyncio.sleep(1.5)                               # let outstanding leases expire
+        model = rt.projector.model
+        # Hung calls at the end still hold lanes until their leases run out: wait for the reaps.
+        assert await rt.projector.wait_until(
+            lambda: all(lane is None for p in pools for lane in model.pools[p].lanes), 60)
         report = await replay_check(rt.store, rt.projector)
         assert report.events_replayed >= 2000, report.events_replayed
         assert report.matches, report.differences
@@ -72,7 +80,7 @@ async def test_rebuild_from_zero_equals_live_over_several_busy_pools(fresh_datab
         # The estimator warmed up and shortened grants below the lease, and replay agreed.
         assert all(rt.projector.model.pools[p].start.samples >= 8 for p in pools)
         assert any(e.type == ev.TURN_GRANTED and e.data.get("start_deadline")
-                   and e.data["lease_expires_at"] - e.data["at"] < 1.0 for e in events)
+                   and e.data["lease_expires_at"] - e.data["at"] < LEASE for e in events)
     finally:
         await rt.stop()
 
@@ -148,17 +156,18 @@ async def test_waiters_wake_on_the_fold_that_satisfies_them_and_only_then(fresh_
         # Keyed by turn: re-checked only when an event of that turn is folded.
         on_w2 = asyncio.create_task(rt.projector.wait_until(two, 5.0, turn_id="w2"))
         elsewhere = asyncio.create_task(rt.projector.wait_until(two, 30.0, turn_id="w9"))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)                     # one pass of the loop: each task registers its waiter
         await rt.store.append([NewEvent("turn-w1", ev.HEARTBEAT_SENT, {"turn_id": "w1", "at": 0.0})])
-        await asyncio.sleep(0.05)
-        assert not second.done()                   # one event in: not yet satisfied
         with contextlib.suppress(KeyError):
             await failing                          # the predicate's error reaches its waiter
         assert isinstance(failing.exception(), KeyError)
+        # `failing` was woken by the pass over the waiters that followed the fold of w1, the
+        # same pass that checked `second`: one event in, not yet satisfied.
+        assert not second.done()
         await rt.store.append([NewEvent("turn-w2", ev.HEARTBEAT_SENT, {"turn_id": "w2", "at": 0.0})])
         assert await asyncio.wait_for(second, 2.0) is True
         assert await asyncio.wait_for(on_w2, 2.0) is True
-        await asyncio.sleep(0.1)
+        # The pass that woke on_w2 is over: had it re-checked w9's waiter, that would be done.
         assert not elsewhere.done()                # w2's event is not w9's: not re-checked
         await rt.store.append([NewEvent("turn-w9", ev.HEARTBEAT_SENT, {"turn_id": "w9", "at": 0.0})])
         assert await asyncio.wait_for(elsewhere, 2.0) is True   # ...until w9 changes
