@@ -76,19 +76,13 @@ def chunk_messages(messages: Sequence[ContextMessage], count: TokenCounter, segm
     return chunks
 
 
-def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
-            count: TokenCounter, now: float) -> dict:
-    """ContextCompacted data for ``plan``. ``count`` is a text token counter (count_text).
+def facts_of_span(live_facts: Sequence[KeyFact], span: Sequence[ContextMessage], count: TokenCounter
+                  ) -> tuple[list[dict], list[dict]]:
+    """The key-fact records of a span and the supersessions they cause, as event data.
 
-    tokens_before / tokens_after measure the agent's resident context, hot messages plus
-    warm summaries plus live facts, so the event shows what the compaction saved net of
-    what it added."""
-    chosen = set(plan.seqs)
-    span = [m for m in state.hot if m.seq in chosen]
-    if not span:
-        raise ValueError("compaction plan names no hot message")
-
-    live_by_key = {f.key: f for f in state.live_facts}
+    A fact whose key is already live with the same value is a restatement and adds
+    nothing; with another value it supersedes the live fact (both are kept)."""
+    live_by_key = {f.key: f for f in live_facts}
     facts: list[dict] = []
     superseded: list[dict] = []
     for message in span:
@@ -105,6 +99,22 @@ def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
             facts.append(record)
             live_by_key[fact.key] = KeyFact(**{k: record[k] for k in (
                 "fact_id", "kind", "text", "key", "source_seq", "tokens", "role", "value")})
+    return facts, superseded
+
+
+def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
+            count: TokenCounter, now: float) -> dict:
+    """ContextCompacted data for ``plan``. ``count`` is a text token counter (count_text).
+
+    tokens_before / tokens_after measure the agent's resident context, hot messages plus
+    warm summaries plus live facts, so the event shows what the compaction saved net of
+    what it added."""
+    chosen = set(plan.seqs)
+    span = [m for m in state.hot if m.seq in chosen]
+    if not span:
+        raise ValueError("compaction plan names no hot message")
+
+    facts, superseded = facts_of_span(state.live_facts, span, count)
 
     summary = summarizer.summarize([(m.role, m.content) for m in span], plan.summary_target_tokens, count)
     summary_tokens = count(summary.text)
