@@ -1,9 +1,12 @@
 """Key-fact extraction measured on a held-out labelled set (tests/data/facts_heldout.jsonl).
 
-The set was written and committed before the extractor was tuned against it, in phrasings
-of its own (paraphrased rules, work-log narration, chat idioms, tool output), so these
-numbers say how the extractor does on text it was not written for. The template tests in
-test_context_facts.py only say that the intended phrasings work.
+The set was written and committed before the extractor was improved, in phrasings of its
+own (paraphrased rules, work-log narration, chat idioms, tool output). The extractor was
+then improved by looking at what it got wrong there, so its scores on that set are now
+optimistic. A second, smaller set (facts_fresh.jsonl) was written after the improvement
+and never used to change the extractor: its lower scores are the honest estimate of how
+the extractor does on text it was not written for. (Before the improvement, on the first
+set: precision 0.71, recall 0.41; supersession recall 0.07.)
 
 Scoring, per message: the extractor's facts are matched one to one against the labelled
 facts, a match needing a kind the label accepts. A fact with no label is a false positive
@@ -25,17 +28,21 @@ from app.context.tokens import count_text
 from app.domain.context import ContextMessage, KeyFact
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "facts_heldout.jsonl"
+FRESH = DATA.with_name("facts_fresh.jsonl")
 
-# Set after improving the extractor, at what it reaches on the set (rounded down): a change
-# that loses ground on held-out phrasings fails here.
+# Set after improving the extractor, at what it reaches (rounded down): a change that
+# loses ground fails here. Reached: held-out 1.00 / 0.986, supersession 1.00 / 0.667;
+# fresh 0.882 / 0.750.
 MIN_PRECISION = 0.95
-MIN_RECALL = 0.90
-MIN_SUPERSESSION_PRECISION = 0.90
-MIN_SUPERSESSION_RECALL = 0.85
+MIN_RECALL = 0.95
+MIN_SUPERSESSION_PRECISION = 0.95
+MIN_SUPERSESSION_RECALL = 0.65
+MIN_FRESH_PRECISION = 0.85
+MIN_FRESH_RECALL = 0.70
 
 
-def load() -> tuple[list[dict], list[dict]]:
-    rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+def load(path: Path = DATA) -> tuple[list[dict], list[dict]]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [r for r in rows if "text" in r], [r for r in rows if "before" in r]
 
 
@@ -127,6 +134,14 @@ def test_supersession_precision_and_recall_on_held_out_pairs():
     print(report("supersession", s))
     assert s["precision"] >= MIN_SUPERSESSION_PRECISION and s["recall"] >= MIN_SUPERSESSION_RECALL, \
         report("supersession", s)
+
+
+def test_extraction_on_the_fresh_set_never_used_for_tuning():
+    messages, pairs = load(FRESH)
+    s = score_messages(messages)
+    print(report("fresh facts", s))
+    assert s["precision"] >= MIN_FRESH_PRECISION and s["recall"] >= MIN_FRESH_RECALL, report("fresh facts", s)
+    assert sum(supersedes(r["before"], r["after"]) == r["supersedes"] for r in pairs) >= len(pairs) - 1
 
 
 @pytest.mark.parametrize("text, role", [
