@@ -295,11 +295,15 @@ def test_select_facts_takes_every_fact_at_their_exact_cost_and_skips_only_what_d
     everything = count_message("system", d._facts_block(facts))
     chosen, cost = d._select_facts(facts, everything, count_message)
     assert sorted(f.fact_id for f in chosen) == sorted(f.fact_id for f in facts) and cost == everything
-    # a long fact in the middle of the ranking is skipped; the shorter ones after it still go in
-    long = fact("long", 17, text="A very long rule " + "with many words " * 30 + ".")
+    # A longer fact in the middle of the ranking, which fits the cap on its own but not
+    # after the three before it, is skipped; the shorter ones after it still go in.
+    long = fact("long", 17, text="A longer rule " + "with words " * 8 + ".")
+    header = count_message("system", d.FACTS_HEADER + "\n")
+    assert count_message("system", d._facts_block([long])) <= everything
+    assert count_message("system", d._facts_block(facts[:3] + [long])) > everything
     ranked = facts[:3] + [long] + facts[3:]
     chosen, cost = d._select_facts(ranked, everything, count_message)
-    assert long not in chosen and len(chosen) == 6 and cost == everything
+    assert chosen == facts and cost == everything and header < cost
 
 
 def test_select_facts_shows_one_of_each_shape_before_repeats():
@@ -322,13 +326,27 @@ def test_select_facts_shows_one_of_each_shape_before_repeats():
     assert chosen == [twins[0], lone]
 
 
+def test_select_facts_puts_first_of_each_sort_before_the_repeats():
+    """With room for all, the order chosen shows the classification: first the most
+    important fact of each sort, then the repeats (same shape, or >= 60 % of the words of
+    a fact of the same kind already taken)."""
+    e0 = fact("e0", 50, kind="error", role="tool", text="AssertionError: assert 0 == 1", shape="error:assertionerror")
+    e1 = fact("e1", 49, kind="error", role="tool", text="AssertionError: expected a list", shape="error:assertionerror")
+    t0 = fact("t0", 40, kind="todo", role="tool", text="alpha beta gamma delta")
+    t1 = fact("t1", 39, kind="todo", role="tool", text="alpha beta gamma omega")         # Jaccard 3/5 = 0.6
+    x = fact("x", 38, kind="todo", role="tool", text="alpha one two three four five six")  # 1/10 with t0
+    q = fact("q", 37, kind="quantity", role="tool", text="alpha beta gamma delta")       # another kind
+    chosen, _ = d._select_facts([x, t1, q, e1, t0, e0], 10_000, count_message)
+    assert [f.fact_id for f in chosen] == ["e0", "t0", "x", "q", "e1", "t1"]
+
+
 def test_recency_halves_every_half_life_and_ignores_future_timestamps():
     assert d._recency(0.0, 3600.0) == 1.0
     assert d._recency(3600.0, 3600.0) == 0.5
     assert d._recency(7200.0, 3600.0) == 0.25
     assert d._recency(-50.0, 3600.0) == 1.0
     assert d._recency(0.5, 1800.0) < 1.0
-    assert d._recency(100.0, 0.0) == 0.0 and d._recency(100.0, 0.5) < 1e-30
+    assert d._recency(100.0, 0.0) == 0.0 and d._recency(0.25, 0.5) == 0.5 ** 0.5
 
 
 def test_view_serialisation_and_text():
