@@ -372,3 +372,28 @@ def test_a_hibernated_view_is_refused_with_the_agent_named():
         assert AGENT in str(exc) and "hibernated" in str(exc)
     else:
         raise AssertionError("a hibernated context has no view")
+
+
+def test_a_summary_that_fills_the_budget_exactly_is_shown_when_nothing_is_archived():
+    segment = d.WarmSegment("seg-1", 1, 40, "what happened in the first forty steps " * 40, 0, 1.0)
+    state = context(segments=[segment])
+    exact = 3 + count_message("system", f"Summary of messages 1-40: {segment.summary}")
+    assert exact >= d.MIN_BUDGET_TOKENS
+    assert [i.ref for i in view(state, exact).items] == ["seg-1"]
+    assert view(state, exact - 1).items == ()
+
+
+def test_cold_ranking_blends_similarity_and_recency_with_the_documented_weights():
+    """0.8 x cosine + 0.2 x recency. c_old: cosine 0.3, a hundred half-lives old (recency
+    ~0): 0.24. c_new: cosine 0.1, archived now (recency 1): 0.08 + 0.2 = 0.28, so it
+    ranks first; any other weighting of the cosine (1.2, 1.8) would put c_old first. A
+    chunk not yet embedded (no score) counts as cosine 0, not as a match; a chunk whose
+    messages are not in the archive counts as new."""
+    now = 100 * S.recency_half_life_seconds
+    cold = [msg(1, "user", "old", at=0.0), msg(2, "user", "new", at=now), msg(3, "user", "unscored", at=now / 2)]
+    chunks = [d.ColdChunk("c_old", 1, 1, "old archived text", 0), d.ColdChunk("c_new", 2, 2, "new archived text", 0),
+              d.ColdChunk("c_unscored", 3, 3, "unscored archived text", 0),
+              d.ColdChunk("c_orphan", 9, 9, "orphan archived text", 0)]
+    state = context(cold_messages=cold, chunks=chunks)
+    got = view(state, 1000, {"c_old": 0.3, "c_new": 0.1, "c_orphan": 0.0}, now=now)
+    assert [i.ref for i in got.items] == ["c_new", "c_old", "c_orphan", "c_unscored"]   # 0.28, 0.24, 0.2, ~0
