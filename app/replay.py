@@ -10,6 +10,7 @@ from app.domain.apply import apply, new_pool
 from app.domain import events as ev
 from app.domain.state import PoolState
 from app.eventstore.store import EventStore
+from app.projections.context_archive import archived_context, restore_if_parked
 from app.projections.core import PROJECTIONS, CoreModel, canonical_hash
 from app.projections.runner import CHECKPOINT, Projector, load_docs
 
@@ -38,7 +39,15 @@ async def rebuild(store: EventStore, up_to: int | None = None) -> tuple[CoreMode
     model, count, after = CoreModel(), 0, 0
     while True:
         events = await store.read(after, PAGE, up_to=up_to)
-        await asyncio.to_thread(_fold_page, model, events)
+        # Fold in a worker thread, one run of events at a time; an event that needs a
+        # context hibernation parked first has it read back from the log, here.
+        start = 0
+        for i, event in enumerate(events):
+            if model.parked_context_needed_by(event) is not None:
+                await asyncio.to_thread(_fold_page, model, events[start:i])
+                await restore_if_parked(model, event, store)
+                start = i
+        await asyncio.to_thread(_fold_page, model, events[start:])
         count += len(events)
         if len(events) < PAGE:
             return model, count
@@ -97,16 +106,7 @@ async def pool_state_at(store: EventStore, pool: str, position: int) -> PoolStat
 
 
 async def context_state_at(store: EventStore, agent_id: str, position: int):
-    """An agent's context tiers as of global `position`: the fold of its context stream and
-    the hibernation events of its agent stream, up to that position."""
-    from app.domain import context as ctx
-    state = ctx.new_context(agent_id)
-    after = 0
-    while True:
-        events = await store.read(after, PAGE, streams=[f"context-{agent_id}", f"agent-{agent_id}"],
-                                  up_to=position)
-        for event in events:
-            state = ctx.apply(state, event.type, event.data)
-        if len(events) < PAGE:
-            return state
-        after = events[-1].position
+    """An agent's context tiers as of global `position`: the fold of its context stream up
+    to there. Whether the agent was hibernated then does not matter: hibernation only
+    takes the context out of memory."""
+    return await archived_context(store, agent_id, position)

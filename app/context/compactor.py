@@ -6,6 +6,7 @@ caller's job, so replay never calls the summarizer again.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 from app.context.facts import extract_facts, fact_shape, normalize
@@ -76,6 +77,49 @@ def chunk_messages(messages: Sequence[ContextMessage], count: TokenCounter, segm
     return chunks
 
 
+def _use_for_alias(key: str) -> str:
+    """"Use 8080 for the admin API" and "the admin API moved to 9090" assign one subject."""
+    return key[len("use for "):] if key.startswith("use for ") else "use for " + key
+
+
+def _corrected(live_by_key: dict[str, KeyFact], fact) -> KeyFact | None:
+    """The live fact a correction such as "make it 60 seconds instead of 30" replaces: the
+    newest one whose value holds the old value ("30") as a word. The correction names no
+    subject, so it takes that fact's key."""
+    if not fact.replaces:
+        return None
+    old = re.compile(r"(?<![\w.])" + re.escape(fact.replaces.split()[0]) + r"(?![\w.])")
+    found = [f for f in live_by_key.values() if old.search(f.value or normalize(f.text))]
+    return max(found, key=lambda f: (f.source_seq, f.fact_id)) if found else None
+
+
+def facts_of_span(live_facts: Sequence[KeyFact], span: Sequence[ContextMessage], count: TokenCounter
+                  ) -> tuple[list[dict], list[dict]]:
+    """The key-fact records of a span and the supersessions they cause, as event data.
+
+    A fact whose key is already live with the same value is a restatement and adds
+    nothing; with another value it supersedes the live fact (both are kept)."""
+    live_by_key = {f.key: f for f in live_facts}
+    facts: list[dict] = []
+    superseded: list[dict] = []
+    for message in span:
+        for index, fact in enumerate(extract_facts(message.content, message.seq, message.role)):
+            previous = (live_by_key.get(fact.key) or live_by_key.get(_use_for_alias(fact.key))
+                        or _corrected(live_by_key, fact))
+            if previous is not None and (previous.value or normalize(previous.text)) == fact.value:
+                continue  # restating a live fact is not news
+            record = {"fact_id": f"f{message.seq}.{index}", "kind": fact.kind, "text": fact.text,
+                      "key": previous.key if previous is not None else fact.key, "value": fact.value, "source_seq": fact.source_seq,
+                      "role": message.role, "tokens": count(fact.text),
+                      "shape": fact_shape(fact.kind, fact.text)}
+            if previous is not None:
+                superseded.append({"fact_id": previous.fact_id, "by": record["fact_id"]})
+            facts.append(record)
+            live_by_key[record["key"]] = KeyFact(**{k: record[k] for k in (
+                "fact_id", "kind", "text", "key", "source_seq", "tokens", "role", "value")})
+    return facts, superseded
+
+
 def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
             count: TokenCounter, now: float) -> dict:
     """ContextCompacted data for ``plan``. ``count`` is a text token counter (count_text).
@@ -88,23 +132,7 @@ def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
     if not span:
         raise ValueError("compaction plan names no hot message")
 
-    live_by_key = {f.key: f for f in state.live_facts}
-    facts: list[dict] = []
-    superseded: list[dict] = []
-    for message in span:
-        for index, fact in enumerate(extract_facts(message.content, message.seq, message.role)):
-            previous = live_by_key.get(fact.key)
-            if previous is not None and (previous.value or normalize(previous.text)) == fact.value:
-                continue  # restating a live fact is not news
-            record = {"fact_id": f"f{message.seq}.{index}", "kind": fact.kind, "text": fact.text,
-                      "key": fact.key, "value": fact.value, "source_seq": fact.source_seq,
-                      "role": message.role, "tokens": count(fact.text),
-                      "shape": fact_shape(fact.kind, fact.text)}
-            if previous is not None:
-                superseded.append({"fact_id": previous.fact_id, "by": record["fact_id"]})
-            facts.append(record)
-            live_by_key[fact.key] = KeyFact(**{k: record[k] for k in (
-                "fact_id", "kind", "text", "key", "source_seq", "tokens", "role", "value")})
+    facts, superseded = facts_of_span(state.live_facts, span, count)
 
     summary = summarizer.summarize([(m.role, m.content) for m in span], plan.summary_target_tokens, count)
     summary_tokens = count(summary.text)

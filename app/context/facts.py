@@ -43,14 +43,46 @@ MAX_FACT_CHARS = 300
 _I = re.IGNORECASE
 
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", _I)
+# Where a clause starts: the sentence start, or after a comma, semicolon, colon or dash,
+# optionally after a softener. Imperatives are recognised only there, so "I don't know"
+# and "we must have missed it" are not rules while "Please don't" and "so, never" are.
+_CLAUSE = r"(?:^|[,;:]\s*|\s[-\u2013\u2014]\s*)(?:(?:please|and|but|so|also|then|just|ok|okay)[,]?\s+)*"
+# Standing rules: modal words in the imperative or with "you/we" as subject, verbs that
+# only ever state a rule (avoid, refrain, prefer, make sure ...), and prohibitions.
 _INSTRUCTION = re.compile(
-    r"\b(?:must(?:\s+not)?|never|always|shall|do\s+not|don't|should\s+not|shouldn't|mustn't)\b", _I)
+    _CLAUSE + r"(?:never|always|do\s+not|don't|avoid|refrain\s+from|prefer|stay\s+away\s+from"
+    r"|make\s+sure|be\s+sure\s+to|ensure|remember\s+to|only\s+ever|keep|stick\s+to|respond|reply|answer"
+    r"|write|ask\s+(?:me|us|first)|check\s+with\s+(?:me|us))\b"
+    r"|\b(?:you|we)\s+(?:must|should|shall|need\s+to|have\s+to)?\s*(?:never|always)\s+(?!been\b)\w+(?<!ed)\b"
+    r"|\b(?:must(?:\s+not)?|mustn't|shall(?:\s+not)?|should\s+not|shouldn't)\s+(?!have\b)(?:\w+\s+)?\w+"
+    r"|\bunder\s+no\s+circumstances\b|\b(?:is|are)\s+(?:forbidden|prohibited|not\s+allowed)\b"
+    r"|\b(?:from\s+now\s+on|from\s+here\s+on|going\s+forward|at\s+all\s+times)\b"
+    r"|^(?:please\s+)?no\s+\w+(?:\s+\w+)?\s+(?:in|on|at|for|during|before|after|without|outside)\b"
+    r"|" + _CLAUSE + r"use\s+[\w .+#-]{1,40}?(?:,\s*not\s|\s+(?:for|as|only|instead|rather)\b|\s+over\s)", _I)
+# Idioms built from the words above that state no rule ("never mind", "don't worry"), and
+# "must" as a guess ("it must be the cache", "we must have missed it").
+_NOT_INSTRUCTION = re.compile(
+    r"\bnever\s+mind\b|\bdon't\s+(?:worry|get\s+me\s+wrong)\b|\b(?:it|that|this|there)\s+must\s+be\b"
+    r"|^(?:i|it|that|this|he|she|they)\s+(?:\w+\s+)?(?:never|always)\b|\b(?:i|he|she|they|it)\s+never\s+\w+ed\b"
+    r"|\bnever\s+(?:said|told|meant|thought|knew|asked|did|was|were|had|wrote|saw|occurred)\b"
+    r"|\?\s*$", _I)
 _DECISION = re.compile(
-    r"\b(?:we|i)\s+(?:have\s+)?decided\b|\bdecision\s*:|\bdecided\s+to\b|\bchose\b|\bchosen\b"
-    r"|\bwill\s+use\b|\bgoing\s+with\b|\bwe\s+agreed\b|\bagreed\s+to\b|\bchange\s+of\s+plan\b", _I)
-_TODO = re.compile(r"\b(?:TODO|FIXME|XXX)\b|\bneed\s+to\b|\bstill\s+have\s+to\b|^\s*[-*]\s*\[ \]")
+    r"\b(?:we|i)\s+(?:have\s+)?decided\b|\bdecision\s*:|\bdecided\s+(?:to|against|on)\b|\bchose\b|\bchosen\b"
+    r"|\bwill\s+use\b|\bgo(?:ing)?\s+with\b|\bwe\s+agreed\b|\bagreed\s+(?:to|that|on)\b|\bchange\s+of\s+plan\b"
+    r"|\bsettled\s+on\b|\bopted\s+(?:for|to|against)\b|\bstick\s+with\b|\bfinal\s+call\b"
+    r"|\bthe\s+plan\s+is\s+to\b|^\s*approved\s*:|\blet's\s+(?:use|go\s+with|adopt|pick|switch\s+to)\b", _I)
+# "need to" is a task only when it outlasts the sentence: someone else's, or still open.
+# "I need to check the logs" is the agent narrating its next step, not a to-do.
+_TODO = re.compile(
+    r"\b(?:TODO|FIXME|XXX)\b|^\s*[-*]\s*\[ \]"
+    r"|\b(?:still|also|later|eventually)\s+(?:need|have)\s+to\b|\bstill\s+to\s+do\b"
+    r"|\b(?:we|you|someone|somebody|they|the\s+team)\s+(?:need|needs|have|has)\s+to\b"
+    r"|^\s*(?:follow[- ]up|remaining\s+work|open\s+item|left\s+to\s+do|to[- ]do|pending)\s*:", _I)
 _ERROR = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception)\b\s*:|^\s*(?:error|fatal|panic)\b\s*[:!]"
+    r"|(?i:\berror\s*:|\bERR!|^\s*ERROR\b|\bsegmentation\s+fault\b|\bcore\s+dumped\b|\bpermission\s+denied\b"
+    r"|\bno\s+such\s+file\s+or\s+directory\b|\bconnection\s+refused\b|\btimed\s+out\b|\bout\s+of\s+memory\b"
+    r"|\bfailed\s+with\b|\bexit\s+(?:code|status)\s+[1-9]\d*\b|\baccess\s+denied\b)"
     r"|\bHTTP(?:/\d(?:\.\d)?)?\s+[45]\d\d\b|\bstatus(?:\s+code)?\s*[=:]?\s*[45]\d\d\b"
     r"|\b[45]\d\d\s+(?:Bad\s+Request|Unauthorized|Forbidden|Not\s+Found|Conflict|Too\s+Many\s+Requests"
     r"|Internal\s+Server\s+Error|Bad\s+Gateway|Service\s+Unavailable|Gateway\s+Timeout)\b", re.M)
@@ -59,7 +91,9 @@ _IDENTIFIER = re.compile(
     r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b"                                         # ticket ABC-123
     r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b"                    # git/sha hashes
     r"|\b\w*(?:id|ID|Id)\s*[=:#]\s*[\w.-]+"                                   # id=..., user_id: ...
-    r"|\border\s*#\s*\d+|#\d{3,}\b", 0)
+    r"|\border\s*#\s*\d+|#\d{3,}\b"
+    r"|\b(?:[Nn]umber|[Nn]o\.|[Nn]um\.?)\s+(?:is\s+)?#?[\w-]*\d[\w-]*"                 # account number 8812..
+    r"|(?<![\d.,])\b\d{8,}\b(?![.,]\d)", 0)                                     # long bare numbers are ids
 _PATH = re.compile(
     r"(?<![\w:/.])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"                          # /srv/app/x.yaml
     r"|\b[\w.-]+/[\w./-]*\.[A-Za-z0-9]{1,8}\b"                                 # app/context/tokens.py
@@ -73,8 +107,9 @@ _MONTHS = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?
            r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
 # Dates count as quantities: a deadline is a number with a unit of time, and it is the
 # fact most often restated ("the deadline is now ...") and so most often superseded.
+_WEEKDAYS = r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day"
 _QUANTITY = re.compile(
-    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}\s+" + _MONTHS + r"\b|\b" + _MONTHS + r"\s+\d{1,2}(?:st|nd|rd|th)?\b"
+    r"\b" + _WEEKDAYS + r"\b|\b\d{1,2}(?::\d{2})?\s?[ap]m\b|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}\s+" + _MONTHS + r"\b|\b" + _MONTHS + r"\s+\d{1,2}(?:st|nd|rd|th)?\b"
     r"|(?:[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?)?)"
     r"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:" + _UNITS + r")(?![\w])")
 _NUMERIC_SETTING = re.compile(
@@ -94,13 +129,23 @@ _KIND_PATTERNS = ((INSTRUCTION, _INSTRUCTION), (DECISION, _DECISION), (ERROR, _E
 _SUBJECT = r"(?P<subj>[A-Za-z][\w .'/-]{1,60}?)"
 _SET_TO = re.compile(
     r"\b(?:set|change|changed|update|updated|raise|raised|lower|lowered|bump|bumped|increase|increased"
-    r"|decrease|decreased|move|moved|reduce|reduced)\s+" + _SUBJECT + r"\s+(?:to|=)\s+(?P<val>.+)$", _I)
+    r"|decrease|decreased|move|moved|reduce|reduced|switch|switched|rename|renamed|point)\s+" + _SUBJECT
+    + r"\s+(?:to|=|at)\s+(?P<val>.+)$", _I)
+# The subject first: "the sync meeting moved to 4pm", "batch size stays at 100".
+_MOVED_TO = re.compile(
+    r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads\s+up|actually)[,:]?\s+)?" + _SUBJECT +
+    r"\s+(?:has\s+|was\s+|is\s+)?(?:moved|changed|switched|slipped|stays|stayed|remains)\s+(?:to|at)\s+"
+    r"(?P<val>[^.;!?]{1,80}?)\s*[.;!?]?$", _I)
+# "try a batch size of 250": a subject given a value inside a clause.
+_OF_VALUE = re.compile(
+    r"\b(?:try|use|with|want|need)\s+(?:a|an|the)\s+(?P<subj>[A-Za-z][\w -]{1,40}?)\s+of\s+"
+    r"(?P<val>\d[\w.%-]*(?:\s?[A-Za-z]{1,8})?)(?:\s+instead)?\s*[.!;]?$", _I)
 _USE_FOR = re.compile(
     r"\b(?:use|using|switch\s+to|switched\s+to|go\s+with|going\s+with|chose|choose|pick|picked|adopt)\s+"
     r"(?P<val>[\w .+#-]{1,40}?)\s+(?:for|as)\s+" + _SUBJECT + r"(?:\s+instead)?\s*[.!;]?$", _I)
 _IS = re.compile(
-    r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads\s+up)[,:]\s+)?" + _SUBJECT +
-    r"\s+(?:is|are|was|will\s+be)\s+(?:now\s+|still\s+|actually\s+)?(?:set\s+to\s+|changed\s+to\s+|moved\s+to\s+)?"
+    r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads\s+up|actually)[,:]\s+)?" + _SUBJECT +
+    r"\s+(?:is|are|was|will\s+be|should\s+be)\s+(?:now\s+|still\s+|actually\s+)?(?:set\s+to\s+|changed\s+to\s+|moved\s+to\s+)?"
     r"(?P<val>[^.;!?]{1,120}?)\s*[.;!?]?$", _I)
 _ASSIGN = re.compile(r"^\s*(?P<subj>[A-Za-z][\w.-]{0,40}(?:\s+[\w.-]+){0,3})\s*(?:=|:)\s*(?P<val>\S.{0,160}?)\s*$")
 _LEADING_NOISE = re.compile(
@@ -116,6 +161,7 @@ _LABELS = {"decision", "note", "todo", "fixme", "error", "warning", "update", "s
 _MODALS = re.compile(
     r"\b(?:must(?:\s+not)?|never|always|shall(?:\s+not)?|do\s+not|don't|should(?:\s+not)?|shouldn't"
     r"|mustn't|please|you|we|to)\b", _I)
+_REPLACES = re.compile(r"\binstead\s+of\s+(?P<old>[\w.:%$-]+(?:\s?[A-Za-z]{1,8}\b)?)", _I)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 _TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\)")
 _EXCEPTION_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
@@ -128,6 +174,7 @@ class ExtractedFact:
     key: str
     value: str
     source_seq: int
+    replaces: str = ""   # the old value a correction names ("... instead of 30"): "30"
 
 
 def normalize(text: str) -> str:
@@ -144,6 +191,11 @@ def _normalize_subject(subject: str) -> str:
 
 def _normalize_value(value: str) -> str:
     value = normalize(value)
+    # What only confirms or dates the value is not part of it: "Friday, as planned" restates
+    # "Friday"; "60 seconds instead of 30" sets 60 seconds.
+    value = re.sub(r",?\s+as\s+(?:planned|agreed|discussed|before|usual|expected)$", "", value)
+    value = re.sub(r"\s+instead\s+of\s+.*$", "", value)
+    value = re.sub(r"^(?:at|on)\s+", "", value)
     value = re.sub(r"\s+(?:instead|now|from now on|going forward)$", "", value)
     return value.strip(" .,;:!?")
 
@@ -166,7 +218,8 @@ def supersession_key(sentence: str) -> tuple[str, str] | None:
     ('request timeout', '45 s')
     """
     s = sentence.strip()
-    for pattern, prefix in ((_SET_TO, ""), (_USE_FOR, "use for "), (_IS, ""), (_ASSIGN, "")):
+    for pattern, prefix in ((_SET_TO, ""), (_USE_FOR, "use for "), (_MOVED_TO, ""), (_OF_VALUE, ""),
+                            (_IS, ""), (_ASSIGN, "")):
         m = pattern.search(s)
         if not m:
             continue
@@ -192,9 +245,19 @@ def classify(sentence: str) -> str | None:
     """The most important kind the sentence matches, or None for no fact."""
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(sentence):
+            if kind == INSTRUCTION and _NOT_INSTRUCTION.search(sentence):
+                continue
             return kind
     if _NUMERIC_SETTING.search(sentence):
         return QUANTITY  # a number without a unit, but explicitly assigned: a setting
+    if re.match(_CLAUSE + r"(?:set|change|switch|move|rename|point|raise|lower|bump)\s", sentence, _I) \
+            and _SET_TO.search(sentence):
+        return INSTRUCTION  # "switch the log level to info": a setting the user asks for
+    assignment = supersession_key(sentence)
+    if assignment is not None and re.search(r"\b(?:should|must)\s+be\b", sentence, _I):
+        return INSTRUCTION  # "the log level should be debug"
+    if assignment is not None and re.search(r"\d", assignment[1]):
+        return QUANTITY  # "the region is us-east-1": a subject given a coded value
     if _named_entities(sentence):
         return ENTITY
     return None
@@ -293,5 +356,7 @@ def _extract_all(content: str, source_seq: int) -> list[ExtractedFact]:
         if key in seen and any(f.key == key and f.value == value for f in facts):
             continue
         seen.add(key)
-        facts.append(ExtractedFact(kind=kind, text=text, key=key, value=value, source_seq=source_seq))
+        replaced = _REPLACES.search(sentence)
+        facts.append(ExtractedFact(kind=kind, text=text, key=key, value=value, source_seq=source_seq,
+                                   replaces=normalize(replaced.group("old")) if replaced else ""))
     return facts

@@ -24,9 +24,9 @@ import numpy as np
 
 from app.auth import Principal, require, require_self_or_operator
 from app.domain import context as ctx
-from app.domain import events as ev
 from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent
+from app.projections.context_archive import archived_context
 from app.service import Service
 from app.tasks import cancel_all
 
@@ -180,10 +180,11 @@ class ContextService:
             raise BadInput(str(exc)) from None
         if query is not None and len(query) > ctx.MAX_MESSAGE_CHARS:
             raise BadInput(f"query may be at most {ctx.MAX_MESSAGE_CHARS} characters")
-        state = self.state(agent["agent_id"])
+        state, position = self.state(agent["agent_id"]), self.service.model.position
         if state.hibernated:
-            # Reading is not activity: show what a wake would restore without waking.
-            state = ctx.apply(state, ev.AGENT_WOKEN, {"agent_id": state.agent_id, "at": time.time()})
+            # Reading is not activity: show what a wake would restore, without waking (and
+            # without keeping it: the context stays out of memory).
+            state = ctx.restore(state, await archived_context(self.store, state.agent_id, position))
         scores = None
         if query and state.cold.chunks:
             scores = await self._chunk_scores(agent["agent_id"], query)
@@ -203,8 +204,6 @@ class ContextService:
             raise BadInput("position must be >= 0")
         state = await context_state_at(self.store, agent["agent_id"], position)
         at = state.last_activity_at
-        if state.hibernated:
-            state = ctx.apply(state, ev.AGENT_WOKEN, {"agent_id": state.agent_id, "at": at})
         encoding = self._encoding(agent)
         return ctx.assemble_view(state, budget_tokens, None,
                                  lambda role, content: count_message(role, content, encoding), at)

@@ -10,6 +10,13 @@ Tiers
         ~200-token chunks for semantic search (``cold``). Nothing is ever deleted:
         compaction only moves a span from hot to warm (its summary) and cold (its originals).
 
+Hibernation releases all three tiers from memory. The agent's context stream in the log
+is their durable copy (the fold of its ContextAppended and ContextCompacted events is the
+context, whatever hibernated and woke in between), so a hibernated agent keeps only a
+``ResumePoint``: where its stream ended, a digest of its working set, and the totals its
+stats report. Waking folds the stream again (the shell reads it) and ``restore`` checks
+the result against the resume point before it replaces the parked state.
+
 Purity: no I/O, no clock, no model. Time enters as values (``at`` in events, ``now`` as an
 argument) and token counts enter as numbers recorded in events or through a counter passed
 in, so a projection rebuilt from the log is byte-identical to the live one
@@ -152,13 +159,10 @@ class ColdChunk:
 
 @dataclass(frozen=True)
 class ColdArchive:
-    """Originals of compacted spans, their chunks, and, only while the agent is
-    hibernated, the warm records parked here (the durable copy the wake restores)."""
+    """Originals of compacted spans and their chunks."""
 
     messages: tuple[ContextMessage, ...] = ()
     chunks: tuple[ColdChunk, ...] = ()
-    segments: tuple[WarmSegment, ...] = ()
-    facts: tuple[KeyFact, ...] = ()
 
 
 GROWTH_WINDOW = 32  # appends remembered for the growth rate; bounded so state stays small
@@ -186,14 +190,16 @@ class GrowthStats:
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """What a wake needs beyond the cold archive: which archived messages were hot, which
-    archived records were warm, and a digest of the hot+warm state to prove the wake exact."""
+    """All that a hibernated agent keeps in memory of its context: the end of its context
+    stream (last seq and compaction count, which fix the stream version), the digest of its
+    hot and warm tiers that the restored state must match, and the message and token
+    totals that ContextStats reports while it sleeps."""
 
     last_seq: int
-    hot_seqs: tuple[int, ...]
-    segment_ids: tuple[str, ...]
-    fact_ids: tuple[str, ...]
+    compactions: int
     digest: str
+    messages: int
+    tokens: int
 
 
 @dataclass(frozen=True)
@@ -270,17 +276,15 @@ def state_from_dict(d: Mapping) -> AgentContext:
         facts=tuple(_fact(f) for f in d.get("facts", ())),
         cold=ColdArchive(
             messages=tuple(_msg(m) for m in cold.get("messages", ())),
-            chunks=tuple(_chunk(c) for c in cold.get("chunks", ())),
-            segments=tuple(_seg(s) for s in cold.get("segments", ())),
-            facts=tuple(_fact(f) for f in cold.get("facts", ()))),
+            chunks=tuple(_chunk(c) for c in cold.get("chunks", ()))),
         growth=GrowthStats(window=tuple((float(a), int(t)) for a, t in (d.get("growth") or {}).get("window", ()))),
         last_seq=int(d.get("last_seq", 0)),
         compactions=int(d.get("compactions", 0)),
         last_activity_at=float(d.get("last_activity_at", 0.0)),
         hibernated=bool(d.get("hibernated", False)),
         resume_point=None if rp is None else ResumePoint(
-            last_seq=int(rp["last_seq"]), hot_seqs=tuple(int(s) for s in rp["hot_seqs"]),
-            segment_ids=tuple(rp["segment_ids"]), fact_ids=tuple(rp["fact_ids"]), digest=rp["digest"]),
+            last_seq=int(rp["last_seq"]), compactions=int(rp["compactions"]), digest=rp["digest"],
+            messages=int(rp["messages"]), tokens=int(rp["tokens"])),
     )
 
 
@@ -301,7 +305,9 @@ def _working_set_digest(hot: Iterable[ContextMessage], segments: Iterable[WarmSe
 
 
 def resume_point_for(state: AgentContext) -> dict:
-    """The ``resume_point`` an AgentHibernated event should carry for this state."""
+    """The ``resume_point`` an AgentHibernated event should carry for this state. Its
+    digest ties the event to the exact context it parks; the seq lists are for readers of
+    the log (what was hot, what was warm), the fold does not need them."""
     return {
         "last_seq": state.last_seq,
         "hot_seqs": [m.seq for m in state.hot],
@@ -326,11 +332,17 @@ def apply(state: AgentContext, event_type: str, data: Mapping[str, Any]) -> Agen
     return state
 
 
-def _apply_appended(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+def _refuse_parked(state: AgentContext, event_type: str) -> None:
     if state.hibernated:
-        # The shell appends AgentWoken first; folding an append into a hibernated state
-        # anyway (an old log, a race) wakes it implicitly rather than losing the message.
-        state = _apply_woken(state, {"agent_id": state.agent_id, "at": data["at"]})
+        # Only the shell can bring a parked context back (it reads the stream); folding
+        # anything into the stub would build a context with the history missing.
+        raise ContextStateError(
+            f"{event_type} for hibernated agent {state.agent_id}: restore its context from its "
+            "stream first (app.domain.context.restore)")
+
+
+def _apply_appended(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+    _refuse_parked(state, CONTEXT_APPENDED)
     seq = int(data["seq"])
     if seq <= state.last_seq:
         raise ValueError(f"ContextAppended seq {seq} is not after {state.last_seq}")
@@ -343,6 +355,7 @@ def _apply_appended(state: AgentContext, data: Mapping[str, Any]) -> AgentContex
 
 
 def _apply_compacted(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+    _refuse_parked(state, CONTEXT_COMPACTED)
     lo, hi = int(data["from_seq"]), int(data["to_seq"])
     moving = tuple(m for m in state.hot if lo <= m.seq <= hi and not m.pinned)
     staying = tuple(m for m in state.hot if not (lo <= m.seq <= hi and not m.pinned))
@@ -370,40 +383,45 @@ def _apply_hibernated(state: AgentContext, data: Mapping[str, Any]) -> AgentCont
     if state.hibernated:
         return state
     rp = data["resume_point"]
-    expected = resume_point_for(state)
-    if rp["digest"] != expected["digest"]:
+    if rp["digest"] != resume_point_for(state)["digest"]:
         # The context moved on between the decision and its commit (an append won the
         # race): this hibernation describes a state that no longer exists, so it does
         # nothing. Deterministic, hence identical in every replay.
         return state
-    # Hot and warm leave memory: hot messages join the archived originals, warm records are
-    # parked in the archive. Only the archive and the resume point remain.
-    cold = ColdArchive(
-        messages=tuple(sorted(state.cold.messages + state.hot, key=lambda m: m.seq)),
-        chunks=state.cold.chunks, segments=state.warm_segments, facts=state.facts)
-    resume = ResumePoint(last_seq=int(rp["last_seq"]), hot_seqs=tuple(int(s) for s in rp["hot_seqs"]),
-                         segment_ids=tuple(rp["segment_ids"]), fact_ids=tuple(rp["fact_ids"]),
-                         digest=rp["digest"])
-    return replace(state, hot=(), warm_segments=(), facts=(), cold=cold, hibernated=True,
-                   resume_point=resume)
+    # Every tier leaves memory; the log keeps them. The stub is a fresh object that shares
+    # nothing with the state it replaces, so once the caller drops that state, its
+    # messages, summaries, facts and chunks can be freed.
+    resume = ResumePoint(
+        last_seq=state.last_seq, compactions=state.compactions, digest=rp["digest"],
+        messages=len(state.hot) + len(state.cold.messages),
+        tokens=state.hot_tokens + sum(m.tokens for m in state.cold.messages))
+    return AgentContext(agent_id=state.agent_id, last_seq=state.last_seq, compactions=state.compactions,
+                        last_activity_at=state.last_activity_at, hibernated=True, resume_point=resume)
 
 
 def _apply_woken(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
-    if not state.hibernated or state.resume_point is None:
-        return state
-    rp = state.resume_point
-    hot_seqs = set(rp.hot_seqs)
-    hot = tuple(m for m in state.cold.messages if m.seq in hot_seqs)
-    by_segment = {s.segment_id: s for s in state.cold.segments}
-    by_fact = {f.fact_id: f for f in state.cold.facts}
-    segments = tuple(by_segment[i] for i in rp.segment_ids)
-    facts = tuple(by_fact[i] for i in rp.fact_ids)
-    if _working_set_digest(hot, segments, facts) != rp.digest:
-        raise ValueError("wake could not restore the exact hot and warm state (digest mismatch)")
-    cold = ColdArchive(messages=tuple(m for m in state.cold.messages if m.seq not in hot_seqs),
-                       chunks=state.cold.chunks)
-    return replace(state, hot=hot, warm_segments=segments, facts=facts, cold=cold,
-                   hibernated=False, resume_point=None)
+    _refuse_parked(state, AGENT_WOKEN)
+    return state  # awake already (restored by the shell, or never hibernated)
+
+
+def restore(parked: AgentContext, archived: AgentContext) -> AgentContext:
+    """The context a wake brings back. ``archived`` is the fold of the agent's context
+    stream up to the wake (ContextAppended and ContextCompacted events only: hibernating
+    and waking never change the content). It must end where the resume point says and
+    have the working set the hibernation recorded; then it is, exactly, the state that was
+    parked. A context that is not parked is returned unchanged."""
+    if not parked.hibernated:
+        return parked
+    rp = parked.resume_point
+    if rp is None or archived.agent_id != parked.agent_id or archived.hibernated:
+        raise ValueError(f"cannot restore the context of {parked.agent_id} from {archived.agent_id}'s")
+    if (archived.last_seq, archived.compactions) != (rp.last_seq, rp.compactions) or \
+            _working_set_digest(archived.hot, archived.warm_segments, archived.facts) != rp.digest:
+        raise ValueError(
+            f"the context stream of {parked.agent_id} does not match its resume point (stream ends at "
+            f"seq {archived.last_seq} after {archived.compactions} compactions, the hibernation "
+            f"recorded seq {rp.last_seq} after {rp.compactions}, or the working set differs)")
+    return archived
 
 
 # -- hibernation policy -----------------------------------------------------------------
@@ -762,13 +780,15 @@ def _chunk_content(chunk: ColdChunk) -> str:
 # -- stats ------------------------------------------------------------------------------
 def context_stats(state: AgentContext) -> dict:
     """ContextStats of the public contract. A hibernated agent reports 0 hot and warm
-    tokens: those views are not in memory; everything is counted under cold."""
+    tokens: nothing of its context is in memory; every message is counted under cold (its
+    archive is the log)."""
+    rp = state.resume_point if state.hibernated else None
     return {
         "agent_id": state.agent_id,
         "hot_tokens": state.hot_tokens,
         "warm_tokens": sum(s.summary_tokens for s in state.warm_segments)
         + sum(f.tokens for f in state.live_facts),
-        "cold_tokens": sum(m.tokens for m in state.cold.messages),
-        "messages": len(state.hot) + len(state.cold.messages),
+        "cold_tokens": rp.tokens if rp else sum(m.tokens for m in state.cold.messages),
+        "messages": rp.messages if rp else len(state.hot) + len(state.cold.messages),
         "hibernated": state.hibernated,
     }

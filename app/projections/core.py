@@ -20,6 +20,8 @@ from app.eventstore.model import RecordedEvent, category_of
 
 PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context")
 
+_NEEDS_CONTEXT = frozenset({ctx.CONTEXT_APPENDED, ctx.CONTEXT_COMPACTED, ev.AGENT_WOKEN})
+
 _TURN_STATUS = {ev.TURN_QUEUED: ev.QUEUED, ev.TURN_GRANTED: ev.GRANTED,
                 ev.TURN_COMPLETED: ev.COMPLETED, ev.TURN_CANCELLED: ev.CANCELLED,
                 ev.TURN_REAPED: ev.REAPED}
@@ -53,6 +55,26 @@ class CoreModel:
 
     def context_of(self, agent_id: str) -> ctx.AgentContext:
         return self.contexts.get(agent_id) or ctx.new_context(agent_id)
+
+    def parked_context_needed_by(self, event: RecordedEvent) -> str | None:
+        """The agent whose hibernated context must be restored from the log before
+        ``event`` can be folded (a wake, or an append or compaction that an old log or a
+        race put after the hibernation), else None. Mirrors the dispatch of ``fold``."""
+        if event.position <= self.position or event.type not in _NEEDS_CONTEXT:
+            return None
+        category = category_of(event.stream)
+        agent_id = event.data.get("agent_id") if isinstance(event.data, dict) else None
+        if category == "agent" and (event.type != ev.AGENT_WOKEN or agent_id not in self.agents):
+            return None
+        if category not in ("agent", "context"):
+            return None
+        state = self.contexts.get(agent_id)
+        return agent_id if state is not None and state.hibernated else None
+
+    def restore_context(self, agent_id: str, archived: ctx.AgentContext) -> None:
+        """Replace a parked context by its fold from the log (checked by ctx.restore)."""
+        self.contexts[agent_id] = ctx.restore(self.context_of(agent_id), archived)
+        self.dirty.add(("context", agent_id))
 
     def _fold_context(self, agent_id: str, event: RecordedEvent) -> None:
         if event.type not in ctx.CONTEXT_EVENTS:

@@ -12,6 +12,7 @@ from app.tasks import cancel_all
 from app.eventstore.model import RecordedEvent
 from app.eventstore.store import EventStore
 
+from .context_archive import restore_if_parked
 from .core import PROJECTIONS, CoreModel
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 # Bump when the shape of a persisted document or the fold changes: a new name has no
 # checkpoint, so every worker folds the log from position 0 and rewrites every document
 # instead of resuming from documents an older version wrote.
-PROJECTION_VERSION = 8
+PROJECTION_VERSION = 9
 CHECKPOINT = f"core-v{PROJECTION_VERSION}"
 
 
@@ -146,10 +147,23 @@ class Projector:
         async with self._lock:
             while until is None or self.model.position < until:
                 events = await self.store.read(self.model.position, 1000)
-                folded += self._fold(events)
+                folded += await self._fold_restoring(events)
                 if len(events) < 1000:
                     break
         return folded
+
+    async def _fold_restoring(self, events: list[RecordedEvent]) -> int:
+        """Fold, first bringing back from the log any hibernated context that an event
+        wakes. Runs of events that need no restore are folded in one go; the check is made
+        with every earlier event folded (a hibernation and its wake may share a batch)."""
+        folded, start = 0, 0
+        for i, event in enumerate(events):
+            if self.model.parked_context_needed_by(event) is None:
+                continue
+            folded += self._fold(events[start:i])
+            start = i
+            await restore_if_parked(self.model, event, self.store)
+        return folded + self._fold(events[start:])
 
     def offer(self, appended: list[RecordedEvent]) -> None:
         """Fold events this process has just committed without reading them back, when they
@@ -164,7 +178,12 @@ class Projector:
                 or appended[-1].position - appended[0].position != len(appended) - 1):
             return
         try:
-            self._fold(appended)
+            for event in appended:
+                if self.model.parked_context_needed_by(event) is not None:
+                    # A wake needs its context read back from the log, which cannot happen
+                    # here (synchronous): the follower folds this event and the rest.
+                    break
+                self._fold([event])
         except Exception:
             # The append has committed; its caller must not see a read-side failure. As in
             # catch_up, an event whose fold raised is left half-applied: this is logged, and

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from app.context.tokens import count_message
+from app.domain import context as ctx
 from tests.client import GraphQLClient, GraphQLError, register
 
 APPEND = """mutation($role: String!, $content: String!, $pinned: Boolean!, $agent: ID) {
@@ -70,16 +71,38 @@ async def test_hibernate_and_wake_restore_the_view_byte_for_byte(server, operato
             await agent(APPEND, role="user", content=f"Note {i}: order #{1000 + i} ships to /opt/site{i}. " + FILLER,
                         pinned=False)
         before = (await agent(VIEW, budget=800))["context"]
+        awake = server.runtime.context.state(agent_id)
+        assert awake.cold.messages  # compacted spans: every tier has something to release
+        stats_awake = (await agent("{ contextStats { hotTokens coldTokens messages } }"))["contextStats"]
         hib = await agent("mutation($id: ID!) { hibernateAgent(agentId: $id) { state } }", id=agent_id)
         assert hib["hibernateAgent"]["state"] == "HIBERNATED"
+        # Released, not moved: the process keeps no message of this agent, in any tier, and
+        # neither does its read-model document; the log is the archive.
         state = server.runtime.context.state(agent_id)
-        assert state.hibernated and state.hot == () and state.warm_segments == ()
-        stats = (await agent("{ contextStats { hotTokens warmTokens coldTokens hibernated } }"))["contextStats"]
+        assert state.hibernated and state.hot == () and state.warm_segments == () and state.facts == ()
+        assert state.cold.messages == () and state.cold.chunks == ()
+        doc = ctx.canonical_json(ctx.state_to_dict(state))
+        assert "order #100" not in doc and "French" not in doc
+        assert len(doc) * 10 < len(ctx.canonical_json(ctx.state_to_dict(awake)))  # ids and a digest are left
+        await server.runtime.projector.persist()
+        async with server.runtime.store.pool.acquire() as conn:
+            stored = await conn.fetchval("SELECT doc::text FROM read_models WHERE projection = 'context' AND key = $1",
+                                         agent_id)
+        assert "order #100" not in stored and "French" not in stored
+        stats = (await agent("{ contextStats { hotTokens warmTokens coldTokens messages hibernated } }"))["contextStats"]
         assert stats["hibernated"] and stats["hotTokens"] == 0 and stats["warmTokens"] == 0
+        assert stats["messages"] == stats_awake["messages"] == 11
+        # Reading a hibernated context shows what a wake restores, and does not wake it.
+        assert (await agent(VIEW, budget=800))["context"] == before
+        assert server.runtime.context.state(agent_id).hibernated
         woke = await agent("mutation($id: ID!) { wakeAgent(agentId: $id) { state } }", id=agent_id)
         assert woke["wakeAgent"]["state"] == "ACTIVE"
+        assert ctx.state_hash(server.runtime.context.state(agent_id)) == ctx.state_hash(awake)
         after = (await agent(VIEW, budget=800))["context"]
         assert after == before
+        # The rebuild from position 0 (which reads the archive back the same way) agrees.
+        report = (await operator("{ replayCheck { matches } }"))["replayCheck"]
+        assert report["matches"]
         # time travel: the view at an earlier position holds only what existed then
         position = (await operator("query($id: ID) { events(after: 0, limit: 1000, agentId: $id, "
                                    "types: [\"ContextAppended\"]) { position } }", id=agent_id))["events"][2]["position"]

@@ -30,8 +30,21 @@ def test_quick_run_writes_table_plot_and_reports_agentrm_at_4k(tmp_path):
     for (strategy, budget), row in rows.items():
         assert row["max_view_tokens"] <= budget
         assert 0.0 <= row["fact_retention"] <= 1.0 and 0.0 <= row["probe_answerability"] <= 1.0
+    # The retention result itself, on this small seeded session (deterministic: seeded
+    # generator, extractive summarizer, exact token counts). AgentRM keeps every planted
+    # fact and answers every probe at every budget; the baselines lose facts once the
+    # session outgrows the budget, and AgentRM's margin is widest where the budget is
+    # tightest.
+    for budget in bench.BUDGETS:
+        assert rows[("agentrm", budget)]["fact_retention"] == 1.0, budget
+        assert rows[("agentrm", budget)]["probe_answerability"] >= 0.95, budget
+    for baseline in ("truncation", "running-summary"):
+        assert rows[(baseline, 2000)]["fact_retention"] <= 0.6
+        assert rows[("agentrm", 2000)]["fact_retention"] - rows[(baseline, 2000)]["fact_retention"] >= 0.4
+        assert rows[(baseline, 4000)]["fact_retention"] < rows[("agentrm", 4000)]["fact_retention"]
+    assert rows[("truncation", 2000)]["fact_retention"] < rows[("truncation", 4000)]["fact_retention"] \
+        <= rows[("truncation", 8000)]["fact_retention"]
     target = results["target"]
     assert target["agentrm_fact_retention_4k"] == rows[("agentrm", 4000)]["fact_retention"]
-    assert target["met"] == (target["agentrm_fact_retention_4k"] >= 1.0
-                             and target["agentrm_probe_answerability_4k"] >= 0.95)
+    assert target["met"] is True
     assert rows[("truncation", 4000)]["compactions"] == 0 and rows[("agentrm", 4000)]["compactions"] > 0
