@@ -27,9 +27,14 @@ class ReplayReport:
     differences: list[str]
 
 
-def _fold_page(model: CoreModel, events) -> None:
-    for event in events:
-        model.fold(event)
+def _fold_until_parked(model: CoreModel, events, start: int) -> int | None:
+    """Fold events[start:]; stop before the first one that needs a parked context and return
+    its index (None when all are folded)."""
+    for i in range(start, len(events)):
+        if model.parked_context_needed_by(events[i]) is not None:
+            return i
+        model.fold(events[i])
+    return None
 
 
 async def rebuild(store: EventStore, up_to: int | None = None) -> tuple[CoreModel, int]:
@@ -39,15 +44,15 @@ async def rebuild(store: EventStore, up_to: int | None = None) -> tuple[CoreMode
     model, count, after = CoreModel(), 0, 0
     while True:
         events = await store.read(after, PAGE, up_to=up_to)
-        # Fold in a worker thread, one run of events at a time; an event that needs a
-        # context hibernation parked first has it read back from the log, here.
+        # Fold in a worker thread; an event that needs a context hibernation parked stops
+        # the run, has that context read back from the log here, and the fold goes on.
         start = 0
-        for i, event in enumerate(events):
-            if model.parked_context_needed_by(event) is not None:
-                await asyncio.to_thread(_fold_page, model, events[start:i])
-                await restore_if_parked(model, event, store)
-                start = i
-        await asyncio.to_thread(_fold_page, model, events[start:])
+        while start is not None:
+            start = await asyncio.to_thread(_fold_until_parked, model, events, start)
+            if start is not None:
+                await restore_if_parked(model, events[start], store)
+                model.fold(events[start])
+                start += 1
         count += len(events)
         if len(events) < PAGE:
             return model, count
