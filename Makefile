@@ -29,6 +29,7 @@ mutate: setup
 	  print("mutation score: %d/%d killed (%.1f%%), %d survived, %d not covered" \
 	        % (k, s["total"], 100.0 * k / s["total"], s["survived"], s["no_tests"]))'
 	@.venv/bin/mutmut results
+	@bash ops/mutate_context_view.sh .venv/bin/python
 
 clean:
 	rm -rf .venv .agentrm mutants
