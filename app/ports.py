@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from app.eventstore.model import RecordedEvent, NewEvent
+from app.eventstore.model import NewEvent, RecordedEvent
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from app.domain.streams import category_of
@@ -61,7 +61,7 @@ class MemoryLog:
                 raise ConcurrencyError(stream, want, actual)
         # Copy (and so validate) everything before writing anything: all or nothing.
         prepared = [(e, _copy(e.data), _copy(e.metadata)) for e in events]
-        recorded_at = datetime.fromtimestamp(self.clock(), timezone.utc)
+        recorded_at = datetime.fromtimestamp(self.clock(), UTC)
         versions = dict(self._versions)
         recorded = []
         for event, data, metadata in prepared:
