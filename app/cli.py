@@ -3,21 +3,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
-from app import config
-
-
-def database_url(start_embedded: bool = True) -> str:
-    """DATABASE_URL when set; otherwise the embedded cluster in the data dir (started)."""
-    url = config.external_database_url()
-    if url:
-        return url
-    if not start_embedded:
-        raise SystemExit("DATABASE_URL is not set and the embedded database was not started")
-    from app.db.embedded import EmbeddedPostgres
-    return EmbeddedPostgres(config.data_dir()).start()
+from app import bootstrap as config
+from app.bootstrap import database_url  # noqa: F401  (kept for `from app.cli import database_url`)
 
 
 def cmd_serve(args) -> int:
@@ -27,8 +16,7 @@ def cmd_serve(args) -> int:
     url = database_url()
     if not args.no_migrate:
         upgrade(url)
-    os.environ["AGENTRM_RESOLVED_DATABASE_URL"] = url
-    os.environ["AGENTRM_DEMO"] = "0" if args.no_demo else "1"
+    config.ServeSettings(database_url=url, demo=not args.no_demo).export()  # for the workers
     token = config.operator_token()
     # The token rides in the URL fragment, which browsers never send to the server; the
     # console keeps it in local storage. Whoever runs `serve` is the operator anyway.

@@ -1,9 +1,15 @@
-"""Bootstrap: wire the event store, listener, projector, schedulers and service together."""
+"""The running application: event log, wake-ups, projector, schedulers and service, wired.
+
+`Runtime` is the production wiring on PostgreSQL; `MemoryRuntime` the same application on
+the in-memory log, for application tests. app/bootstrap.py builds either."""
 from __future__ import annotations
 
 import contextlib
-import os
+import time
 
+from app import bootstrap
+from app.adapters.memory_leadership import AlwaysLeads
+from app.adapters.memory_log import MemoryLog
 from app.auth import OPERATOR
 from app.domain.settings import PoolSettings
 from app.errors import Conflict
@@ -13,43 +19,37 @@ from app.projections.runner import Projector
 from app.scheduler.loop import SchedulerSupervisor
 from app.service import Service
 
+default_pool_settings = bootstrap.default_pool_settings  # kept for existing imports
 
-def default_pool_settings() -> PoolSettings:
-    """The `default` pool, from the environment (AGENTRM_DEFAULT_LANES, _RPM, _TPM,
-    _LEASE_SECONDS, _BOOST_SECONDS)."""
-    env = os.environ.get
-    return PoolSettings(
-        name="default",
-        lanes=int(env("AGENTRM_DEFAULT_LANES", "4")),
-        rpm=int(env("AGENTRM_DEFAULT_RPM", "600")),
-        tpm=int(env("AGENTRM_DEFAULT_TPM", "400000")),
-        lease_seconds=float(env("AGENTRM_DEFAULT_LEASE_SECONDS", "30")),
-        boost_seconds=float(env("AGENTRM_DEFAULT_BOOST_SECONDS", "60")),
-    )
+
+async def _create_default_pool(service: Service, settings: PoolSettings | None) -> None:
+    if "default" not in service.model.pools:
+        with contextlib.suppress(Conflict):
+            await service.create_pool(OPERATOR, settings or bootstrap.default_pool_settings())
 
 
 class Runtime:
-    def __init__(self, url: str, *, run_schedulers: bool = True, pool_size: int = 10):
+    def __init__(self, url: str, *, run_schedulers: bool = True, pool_size: int = 10,
+                 hibernate_idle_seconds: float | None = None):
         self.url = url
         self.run_schedulers = run_schedulers
         self.pool_size = pool_size
+        self.hibernate_idle_seconds = (bootstrap.hibernate_idle_seconds() if hibernate_idle_seconds is None
+                                       else hibernate_idle_seconds)
 
-    async def start(self, default_pool: PoolSettings | None = None) -> "Runtime":
+    async def start(self, default_pool: PoolSettings | None = None) -> Runtime:
         self.db = await create_pool(self.url, min_size=2, max_size=self.pool_size)
         self.store = EventStore(self.db)
         self.listener = LogListener(self.url)
-        self.store.on_append(self.listener.poke)
+        self.store.use_wakeups(self.listener)
         await self.listener.start()
         self.projector = Projector(self.store, self.listener)
         await self.projector.start()
         self.store.on_append(self.projector.offer)
         self.service = Service(self.store, self.projector)
-        if "default" not in self.projector.model.pools:
-            with contextlib.suppress(Conflict):
-                await self.service.create_pool(OPERATOR, default_pool or default_pool_settings())
+        await _create_default_pool(self.service, default_pool)
         from app.context.service import ContextService
-        self.context = ContextService(
-            self.service, hibernate_idle_seconds=float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800")))
+        self.context = ContextService(self.service, hibernate_idle_seconds=self.hibernate_idle_seconds)
         await self.context.start()
         self.supervisor = SchedulerSupervisor(self.store, self.projector, self.url)
         if self.run_schedulers:
@@ -62,3 +62,31 @@ class Runtime:
         await self.projector.stop()
         await self.listener.stop()
         await self.db.close()
+
+
+class MemoryRuntime:
+    """No database: the in-memory log is its own wake-up source, the one process always
+    leads every pool, and the clock is injected. No context service (it stores embeddings
+    and archives in PostgreSQL)."""
+
+    def __init__(self, clock=None):
+        self.clock = clock if clock is not None else time.time
+
+    async def start(self, default_pool: PoolSettings | None = None) -> MemoryRuntime:
+        self.store = MemoryLog(self.clock)
+        self.listener = self.store
+        self.projector = Projector(self.store, self.store)
+        await self.projector.start()
+        self.store.on_append(self.projector.offer)
+        self.service = Service(self.store, self.projector, clock=self.clock)
+        await _create_default_pool(self.service, default_pool)
+        self.supervisor = SchedulerSupervisor(self.store, self.projector, clock=self.clock,
+                                              leadership=AlwaysLeads())
+        if hasattr(self.clock, "on_advance"):
+            self.clock.on_advance(self.supervisor.tick)
+        await self.supervisor.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.supervisor.stop()
+        await self.projector.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -21,18 +22,15 @@ from app.domain.context import resume_point_for
 from app.domain.settings import PoolSettings
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, RecordedEvent
+from app.domain.streams import agent_stream, pool_stream, turn_stream
 from app.eventstore.store import EventStore
+from app.ports import Clock, EventLog, Ids
 from app.projections.runner import Projector
 
 MAX_TOKENS_PER_CALL = 10_000_000
 MAX_WAIT_SECONDS = 300.0
 DECISION_TIMEOUT = 5.0      # how long a command waits for the scheduler's answer
 MAX_HEADERS = 100
-
-
-def _now() -> float:
-    import time
-    return time.time()
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -51,10 +49,17 @@ def _check_float(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
 class Service:
-    def __init__(self, store: EventStore, projector: Projector):
+    def __init__(self, store: EventLog, projector: Projector, *, clock: Clock = time.time,
+                 ids: Ids = _new_id):
         self.store = store
         self.projector = projector
+        self.clock = clock
+        self.ids = ids
 
     @property
     def model(self):
@@ -94,23 +99,32 @@ class Service:
             raise BadInput(str(exc)) from None
         if settings.name in self.model.pools:
             raise Conflict(f"pool {settings.name!r} already exists")
-        data = {"settings": settings.to_dict(), "at": at if at is not None else _now()}
+        data = {"settings": settings.to_dict(), "at": at if at is not None else self.clock()}
         if upstream_api_key:
             data["upstream_api_key_fingerprint"] = hashlib.sha256(upstream_api_key.encode()).hexdigest()[:12]
-        event = NewEvent(f"pool-{settings.name}", ev.POOL_CREATED, data, self._meta(principal))
+        event = NewEvent(pool_stream(settings.name), ev.POOL_CREATED, data, self._meta(principal))
         try:
-            async with self.store.pool.acquire() as conn:
-                async with conn.transaction():
-                    await self.store.append([event], {event.stream: NO_STREAM}, conn=conn)
-                    if upstream_api_key:
-                        await conn.execute(
-                            "INSERT INTO pool_secrets (pool, api_key) VALUES ($1, $2) "
-                            "ON CONFLICT (pool) DO UPDATE SET api_key = EXCLUDED.api_key",
-                            settings.name, upstream_api_key)
+            if isinstance(self.store, EventStore):
+                await self._append_with_secret(event, settings.name, upstream_api_key)
+            elif upstream_api_key:
+                raise BadInput("this event log keeps no upstream API keys")
+            else:
+                await self.store.append([event], {event.stream: NO_STREAM})
         except ConcurrencyError:
             raise Conflict(f"pool {settings.name!r} already exists") from None
         await self.projector.catch_up()
         return self.pool_view(settings.name)
+
+    async def _append_with_secret(self, event: NewEvent, pool: str, upstream_api_key: str | None) -> None:
+        """PostgreSQL: the pool's creation and its upstream key commit together or not at all."""
+        async with self.store.pool.acquire() as conn:
+            async with conn.transaction():
+                await self.store.append([event], {event.stream: NO_STREAM}, conn=conn)
+                if upstream_api_key:
+                    await conn.execute(
+                        "INSERT INTO pool_secrets (pool, api_key) VALUES ($1, $2) "
+                        "ON CONFLICT (pool) DO UPDATE SET api_key = EXCLUDED.api_key",
+                        pool, upstream_api_key)
 
     # -- agents -----------------------------------------------------------------------
     async def fresh(self, lookup, *args):
@@ -152,13 +166,13 @@ class Service:
             raise BadInput(f"priorityClass must be one of {', '.join(ev.PRIORITY_CLASSES)}")
         budget = 8192 if context_budget_tokens is None else _check_int(
             "contextBudgetTokens", context_budget_tokens, 256, 2_000_000)
-        agent_id = str(uuid.uuid4())
+        agent_id = self.ids()
         token = new_agent_token()
         data = {"agent_id": agent_id, "name": name.strip(), "pool": pool,
                 "priority_class": priority_class, "token_hash": hash_token(token),
-                "context_budget_tokens": budget, "at": _now()}
-        await self._append([NewEvent(f"agent-{agent_id}", ev.AGENT_REGISTERED, data,
-                                     self._meta(principal))], {f"agent-{agent_id}": NO_STREAM})
+                "context_budget_tokens": budget, "at": self.clock()}
+        await self._append([NewEvent(agent_stream(agent_id), ev.AGENT_REGISTERED, data,
+                                     self._meta(principal))], {agent_stream(agent_id): NO_STREAM})
         return self.agent_view(agent_id), token
 
     async def release_agent(self, principal: Principal | None, agent_id: str) -> dict:
@@ -166,8 +180,8 @@ class Service:
         view = await self.fresh(self.agent_view, agent_id)
         if view["state"] != ev.QUARANTINED:
             raise Conflict(f"agent {agent_id} is not quarantined")
-        await self._append([NewEvent(f"agent-{agent_id}", ev.AGENT_RELEASED,
-                                     {"agent_id": agent_id, "pool": view["pool"], "at": _now()},
+        await self._append([NewEvent(agent_stream(agent_id), ev.AGENT_RELEASED,
+                                     {"agent_id": agent_id, "pool": view["pool"], "at": self.clock()},
                                      self._meta(principal))])
         await self.projector.wait_until(lambda: self.agent_view(agent_id)["state"] != ev.QUARANTINED,
                                         DECISION_TIMEOUT)
@@ -180,11 +194,11 @@ class Service:
         if view["hibernated"] == hibernated:
             return view
         type_ = ev.AGENT_HIBERNATED if hibernated else ev.AGENT_WOKEN
-        data = {"agent_id": agent_id, "pool": view["pool"], "at": _now(), **(extra or {})}
+        data = {"agent_id": agent_id, "pool": view["pool"], "at": self.clock(), **(extra or {})}
         if hibernated:
             # What a wake needs to restore the hot and warm tiers exactly (with a digest).
             data["resume_point"] = resume_point_for(self.model.context_of(agent_id))
-        await self._append([NewEvent(f"agent-{agent_id}", type_, data, self._meta(principal))])
+        await self._append([NewEvent(agent_stream(agent_id), type_, data, self._meta(principal))])
         return self.agent_view(agent_id)
 
     # -- turns ------------------------------------------------------------------------
@@ -225,13 +239,13 @@ class Service:
             raise Forbidden("agent is quarantined after repeated reaps; an operator must release it")
         if agent["hibernated"]:
             await self.set_hibernated(principal, agent["agent_id"], False, {"reason": "turn requested"})
-        turn_id = str(uuid.uuid4())
+        turn_id = self.ids()
         data = {"turn_id": turn_id, "agent_id": agent["agent_id"], "pool": agent["pool"],
-                "estimated_tokens": est, "max_output_tokens": out, "at": _now()}
+                "estimated_tokens": est, "max_output_tokens": out, "at": self.clock()}
         if streams:
             data["streams"] = True
-        await self._append([NewEvent(f"turn-{turn_id}", ev.TURN_REQUESTED, data,
-                                     self._meta(principal, turn_id))], {f"turn-{turn_id}": NO_STREAM})
+        await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data,
+                                     self._meta(principal, turn_id))], {turn_stream(turn_id): NO_STREAM})
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
         await self.projector.wait_until(lambda: self.model.turns[turn_id]["level"] is not None
                                         or self.model.turns[turn_id]["finished_at"] is not None,
@@ -266,8 +280,8 @@ class Service:
                               settled) -> dict:
         turn_id = doc["turn_id"]
         before = doc["version"]
-        data = {"turn_id": turn_id, "agent_id": doc["agent_id"], "pool": doc["pool"], "at": _now(), **data}
-        await self._append([NewEvent(f"turn-{turn_id}", type_, data, self._meta(principal, turn_id))])
+        data = {"turn_id": turn_id, "agent_id": doc["agent_id"], "pool": doc["pool"], "at": self.clock(), **data}
+        await self._append([NewEvent(turn_stream(turn_id), type_, data, self._meta(principal, turn_id))])
         await self.projector.wait_until(lambda: settled(self.model.turns[turn_id], before), DECISION_TIMEOUT,
                                         turn_id=turn_id)
         return self.turn_view(turn_id)

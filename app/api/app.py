@@ -13,7 +13,7 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.config import operator_token
+from app.bootstrap import operator_token
 from app.runtime import Runtime
 
 from .schema import schema

@@ -12,9 +12,15 @@ from strawberry.types import Info
 
 from app.audit import load_records, workload_records
 from app.audit.explain import explain_turn
-from app.audit.whatif import RunMetrics, counterfactual_settings, extract_workload, what_if
+from app.audit.whatif import (
+    RunMetrics,
+    counterfactual_settings,
+    extract_workload,
+    what_if,
+)
 from app.auth import require_operator
 from app.domain import events as ev
+from app.domain.streams import pool_stream, turn_stream
 from app.errors import BadInput, NotFound
 
 from .context import principal, runtime
@@ -119,9 +125,9 @@ class AuditQuery:
     async def explain_turn(self, info: Info, turn_id: strawberry.ID) -> list[str]:
         require_operator(principal(info))
         store = runtime(info).store
-        turn_records = await load_records(store, streams=[f"turn-{turn_id}"])
+        turn_records = await load_records(store, streams=[turn_stream(turn_id)])
         pool = next((r.data["pool"] for r in turn_records if r.type == ev.TURN_REQUESTED), None)
         if pool is None:
             raise NotFound(f"no turn with id {str(turn_id)!r}")
-        pool_records = await load_records(store, streams=[f"pool-{pool}"])
+        pool_records = await load_records(store, streams=[pool_stream(pool)])
         return explain_turn(str(turn_id), turn_records, pool_records)

@@ -1,9 +1,10 @@
-"""The uvicorn factory: each worker process builds its own app from the environment."""
-import os
+"""The uvicorn factory: each worker process builds its own app from the settings
+`agentrm serve` handed over (app/bootstrap.py)."""
+from app.bootstrap import ServeSettings
 
 from .app import create_app
 
 
 def app_from_env():
-    demo = os.environ.get("AGENTRM_DEMO", "1") == "1"
-    return create_app(os.environ["AGENTRM_RESOLVED_DATABASE_URL"], demo=demo)
+    settings = ServeSettings.from_env()
+    return create_app(settings.database_url, demo=settings.demo)

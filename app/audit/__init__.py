@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from app.domain import events as ev
+from app.domain.streams import pool_stream
 from app.eventstore.store import EventStore
 
 PAGE = 5000
@@ -56,6 +57,6 @@ async def load_records(store: EventStore, after: int = 0, up_to: int | None = No
 
 async def workload_records(store: EventStore, pool: str) -> list[Record]:
     """What a what-if needs: the pool's decisions and the inputs addressed to it."""
-    decisions = await load_records(store, streams=[f"pool-{pool}"])
+    decisions = await load_records(store, streams=[pool_stream(pool)])
     inputs = [r for r in await load_records(store, types=ev.INPUTS) if r.data.get("pool") == pool]
     return sorted(decisions + inputs, key=lambda r: r.position)

@@ -1,6 +1,6 @@
 """`agentrm replay ...` and `agentrm audit ...`: thin shells over app.replay and app.audit.
 
-Each handler resolves the database with app.cli.database_url(), opens a small pool, runs
+Each handler resolves the database with app.bootstrap.database_url(), opens a small pool, runs
 one pure analysis over what it reads, prints, and returns the exit code (1 when a check
 fails, so scripts and CI can gate on it)."""
 from __future__ import annotations
@@ -16,6 +16,7 @@ from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.decide import available
 from app.domain.state import PoolState
+from app.domain.streams import pool_stream, turn_stream
 
 from . import Record, load_records, workload_records
 from .explain import explain_turn, when
@@ -35,7 +36,7 @@ async def _store(url: str) -> AsyncIterator:
 
 
 def _url() -> str:
-    from app.cli import database_url
+    from app.bootstrap import database_url
     return database_url()
 
 
@@ -142,7 +143,7 @@ async def _replay_at(url: str, args) -> int:
 
 async def _replay_step(url: str, args) -> int:
     async with _store(url) as store:
-        history = await load_records(store, 0, args.start - 1, streams=[f"pool-{args.pool}"])
+        history = await load_records(store, 0, args.start - 1, streams=[pool_stream(args.pool)])
         ahead = await load_records(store, args.start - 1, None)
     state = None
     for r in history:
@@ -151,10 +152,10 @@ async def _replay_step(url: str, args) -> int:
     for r in ahead:
         if shown >= args.count:
             break
-        if r.stream != f"pool-{args.pool}" and r.data.get("pool") != args.pool:
+        if r.stream != pool_stream(args.pool) and r.data.get("pool") != args.pool:
             continue
         shown += 1
-        if r.stream == f"pool-{args.pool}":
+        if r.stream == pool_stream(args.pool):
             if r.type == ev.POOL_CREATED:
                 state = new_pool(r.data)
             elif state is not None:
@@ -199,9 +200,9 @@ async def _export(url: str, args) -> int:
 
 async def _explain(url: str, args) -> int:
     async with _store(url) as store:
-        turn_records = await load_records(store, streams=[f"turn-{args.turn}"])
+        turn_records = await load_records(store, streams=[turn_stream(args.turn)])
         pool = next((r.data["pool"] for r in turn_records if r.type == ev.TURN_REQUESTED), None)
-        pool_records = await load_records(store, streams=[f"pool-{pool}"]) if pool else []
+        pool_records = await load_records(store, streams=[pool_stream(pool)]) if pool else []
     lines = explain_turn(args.turn, turn_records, pool_records)
     print("\n".join(lines))
     return 0 if pool else 1
@@ -209,7 +210,7 @@ async def _explain(url: str, args) -> int:
 
 async def _verify(url: str, args) -> int:
     async with _store(url) as store:
-        streams = [f"pool-{args.pool}"] if args.pool else None
+        streams = [pool_stream(args.pool)] if args.pool else None
         records = await load_records(store, streams=streams)
     if not args.pool:
         records = [r for r in records if r.stream.startswith("pool-")]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.domain import events as ev
 
 # Folded floats: the scheduler's bucket levels are sums of many small refills, so a grant
 # that fit may sit a rounding error beyond the bound recomputed here.

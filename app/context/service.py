@@ -24,6 +24,7 @@ import numpy as np
 
 from app.auth import Principal, require, require_self_or_operator
 from app.domain import context as ctx
+from app.domain.streams import context_stream
 from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent
 from app.projections.context_archive import archived_context
@@ -100,14 +101,14 @@ class ContextService:
             for attempt in range(3):
                 state = self.state(agent_id)
                 at = time.time()
-                events = [NewEvent(f"context-{agent_id}", ctx.CONTEXT_APPENDED,
+                events = [NewEvent(context_stream(agent_id), ctx.CONTEXT_APPENDED,
                                    {"agent_id": agent_id, "seq": state.last_seq + 1 + i, "role": role,
                                     "content": content, "pinned": bool(pinned),
                                     "tokens": count_message(role, content, encoding), "at": at},
                                    {"actor": require(principal).actor, "correlation": agent_id})
                           for i, (role, content, pinned) in enumerate(messages)]
                 try:
-                    await self.service._append(events, {f"context-{agent_id}": self._version(state)})
+                    await self.service._append(events, {context_stream(agent_id): self._version(state)})
                     break
                 except ConcurrencyError:
                     await self.projector.catch_up()  # another worker appended: renumber and retry
@@ -152,10 +153,10 @@ class ContextService:
         data["budget_tokens"] = budget
         try:
             await self.service._append(
-                [NewEvent(f"context-{agent_id}", ctx.CONTEXT_COMPACTED, data,
+                [NewEvent(context_stream(agent_id), ctx.CONTEXT_COMPACTED, data,
                           {"actor": require(principal).actor if principal else "context-manager",
                            "correlation": agent_id})],
-                {f"context-{agent_id}": self._version(state)})
+                {context_stream(agent_id): self._version(state)})
         except ConcurrencyError:
             return None  # the context moved on meanwhile; the next append re-plans
         self._index_wake.set()

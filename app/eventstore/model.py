@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from app.domain.streams import category_of, stream_name  # noqa: F401  (re-exported)
+
 # Expected-version sentinels for `EventStore.append`.
 NO_STREAM = -1          # the stream must not exist yet
 ANY_VERSION = None      # no check
@@ -40,14 +42,3 @@ class ConcurrencyError(Exception):
     def __init__(self, stream: str, expected: int, actual: int):
         super().__init__(f"stream {stream!r} is at version {actual}, expected {expected}")
         self.stream, self.expected, self.actual = stream, expected, actual
-
-
-def stream_name(category: str, ident: str) -> str:
-    """message-db's rule: `category-id`; the category is everything before the first dash."""
-    if "-" in category:
-        raise ValueError(f"a stream category cannot contain '-': {category!r}")
-    return f"{category}-{ident}"
-
-
-def category_of(stream: str) -> str:
-    return stream.split("-", 1)[0]

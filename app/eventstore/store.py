@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import asyncpg
 
 from .model import ConcurrencyError, NewEvent, RecordedEvent
+from .subscription import subscribe as _subscribe
 
 NOTIFY_CHANNEL = "agentrm_events"
 
@@ -85,8 +87,11 @@ class _Pending:
 
 
 class EventStore:
+    """The PostgreSQL adapter of the EventLog port (app/ports.py)."""
+
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
+        self.wakeups = None  # a LogListener, once use_wakeups() is called: subscribe() needs it
         # Group commit: appends that arrive while a transaction is in flight wait and go
         # together in the next one. The append lock serialises transactions, so without
         # this every concurrent request would pay its own lock + fsync in turn.
@@ -99,6 +104,20 @@ class EventStore:
 
     def on_append(self, callback: Callable[[list[RecordedEvent]], None]) -> None:
         self._after_append.append(callback)
+
+    def use_wakeups(self, wakeups) -> None:
+        """Subscriptions wait on `wakeups` (the process's LogListener: NOTIFY from other
+        processes), which this store also pokes after each of its own appends."""
+        self.wakeups = wakeups
+        self.on_append(wakeups.poke)
+
+    def subscribe(self, after: int = 0, *, types: Iterable[str] | None = None,
+                  streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,
+                  data: Mapping[str, Any] | None = None) -> AsyncIterator[RecordedEvent]:
+        if self.wakeups is None:
+            raise RuntimeError("EventStore.subscribe needs wake-ups: call use_wakeups(listener) first")
+        return _subscribe(self, self.wakeups, after, types=types, streams=streams,
+                          categories=categories, data=data)
 
     async def append(self, events: Sequence[NewEvent],
                      expected_versions: Mapping[str, int] | None = None,
@@ -196,7 +215,8 @@ class EventStore:
         return outcome
 
     async def read(self, after: int = 0, limit: int = 1000, *, types: Iterable[str] | None = None,
-                   streams: Iterable[str] | None = None, correlation: str | None = None,
+                   streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,
+                   data: Mapping[str, Any] | None = None, correlation: str | None = None,
                    agent_id: str | None = None,
                    up_to: int | None = None, conn: asyncpg.Connection | None = None
                    ) -> list[RecordedEvent]:
@@ -208,6 +228,12 @@ class EventStore:
         if streams:
             args.append(list(streams))
             clauses.append(f"stream = ANY(${len(args)}::text[])")
+        if categories:
+            args.append(list(categories))
+            clauses.append(f"split_part(stream, '-', 1) = ANY(${len(args)}::text[])")
+        if data:
+            args.append(dict(data))
+            clauses.append(f"data @> ${len(args)}::jsonb")
         if correlation:
             args.append(correlation)
             clauses.append(f"metadata->>'correlation' = ${len(args)}")

@@ -7,10 +7,10 @@ import copy
 import logging
 from collections.abc import Callable
 
-from app.eventstore.listener import LogListener
-from app.tasks import cancel_all
 from app.eventstore.model import RecordedEvent
 from app.eventstore.store import EventStore
+from app.ports import EventLog, Wakeups
+from app.tasks import cancel_all
 
 from .context_archive import restore_if_parked
 from .core import PROJECTIONS, CoreModel
@@ -55,6 +55,26 @@ async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str
         return True
 
 
+class PostgresDocuments:
+    """Where a Projector keeps its documents and checkpoint: `read_models` in PostgreSQL."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    async def load(self) -> tuple[int, dict[tuple[str, str], dict]]:
+        async with self.pool.acquire() as conn:
+            # One snapshot for both reads: documents newer than the checkpoint we pair them
+            # with would have events folded into them twice.
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                position = await conn.fetchval(
+                    "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT)
+                return (position or 0), (await load_docs(conn, PROJECTIONS) if position else {})
+
+    async def save(self, position: int, docs: dict[tuple[str, str], dict]) -> bool:
+        async with self.pool.acquire() as conn:
+            return await save_checkpointed(conn, CHECKPOINT, position, docs)
+
+
 class Projector:
     # The persisted documents only make a restart faster (it folds the log from their
     # checkpoint), yet each write serialises every dirty document - a busy pool's whole
@@ -62,10 +82,14 @@ class Projector:
     # folding one more second of log costs nothing noticeable.
     PERSIST_INTERVAL_S = 1.0
 
-    def __init__(self, store: EventStore, listener: LogListener, *,
-                 persist_interval: float = PERSIST_INTERVAL_S):
+    def __init__(self, store: EventLog, listener: Wakeups, *,
+                 persist_interval: float = PERSIST_INTERVAL_S, documents: PostgresDocuments | None = None):
         self.store = store
         self.listener = listener
+        # No documents (an in-memory log): every start folds the log from 0, persist is a no-op.
+        if documents is None and isinstance(store, EventStore):
+            documents = PostgresDocuments(store.pool)
+        self.documents = documents
         self.model = CoreModel()
         self.persist_interval = persist_interval
         self._lock = asyncio.Lock()
@@ -89,14 +113,10 @@ class Projector:
 
     async def load(self) -> None:
         """Start from the persisted documents (fast restart), then fold the rest of the log."""
-        async with self.store.pool.acquire() as conn:
-            # One snapshot for both reads: documents newer than the checkpoint we pair them
-            # with would have events folded into them twice.
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                position = await conn.fetchval(
-                    "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT)
-                if position:
-                    self.model = CoreModel.from_docs(position, await load_docs(conn, PROJECTIONS))
+        if self.documents is not None:
+            position, docs = await self.documents.load()
+            if position:
+                self.model = CoreModel.from_docs(position, docs)
         await self.catch_up()
 
     def _fold(self, events: list[RecordedEvent]) -> int:
@@ -224,7 +244,7 @@ class Projector:
 
     async def persist(self) -> bool:
         model = self.model
-        if not model.dirty:
+        if not model.dirty or self.documents is None:
             return False
         position = model.position
         keys, model.dirty = model.dirty, set()
@@ -233,8 +253,7 @@ class Projector:
         docs = {k: copy.deepcopy(model.doc(*k)) for k in keys}
         docs = {k: v for k, v in docs.items() if v is not None}
         try:
-            async with self.store.pool.acquire() as conn:
-                return await save_checkpointed(conn, CHECKPOINT, position, docs)
+            return await self.documents.save(position, docs)
         except BaseException:
             model.dirty |= keys
             raise

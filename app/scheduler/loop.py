@@ -1,4 +1,5 @@
-"""The per-pool writer: one leader per pool, elected by a PostgreSQL advisory lock.
+"""The per-pool writer: one leader per pool, elected through the Leadership port (a
+PostgreSQL advisory lock in production, app/adapters/advisory_lock.py).
 
 The leader folds the pool's inputs in log order through the pure core (decide) and
 appends the decisions to `pool-<name>` with the stream's expected version. The advisory
@@ -9,28 +10,20 @@ session lock was lost): the loser's append fails and it steps down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import logging
 import time
-from collections.abc import Callable
 
-import asyncpg
-
+from app.adapters.advisory_lock import AdvisoryLockLeadership, lock_key  # noqa: F401  (re-exported)
 from app.domain import events as ev
 from app.domain.decide import decide_many, next_deadline
 from app.domain.state import PoolState
+from app.domain.streams import pool_stream
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
-from app.eventstore.store import EventStore
+from app.ports import Clock, EventLog, Leadership, Lease
 from app.projections.runner import Projector
 from app.tasks import cancel_all
 
 log = logging.getLogger(__name__)
-
-
-def lock_key(pool: str) -> int:
-    """A stable signed 64-bit advisory-lock key per pool."""
-    return int.from_bytes(hashlib.sha256(f"agentrm-pool:{pool}".encode()).digest()[:8], "big", signed=True)
 
 
 class LostLeadership(Exception):
@@ -38,25 +31,32 @@ class LostLeadership(Exception):
 
 
 class PoolScheduler:
-    def __init__(self, pool: str, store: EventStore, projector: Projector, url: str, *,
-                 clock: Callable[[], float] = time.time, retry_interval: float = 1.0):
+    def __init__(self, pool: str, store: EventLog, projector: Projector, url: str | None = None, *,
+                 clock: Clock = time.time, retry_interval: float = 1.0,
+                 leadership: Leadership | None = None):
         self.pool = pool
-        self.stream = f"pool-{pool}"
+        self.stream = pool_stream(pool)
         self.store = store
         self.projector = projector
-        self.url = url
         self.clock = clock
         self.retry_interval = retry_interval
+        self.leadership = leadership if leadership is not None else AdvisoryLockLeadership(url)
         self.leading = asyncio.Event()
         self.state: PoolState | None = None
+        self._inbox: asyncio.Queue[RecordedEvent | None] | None = None
+
+    def tick(self) -> None:
+        """The clock moved without real time passing (a manual clock): look at the timers
+        now rather than at the end of the current wait."""
+        if self._inbox is not None:
+            self._inbox.put_nowait(None)
 
     async def run(self) -> None:
         while True:
-            conn = None
             try:
-                conn = await asyncpg.connect(self.url)
-                if await conn.fetchval("SELECT pg_try_advisory_lock($1)", lock_key(self.pool)):
-                    await self._lead(conn)
+                async with self.leadership.lead(self.pool) as lease:
+                    if lease is not None:
+                        await self._lead(lease)
             except asyncio.CancelledError:
                 raise
             except (LostLeadership, ConcurrencyError) as exc:
@@ -65,9 +65,6 @@ class PoolScheduler:
                 log.warning("scheduler for pool %s failed: %r", self.pool, exc)
             finally:
                 self.leading.clear()
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close()  # closing the session releases the advisory lock
             await asyncio.sleep(self.retry_interval)
 
     def _relevant(self, event: RecordedEvent) -> bool:
@@ -75,7 +72,7 @@ class PoolScheduler:
             return True
         return event.type in ev.INPUTS and event.data.get("pool") == self.pool
 
-    async def _lead(self, lock_conn: asyncpg.Connection) -> None:
+    async def _lead(self, lease: Lease) -> None:
         await self.projector.catch_up()
         model = self.projector.model
         if self.pool not in model.pools:
@@ -84,7 +81,8 @@ class PoolScheduler:
         # exactly the events after the copied position.
         state = model.pools[self.pool].copy()
         position = model.position
-        inbox: asyncio.Queue[RecordedEvent] = asyncio.Queue()
+        inbox: asyncio.Queue[RecordedEvent | None] = asyncio.Queue()
+        self._inbox = inbox
         unsubscribe = self.projector.subscribe(
             lambda e: inbox.put_nowait(e) if self._relevant(e) else None)
         self.state = state
@@ -95,13 +93,14 @@ class PoolScheduler:
             backlog = await self._unanswered(state.inputs_through, position)
             await self._process(state, backlog)
             while True:
-                if lock_conn.is_closed():
+                if not lease.held:
                     raise LostLeadership("lock session closed")
                 batch = await self._next_batch(state, inbox)
                 await self._process(state, batch)
         finally:
             unsubscribe()
             self.state = None
+            self._inbox = None
 
     async def _unanswered(self, after: int, up_to: int) -> list[RecordedEvent]:
         found: list[RecordedEvent] = []
@@ -121,12 +120,15 @@ class PoolScheduler:
         try:
             # A due timer (timeout 0) must fire now, not after the 1 s liveness poll.
             wait = 1.0 if timeout is None else min(timeout, 1.0)
-            batch.append(await asyncio.wait_for(inbox.get(), timeout=wait))
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: 3.11's wait_for returns the item and swallows a
+            # cancellation that lands as the item arrives, and the loop would then never stop.
+            async with asyncio.timeout(wait):
+                batch.append(await inbox.get())
+        except TimeoutError:
             return batch
         while not inbox.empty():
             batch.append(inbox.get_nowait())
-        return batch
+        return [e for e in batch if e is not None]  # None: a tick(), only timers to look at
 
     async def _process(self, state: PoolState, batch: list[RecordedEvent]) -> None:
         expected = state.version
@@ -161,7 +163,7 @@ class PoolScheduler:
 class SchedulerSupervisor:
     """Runs one PoolScheduler per pool this worker knows of; each competes for its lock."""
 
-    def __init__(self, store: EventStore, projector: Projector, url: str, **kwargs):
+    def __init__(self, store: EventLog, projector: Projector, url: str | None = None, **kwargs):
         self.store, self.projector, self.url, self.kwargs = store, projector, url, kwargs
         self.schedulers: dict[str, PoolScheduler] = {}
         self._tasks: dict[str, asyncio.Task] = {}
@@ -173,6 +175,10 @@ class SchedulerSupervisor:
                 scheduler = PoolScheduler(pool, self.store, self.projector, self.url, **self.kwargs)
                 self.schedulers[pool] = scheduler
                 self._tasks[pool] = asyncio.create_task(scheduler.run(), name=f"scheduler-{pool}")
+
+    def tick(self) -> None:
+        for scheduler in self.schedulers.values():
+            scheduler.tick()
 
     async def start(self) -> None:
         self.ensure()

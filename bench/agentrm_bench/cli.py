@@ -15,7 +15,7 @@ def _system(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from app.cli import database_url
+    from app.bootstrap import database_url
     from app.db.embedded import ensure_database
     from app.db.migrate import upgrade
     from .system_bench import run, to_markdown

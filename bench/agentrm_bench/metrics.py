@@ -49,7 +49,7 @@ import numpy as np
 
 from app.stats import percentile
 
-from .sim import ZOMBIE_AFTER_S, Recorder
+from .sim import Recorder
 from .workload import CLASSES
 
 SERIES_STEP_S = 5.0

@@ -25,7 +25,7 @@ from app.domain.settings import PoolSettings
 from app.eventstore.model import ConcurrencyError, NewEvent
 from app.replay import replay_check
 from app.runtime import Runtime
-from app.scheduler import loop
+from app.adapters import advisory_lock
 from app.scheduler.loop import LostLeadership, PoolScheduler, lock_key
 from tests.client import COMPLETE, REQUEST, GraphQLClient, register
 from tests.conftest import OPERATOR_TOKEN
@@ -129,7 +129,7 @@ async def test_two_scheduler_loops_that_both_lead_never_double_grant(fresh_datab
     """Both loops take a lock of their own (the advisory lock bypassed), so each believes it
     leads, races the other on every input, steps down when it loses and leads again."""
     keys = itertools.count(1)
-    monkeypatch.setattr(loop, "lock_key", lambda _pool: next(keys))
+    monkeypatch.setattr(advisory_lock, "lock_key", lambda _pool: next(keys))
     caplog.set_level(logging.WARNING, logger="app.scheduler.loop")
     a = await Runtime(fresh_database).start(PoolSettings(lanes=2, lease_seconds=30))
     b = await Runtime(fresh_database).start()

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
-from app.audit.rate_oracle import RateOracle, first_violation
+from app.audit.rate_oracle import first_violation
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.settings import PoolSettings
