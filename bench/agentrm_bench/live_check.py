@@ -55,11 +55,20 @@ from pathlib import Path
 import httpx
 
 from app.domain import events as ev
+from app.stats import percentile
 
 from .fake_provider import FakeProvider
-from .metrics import ZOMBIE_AFTER_S, percentile
 from .scheduler_bench import DEFAULT_LANES, DEFAULT_RPM, DEFAULT_TPM, simulate
-from .workload import CLASSES, AgentScript, RunSpec, Trace, WorkloadParams, call_attempts, generate
+from .sim import ZOMBIE_AFTER_S
+from .workload import (
+    CLASSES,
+    AgentScript,
+    RunSpec,
+    Trace,
+    WorkloadParams,
+    call_attempts,
+    generate,
+)
 
 TOLERANCE = 0.15               # relative agreement asked of p50, p95 and throughput
 LANE_WASTE_ABS_TOLERANCE = 0.02  # lane waste is a small fraction: compared in absolute points
