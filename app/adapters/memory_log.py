@@ -7,8 +7,6 @@ them, with the same ConcurrencyError. Data and metadata go through a JSON round 
 through jsonb: the log keeps a copy the caller cannot mutate, and NaN is refused."""
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -18,6 +16,7 @@ from typing import Any
 from app.domain.streams import category_of
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.eventstore.subscription import subscribe as _subscribe
+from app.eventstore.wakeups import GenerationWakeups
 
 
 def _copy(value: Any) -> Any:
@@ -31,20 +30,12 @@ class MemoryLog:
         self._versions: dict[str, int] = {}
         self._after_append: list[Callable[[list[RecordedEvent]], None]] = []
         # Wake-ups (the Wakeups port) for subscribers and for a Projector on this log.
-        self.generation = 0
-        self._changed = asyncio.Event()
+        self._wakeups = GenerationWakeups()
+        self.poke, self.wait = self._wakeups.poke, self._wakeups.wait
 
-    # -- Wakeups -----------------------------------------------------------------------
-    def poke(self, _appended: object = None) -> None:
-        self.generation += 1
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def wait(self, seen_generation: int, timeout: float | None = None) -> None:
-        if self.generation != seen_generation:
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+    @property
+    def generation(self) -> int:
+        return self._wakeups.generation
 
     # -- EventLog ------------------------------------------------------------------------
     def on_append(self, callback: Callable[[list[RecordedEvent]], None]) -> None:

@@ -14,6 +14,7 @@ import asyncpg
 
 from .model import RecordedEvent
 from .store import NOTIFY_CHANNEL, EventStore
+from .wakeups import GenerationWakeups
 
 log = logging.getLogger(__name__)
 
@@ -28,22 +29,20 @@ class LogListener:
     def __init__(self, url: str, *, poll_interval: float = 1.0):
         self.url = url
         self.poll_interval = poll_interval
-        self.generation = 0
+        self._wakeups = GenerationWakeups()
+        self.poke = self._wakeups.poke
         self.connected = asyncio.Event()
-        self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._conn: asyncpg.Connection | None = None
 
-    def poke(self, _appended: object = None) -> None:
-        self.generation += 1
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+    @property
+    def generation(self) -> int:
+        return self._wakeups.generation
 
     async def wait(self, seen_generation: int, timeout: float | None = None) -> None:
-        if self.generation != seen_generation:
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout or self.poll_interval)
+        """Until something new may be in the log, or `timeout` (the poll interval by default:
+        it covers a NOTIFY lost while the listener reconnects)."""
+        await self._wakeups.wait(seen_generation, timeout or self.poll_interval)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="log-listener")
