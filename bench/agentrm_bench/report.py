@@ -58,16 +58,9 @@ def line_plot(path: Path, title: str, xlabel: str, ylabel: str,
             ax.step(x, y, where="post", label=label)
         else:
             ax.plot(x, y, label=label)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     if logy:
         ax.set_yscale("symlog")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _finish(fig, ax, path, title, xlabel, ylabel)
 
 
 def cdf_plot(path: Path, title: str, xlabel: str, samples: dict[str, Sequence[float]],
@@ -79,11 +72,15 @@ def cdf_plot(path: Path, title: str, xlabel: str, samples: dict[str, Sequence[fl
             continue
         n = len(values)
         ax.plot(values, [(i + 1) / n for i in range(n)], label=label, **_style(label))
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("share")
     if logx:
         ax.set_xscale("log")
+    _finish(fig, ax, path, title, xlabel, "share")
+
+
+def _finish(fig, ax, path: Path, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
