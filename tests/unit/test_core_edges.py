@@ -283,3 +283,151 @@ def test_bucket_wait_counts_only_the_shortfall():
     assert b.seconds_until(400, 10.0, 1.0) == 20.0         # 100 refilled by then
     assert b.seconds_until(100, 0.0, 1.0) == 0.0
     assert b.seconds_until(601, 0.0, 1.0) == math.inf      # never fits the capacity
+
+
+# -- what the fold accumulates ------------------------------------------------------------------
+
+def test_an_agents_usage_and_counts_accumulate_over_completions_cancels_and_reaps():
+    s = pool(lanes=1, lease_seconds=5.0, allotment_seconds=(100.0, 200.0, math.inf),
+             quarantine_after_reaps=5)
+    register(s, "a")
+    assert s.agents["a"].name == "a"
+    request(s, "t1", "a", 0.0)
+    complete(s, "t1", 2.0, p=10, c=5)              # 2 s, 15 tokens
+    request(s, "t2", "a", 2.0)
+    complete(s, "t2", 3.0, p=20, c=5)              # 1 s, 25 tokens
+    agent = s.agents["a"]
+    assert (agent.used_seconds, agent.used_tokens, agent.completions) == (3.0, 40, 2)
+    request(s, "t3", "a", 3.0)
+    decide(s, ev.CANCEL_REQUESTED, {"turn_id": "t3"}, 7.0)     # 4 s held
+    assert agent.used_seconds == 7.0
+    request(s, "t4", "a", 7.0)
+    decide(s, None, None, 12.25)                   # reaped: 5.25 s held
+    assert agent.used_seconds == 12.25 and agent.reaps == 1
+    request(s, "t5", "a", 13.0)
+    decide(s, None, None, 18.25)
+    assert agent.used_seconds == 17.5 and agent.reaps == 2 and agent.completions == 2
+
+
+def test_the_boost_clears_every_agents_usage():
+    s = pool(lanes=1, boost_seconds=10.0, allotment_seconds=(100.0, 200.0, math.inf))
+    register(s, "a")
+    request(s, "t1", "a", 0.0)
+    complete(s, "t1", 4.0, p=10, c=5)
+    assert s.agents["a"].used_seconds == 4.0
+    assert kinds(decisions(decide(s, None, None, 10.0))) == [ev.LEVELS_BOOSTED]
+    assert (s.agents["a"].used_seconds, s.agents["a"].used_tokens) == (0.0, 0.0)
+
+
+def test_a_new_pool_starts_its_clocks_at_its_creation():
+    s = new_pool({"settings": PoolSettings(boost_seconds=60.0).to_dict(), "at": 1000.0})
+    assert (s.created_at, s.clock, s.rate_factor_at, s.last_boost_at) == (1000.0, 1000.0, 1000.0, 1000.0)
+    register(s, "a", now=1000.0)
+    assert next_deadline(s, 1000.0) == 1060.0      # the first boost one period after creation
+    assert kinds(decisions(decide(s, None, None, 1059.0))) == []
+
+
+# -- boost and aging in one pass -------------------------------------------------------------
+
+def test_a_turn_due_for_aging_at_the_boost_is_lifted_by_the_boost_alone():
+    s = pool(boost_seconds=50.0)
+    register(s, "i")
+    register(s, "bg", ev.BACKGROUND)
+    request(s, "hold", "i", 0.0)
+    request(s, "b0", "bg", 0.0)
+    # At 50 the boost is due and b0 has waited exactly one period: one decision, level 0.
+    assert kinds(decisions(decide(s, None, None, 50.0))) == [ev.LEVELS_BOOSTED]
+    assert s.queues == [["b0"], [], []]
+
+
+def test_aging_checks_every_level_even_when_a_higher_ones_head_is_young():
+    s = pool(boost_seconds=50.0)
+    register(s, "i")
+    register(s, "b", ev.BATCH)
+    register(s, "bg", ev.BACKGROUND)
+    request(s, "hold", "i", 0.0)
+    request(s, "old", "bg", 20.0)
+    request(s, "young", "b", 45.0)
+    assert kinds(decisions(decide(s, None, None, 50.0))) == [ev.LEVELS_BOOSTED]   # both stay
+    # At 70 old has waited 50 s, young (one level up) only 25 s.
+    out = decisions(decide(s, None, None, 70.0))
+    assert [(t, d["turn_id"]) for t, d in out] == [(ev.TURN_PROMOTED, "old")]
+    assert s.queues == [["old"], ["young"], []]
+
+
+# -- quarantine, in-time inputs, the start deadline near the lease ---------------------------
+
+def test_a_quarantine_cancels_only_that_agents_queued_turns():
+    s = pool(lanes=2, lease_seconds=5.0, quarantine_after_reaps=1)
+    register(s, "z")
+    register(s, "b")
+    request(s, "z1", "z", 0.0)
+    request(s, "b1", "b", 0.0)                     # both lanes taken
+    request(s, "z2", "z", 1.0)
+    request(s, "b2", "b", 1.0)
+    decide(s, ev.HEARTBEAT_SENT, {"turn_id": "b1"}, 4.0)
+    out = decisions(decide(s, None, None, 5.25))
+    assert [(t, d.get("turn_id")) for t, d in out][:3] == [
+        (ev.TURN_REAPED, "z1"), (ev.AGENT_QUARANTINED, None), (ev.TURN_CANCELLED, "z2")]
+    assert "b1" in s.turns and "b2" in s.turns
+
+
+def test_a_heartbeat_stamped_exactly_at_the_deadline_is_in_time():
+    s = pool(lease_seconds=5.0)
+    register(s, "a")
+    request(s, "t1", "a", 1.0)                     # expires at 6.0
+    out = decisions(decide(s, ev.HEARTBEAT_SENT, {"turn_id": "t1", "at": 6.0}, 7.0))
+    assert kinds(out) == [ev.LEASE_EXTENDED]
+
+
+def test_a_start_deadline_half_a_second_short_of_the_lease_is_not_a_full_lease():
+    s = pool(lanes=1, lease_seconds=2.0, start_timeout_floor_seconds=0.5)
+    register(s, "a")
+    now = 100.0
+    for i in range(8):                             # first chunks after 1.0 s: deadline 1.5 s
+        request(s, f"w{i}", "a", now, est=0, streams=True)
+        decide(s, ev.HEARTBEAT_SENT, {"turn_id": f"w{i}", "at": now + 1.0}, now + 1.0)
+        complete(s, f"w{i}", now + 1.5)
+        now += 10.0
+    request(s, "hung", "a", now, est=0, streams=True)
+    out = decisions(decide(s, None, None, now + 1.75))
+    assert out[0][1]["full_lease"] is False and s.agents["a"].consecutive_reaps == 0
+
+
+# -- inputs: defaults and headers ---------------------------------------------------------------
+
+def test_a_request_of_exactly_the_tpm_without_an_output_cap_is_admitted():
+    s = pool(tpm=1_000)
+    register(s, "a")
+    assert kinds(request(s, "t1", "a", 0.0, est=1_000)) == [ev.TURN_QUEUED, ev.TURN_GRANTED]
+
+
+def test_a_provider_reporting_nothing_left_empties_the_bucket():
+    s = pool(lanes=1)
+    register(s, "a")
+    request(s, "t1", "a", 0.0)
+    complete(s, "t1", 0.0, rate_limit_headers={"x-ratelimit-remaining-requests": "0",
+                                               "x-ratelimit-remaining-tokens": "0"})
+    assert s.requests.level == 0.0 and s.tokens.level == 0.0
+
+
+def test_an_anthropic_reset_instant_is_read_against_the_completions_time():
+    s = pool(lanes=1)
+    register(s, "a")
+    request(s, "t1", "a", 0.0)
+    out = complete(s, "t1", 2.0, rate_limit_headers={"anthropic-ratelimit-tokens-reset": "1970-01-01T00:01:00Z"})
+    assert out[1][1]["reset_tokens_s"] == 58.0     # the instant 60 s after the epoch, 2 s on
+
+
+def test_a_report_is_aged_by_what_was_granted_after_that_turn_only():
+    s = pool(lanes=3, rpm=600, tpm=60_000)
+    register(s, "a")
+    request(s, "t0", "a", 0.0, est=100)
+    request(s, "t1", "a", 0.0, est=200)
+    request(s, "t2", "a", 0.0, est=400)            # granted after t1
+    headers = {"x-ratelimit-remaining-tokens": "5000", "x-ratelimit-remaining-requests": "50"}
+    out = complete(s, "t1", 1.0, rate_limit_headers=headers)
+    observed = out[1][1]
+    # 1 s old: + 10 requests and 1000 tokens refilled; t2's request and 400 tokens since
+    assert observed["remaining_requests"] == 50 + 10 - 1
+    assert observed["remaining_tokens"] == 5000 + 1000 - 400
