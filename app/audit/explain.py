@@ -13,6 +13,7 @@ from app.domain import events as ev
 from app.domain.apply import apply_event, new_pool
 from app.domain.decide import available
 from app.domain.state import PoolState
+from app.domain.turn_history import TurnHistory, histories
 
 from . import Record
 
@@ -30,9 +31,9 @@ def _short(ident: str | None) -> str:
 
 
 class _Narrator:
-    def __init__(self, turn_id: str, requested: Record):
+    def __init__(self, turn_id: str, history: TurnHistory):
         self.turn_id = turn_id
-        self.t0 = ev.TurnRequested.from_dict(requested.data).at
+        self.t0 = history.requested_at
         self.lines: list[str] = []
         self.queued: tuple[int, ev.TurnQueued] | None = None     # (position, decision)
         self.granted: ev.TurnGranted | None = None
@@ -59,25 +60,34 @@ def _ahead(state: PoolState, turn_id: str, level: int) -> tuple[list[str], int]:
     return higher + same, len(higher)
 
 
+def _history(turn_id: str, turn_records: list[Record], decisions: dict[int, ev.Decided]) -> TurnHistory | None:
+    """The turn's history: its own stream and the pool's decisions about it, in log order."""
+    events = [(r.position, ev.parse(r.type, r.data)) for r in turn_records]
+    events += [(p, d) for p, d in decisions.items() if getattr(d, "turn_id", None) == turn_id]
+    return histories(sorted(events, key=lambda pe: pe[0])).get(turn_id)
+
+
 def explain_turn(turn_id: str, turn_records: list[Record], pool_records: list[Record]) -> list[str]:
     requested = next((r for r in turn_records if r.type == ev.TURN_REQUESTED), None)
-    if requested is None:
+    pool_records = sorted(pool_records, key=lambda r: r.position)
+    decisions = {r.position: ev.parse(r.type, r.data) for r in pool_records if r.type in ev.DECISIONS}
+    history = _history(turn_id, turn_records, decisions) if requested is not None else None
+    if history is None:
         return [f"turn {turn_id}: no such turn in the log"]
-    n = _Narrator(turn_id, requested)
-    d = ev.TurnRequested.from_dict(requested.data)
-    heartbeats = sorted(ev.HeartbeatSent.from_dict(r.data).at for r in turn_records if r.type == ev.HEARTBEAT_SENT)
-    n.say(f"Turn {turn_id} was requested at {when(d.at)} by agent {_short(d.agent_id)} in pool "
-          f"{d.pool!r} (position {requested.position}), reserving {d.estimated_tokens} estimated + "
-          f"{d.max_output_tokens if d.has('max_output_tokens') else 0} output tokens.")
+    n = _Narrator(turn_id, history)
+    heartbeats = sorted(beat.at for _, beat in history.heartbeats)
+    n.say(f"Turn {turn_id} was requested at {when(history.requested_at)} by agent {_short(history.agent_id)} in "
+          f"pool {history.pool!r} (position {requested.position}), reserving {history.estimated_tokens} "
+          f"estimated + {history.max_output_tokens or 0} output tokens.")
     state: PoolState | None = None
     finished_at: float | None = None
-    for r in sorted(pool_records, key=lambda r: r.position):
+    for r in pool_records:
         if r.type == ev.POOL_CREATED:
             state = new_pool(r.data)
             continue
         if state is None or r.type not in ev.DECISIONS:
             continue
-        e = ev.parse(r.type, r.data)
+        e = decisions[r.position]
         if finished_at is not None and e.at != finished_at:
             break  # the finishing step is over; what follows is other turns' story
         mine = getattr(e, "turn_id", None) == turn_id

@@ -49,12 +49,16 @@ _IN_TIME_INPUTS = (ev.HeartbeatSent, ev.CompletionReported, ev.CancelRequested)
 class _Step:
     def __init__(self, state: PoolState, now: float, cause: int | None):
         self.state, self.now, self.cause = state, now, cause
-        self.out: list[Decision] = []
+        self.out: list[ev.Decided] = []
 
     def emit(self, kind: type[ev.Decided], **fields) -> None:
         event = kind(**fields, at=self.now, cause=self.cause)
         apply_event(self.state, event)
-        self.out.append((event.TYPE, event.to_dict()))
+        self.out.append(event)
+
+
+def _as_logged(decisions: list[ev.Decided]) -> list[Decision]:
+    return [(d.TYPE, d.to_dict()) for d in decisions]
 
 
 def _input(type_: str, data: dict | None) -> ev.Event | None:
@@ -64,6 +68,19 @@ def _input(type_: str, data: dict | None) -> ev.Event | None:
 
 def decide(state: PoolState, input_type: str | None, data: dict | None, now: float,
            cause: int | None = None) -> list[Decision]:
+    return _as_logged(decide_events(state, input_type, data, now, cause))
+
+
+def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float) -> list[Decision]:
+    """decide() for a batch of inputs that arrived together: timers fire once, each input is
+    answered in order, and granting runs once at the end (its decisions cite the last
+    input as their cause). Same rules, less work per input under load."""
+    return _as_logged(decide_many_events(state, inputs, now))
+
+
+def decide_events(state: PoolState, input_type: str | None, data: dict | None, now: float,
+                  cause: int | None = None) -> list[ev.Decided]:
+    """decide(), with the decisions as typed events (for readers in the same process)."""
     now = max(now, state.clock)  # time never runs backwards, even across failover
     step = _Step(state, now, cause)
     event = _input(input_type, data) if input_type is not None else None
@@ -74,10 +91,9 @@ def decide(state: PoolState, input_type: str | None, data: dict | None, now: flo
     return step.out
 
 
-def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float) -> list[Decision]:
-    """decide() for a batch of inputs that arrived together: timers fire once, each input is
-    answered in order, and granting runs once at the end (its decisions cite the last
-    input as their cause). Same rules, less work per input under load."""
+def decide_many_events(state: PoolState, inputs: list[tuple[str, dict, int | None]],
+                       now: float) -> list[ev.Decided]:
+    """decide_many(), with the decisions as typed events."""
     now = max(now, state.clock)
     step = _Step(state, now, None)
     typed = [(_input(type_, data), cause) for type_, data, cause in inputs]

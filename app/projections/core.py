@@ -14,15 +14,30 @@ from typing import Any
 
 from app.domain import context as ctx
 from app.domain import events as ev
+from app.domain import turn_history
 from app.domain.apply import apply_event, new_pool
 from app.domain.state import PoolState
 from app.eventstore.model import RecordedEvent, category_of
 
 PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context")
 
-_TURN_STATUS = {ev.TURN_QUEUED: ev.QUEUED, ev.TURN_GRANTED: ev.GRANTED,
-                ev.TURN_COMPLETED: ev.COMPLETED, ev.TURN_CANCELLED: ev.CANCELLED,
-                ev.TURN_REAPED: ev.REAPED}
+# The decisions that change a turn's document (the turn's heartbeats and completion report
+# do not: its document shows what the scheduler decided).
+_TURN_DECISIONS = (ev.TurnQueued, ev.TurnGranted, ev.LeaseExtended, ev.TurnCompleted, ev.TurnCancelled,
+                   ev.TurnReaped)
+# A turn's document: these fields of its history, in this order.
+TURN_DOC = ("turn_id", "agent_id", "pool", "status", "level", "lane", "estimated_tokens",
+            "max_output_tokens", "streams", "requested_at", "queued_at", "granted_at",
+            "lease_expires_at", "finished_at", "outcome", "reason", "prompt_tokens",
+            "completion_tokens", "reserved_tokens", "version")
+
+
+def turn_doc(history: turn_history.TurnHistory) -> dict:
+    return {name: getattr(history, name) for name in TURN_DOC}
+
+
+def turn_from_doc(doc: dict) -> turn_history.TurnHistory:
+    return turn_history.TurnHistory(**{name: doc[name] for name in TURN_DOC if name in doc})
 
 
 @dataclass
@@ -31,7 +46,8 @@ class CoreModel:
     pools: dict[str, PoolState] = field(default_factory=dict)
     pool_docs: dict[str, dict] = field(default_factory=dict)
     agents: dict[str, dict] = field(default_factory=dict)
-    turns: dict[str, dict] = field(default_factory=dict)
+    turns: dict[str, dict] = field(default_factory=dict)          # documents of `histories`
+    histories: dict[str, turn_history.TurnHistory] = field(default_factory=dict)
     token_index: dict[str, str] = field(default_factory=dict)
     contexts: dict[str, ctx.AgentContext] = field(default_factory=dict)
     dirty: set[tuple[str, str]] = field(default_factory=set)
@@ -81,37 +97,11 @@ class CoreModel:
         state.version = event.version
         state.position = event.position
         self.dirty.add(("scheduler", name))
-        if decision is None:
-            return
-        turn_id = getattr(decision, "turn_id", None)
-        if turn_id not in self.turns:
-            return
-        if event.type in _TURN_STATUS:
-            self._update_turn(turn_id, decision, event.position)
-        elif isinstance(decision, ev.LeaseExtended):
-            self.turns[turn_id].update(lease_expires_at=decision.lease_expires_at, version=event.position)
-            self.dirty.add(("turns", turn_id))
-
-    def _update_turn(self, turn_id: str, d: ev.Decided, position: int) -> None:
-        doc = self.turns[turn_id]
-        doc["status"] = _TURN_STATUS[d.TYPE]
-        if isinstance(d, ev.TurnQueued):
-            doc.update(level=d.level, queued_at=d.at)
-        elif isinstance(d, ev.TurnGranted):
-            doc.update(lane=d.lane, level=d.level, granted_at=d.at,
-                       lease_expires_at=d.lease_expires_at, reserved_tokens=d.reserved_tokens)
-        else:
-            doc.update(finished_at=d.at, lease_expires_at=None)
-            if isinstance(d, ev.TurnCompleted):
-                doc.update(outcome=d.outcome, prompt_tokens=d.prompt_tokens,
-                           completion_tokens=d.completion_tokens)
-            if isinstance(d, ev.TurnCancelled):
-                doc["reason"] = d.reason
-            if isinstance(d, ev.TurnReaped):
-                doc["reason"] = ("no first chunk by the start deadline" if d.no_first_chunk
-                                 else "lease expired")
-        doc["version"] = position
-        self.dirty.add(("turns", turn_id))
+        history = self.histories.get(getattr(decision, "turn_id", None))
+        if history is not None and isinstance(decision, _TURN_DECISIONS):
+            turn_history.fold(history, decision, event.position)
+            self.turns[history.turn_id].update(turn_doc(history))
+            self.dirty.add(("turns", history.turn_id))
 
     def _fold_agent(self, event: RecordedEvent) -> None:
         agent_id = event.data.get("agent_id")
@@ -141,14 +131,8 @@ class CoreModel:
     def _fold_turn_input(self, event: RecordedEvent) -> None:
         if event.type == ev.TURN_REQUESTED:
             d = ev.TurnRequested.from_dict(event.data)
-            self.turns[d.turn_id] = {
-                "turn_id": d.turn_id, "agent_id": d.agent_id, "pool": d.pool,
-                "status": ev.QUEUED, "level": None, "lane": None,
-                "estimated_tokens": d.estimated_tokens, "max_output_tokens": d.max_output_tokens,
-                "streams": bool(d.streams), "requested_at": d.at, "queued_at": None, "granted_at": None,
-                "lease_expires_at": None, "finished_at": None, "outcome": None, "reason": None,
-                "prompt_tokens": None, "completion_tokens": None, "reserved_tokens": None,
-                "version": event.position}
+            history = self.histories[d.turn_id] = turn_history.start(d, event.position)
+            self.turns[d.turn_id] = turn_doc(history)
             self.dirty.add(("turns", d.turn_id))
             agent = self.agents.get(d.agent_id)
             if agent is not None:
@@ -213,6 +197,7 @@ class CoreModel:
                 model.token_index[doc["token_hash"]] = key
             elif projection == "turns":
                 model.turns[key] = doc
+                model.histories[key] = turn_from_doc(doc)
             elif projection == "context":
                 model.contexts[key] = ctx.state_from_dict(doc)
         return model
