@@ -83,7 +83,7 @@ def explain_turn(turn_id: str, turn_records: list[Record], pool_records: list[Re
     finished_at: float | None = None
     for r in pool_records:
         if r.type == ev.POOL_CREATED:
-            state = new_pool(r.data)
+            state = new_pool(ev.PoolCreated.from_dict(r.data))
             continue
         if state is None or r.type not in ev.DECISIONS:
             continue

@@ -99,3 +99,25 @@ def test_a_decision_whose_field_was_renamed_is_not_folded_as_a_default():
 def test_the_type_name_constants_still_name_the_types():
     assert ev.TURN_GRANTED == "TurnGranted" == ev.TurnGranted.TYPE == ev.TurnGranted(
         turn_id="t", agent_id="a", lane=0, level=0, lease_expires_at=5.0, reserved_tokens=10, at=1.0).type
+
+
+def test_a_turn_queued_before_the_start_deadline_existed_folds_as_not_streaming():
+    """Logs written before the start deadline have no `streams` in TurnQueued."""
+    state = new_pool({"settings": PoolSettings(name="p").to_dict(), "at": 0.0})
+    decide(state, ev.AGENT_REGISTERED, {"agent_id": "a", "name": "a", "priority_class": ev.INTERACTIVE}, 0.0)
+    old = {"turn_id": "t", "agent_id": "a", "level": 0, "seq": 0, "estimated_tokens": 10,
+           "max_output_tokens": 0, "requested_at": 1.0, "priority_class": ev.INTERACTIVE, "at": 1.0}
+    apply(state, ev.TURN_QUEUED, old)
+    assert state.turns["t"].streams is False
+    assert ev.parse(ev.TURN_QUEUED, old).to_dict() == old
+
+
+def test_a_partial_read_is_for_checkers_only_and_leaves_missing_fields_empty():
+    data = {"turn_id": "t", "agent_id": "a", "level": 0, "lease_expires_at": 1.0, "at": 0.0}
+    partial = ev.parse(ev.TURN_GRANTED, data, partial=True)
+    assert (partial.turn_id, partial.lane, partial.reserved_tokens) == ("t", None, None)
+    with pytest.raises(ev.EventError, match="missing lane, reserved_tokens"):
+        ev.parse(ev.TURN_GRANTED, data)
+    with pytest.raises(ev.EventError, match="unknown event type"):
+        ev.parse("Nope", {}, partial=True)
+    assert ev.is_event_type(ev.TURN_GRANTED) and not ev.is_event_type("Nope")
