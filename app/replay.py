@@ -6,7 +6,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from app.domain.apply import apply, new_pool
+from app.domain.apply import apply_event, new_pool
 from app.domain import events as ev
 from app.domain.state import PoolState
 from app.eventstore.store import EventStore
@@ -100,9 +100,9 @@ async def pool_state_at(store: EventStore, pool: str, position: int) -> PoolStat
         events = await store.read(after, PAGE, streams=[f"pool-{pool}"], up_to=position)
         for event in events:
             if event.type == ev.POOL_CREATED:
-                state = new_pool(event.data)
-            elif state is not None:
-                apply(state, event.type, event.data)
+                state = new_pool(ev.PoolCreated.from_dict(event.data))
+            elif state is not None and event.type in ev.DECISIONS:
+                apply_event(state, ev.parse(event.type, event.data))
             if state is not None:
                 state.version, state.position = event.version, event.position
         if len(events) < PAGE:

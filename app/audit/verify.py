@@ -59,34 +59,35 @@ class _PoolCheck:
         self.granted: set[str] = set()
         self.completed: set[str] = set()
 
-    def check(self, r: Record) -> str | None:
-        """The broken rule, as a sentence, or None when `r` was legal before it applied."""
-        state, d = self.state, r.data
-        turn_id = d.get("turn_id")
+    def check(self, r: Record, d: ev.Event | None) -> str | None:
+        """The broken rule, as a sentence, or None when `r` (read as `d`, a partial event:
+        a forged decision may lack fields) was legal before it applied."""
+        state = self.state
+        turn_id = getattr(d, "turn_id", None)
         turn = state.turns.get(turn_id) if turn_id else None
-        if r.type == ev.TURN_GRANTED:
+        if isinstance(d, ev.TurnGranted):
             problem = self._grant(turn_id, turn, d)
             if problem:
                 return problem
-        return self.rates.check(r.type, d) or self._rule(r, turn_id, turn)
+        return self.rates.check(r.type, r.data) or self._rule(d, turn_id, turn)
 
-    def _rule(self, r: Record, turn_id: str | None, turn) -> str | None:
-        state, d = self.state, r.data
-        if r.type == ev.TURN_COMPLETED:
+    def _rule(self, d: ev.Event | None, turn_id: str | None, turn) -> str | None:
+        state = self.state
+        if isinstance(d, ev.TurnCompleted):
             if turn_id in self.completed:
                 return f"turn {turn_id} completed twice"
             if turn is None or turn.status != ev.GRANTED:
                 return f"turn {turn_id} completed but it was not granted"
-        if r.type == ev.TURN_REAPED:
+        if isinstance(d, ev.TurnReaped):
             if turn is None or turn.status != ev.GRANTED:
                 return f"turn {turn_id} reaped but it was not granted"
-            if d["at"] < turn.lease_expires_at:
-                return (f"turn {turn_id} reaped at {d['at']:.3f} before its lease expired at "
+            if d.at < turn.lease_expires_at:
+                return (f"turn {turn_id} reaped at {d.at:.3f} before its lease expired at "
                         f"{turn.lease_expires_at:.3f}")
-        if r.type == ev.AGENT_DEMOTED:
-            agent = state.agents.get(d["agent_id"])
+        if isinstance(d, ev.AgentDemoted):
+            agent = state.agents.get(d.agent_id)
             if agent is None:
-                return f"unknown agent {d['agent_id']} demoted"
+                return f"unknown agent {d.agent_id} demoted"
             seconds, tokens = state.settings.allotment(agent.level)
             if agent.used_seconds < seconds and agent.used_tokens < tokens:
                 return (f"agent {agent.agent_id} demoted from level {agent.level} with its allotment "
@@ -94,8 +95,8 @@ class _PoolCheck:
                         f"{agent.used_tokens:.0f}/{tokens} tokens)")
         return None
 
-    def _grant(self, turn_id: str, turn, d: dict) -> str | None:
-        state, lane = self.state, d.get("lane")
+    def _grant(self, turn_id: str, turn, d: ev.TurnGranted) -> str | None:
+        state, lane = self.state, d.lane
         if turn_id in self.granted:
             return f"turn {turn_id} granted twice"
         if turn is None or turn.status != ev.QUEUED:
@@ -108,11 +109,11 @@ class _PoolCheck:
                     f"({busy + 1} grants for {state.settings.lanes} lanes)")
         return None
 
-    def after(self, r: Record) -> None:
-        if r.type == ev.TURN_GRANTED:
-            self.granted.add(r.data["turn_id"])
-        elif r.type == ev.TURN_COMPLETED:
-            self.completed.add(r.data["turn_id"])
+    def after(self, d: ev.Event | None) -> None:
+        if isinstance(d, ev.TurnGranted):
+            self.granted.add(d.turn_id)
+        elif isinstance(d, ev.TurnCompleted):
+            self.completed.add(d.turn_id)
 
 
 def verify(records: Iterable[Record], pool: str | None = None) -> VerifyReport:
@@ -127,7 +128,7 @@ def verify(records: Iterable[Record], pool: str | None = None) -> VerifyReport:
         if pool is not None and name != pool:
             continue
         if r.type == ev.POOL_CREATED:
-            checks[name] = _PoolCheck(new_pool(r.data), RateOracle.for_pool(r.data))
+            checks[name] = _PoolCheck(new_pool(ev.PoolCreated.from_dict(r.data)), RateOracle.for_pool(r.data))
             report.pools.append(name)
             continue
         check = checks.get(name)
@@ -136,9 +137,11 @@ def verify(records: Iterable[Record], pool: str | None = None) -> VerifyReport:
             return report
         report.decisions_checked += 1
         try:
-            problem = check.check(r)
+            # A type the core does not know changes no pool state (as apply() has it).
+            d = ev.parse(r.type, r.data, partial=True) if ev.is_event_type(r.type) else None
+            problem = check.check(r, d)
             if problem is None:
-                apply(check.state, r.type, r.data)
+                apply(check.state, r.type, r.data)       # the strict read: a missing field refuses
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             # A decision the fold cannot even apply (unknown turn or agent, a missing
             # field) is illegal too.
@@ -146,5 +149,5 @@ def verify(records: Iterable[Record], pool: str | None = None) -> VerifyReport:
         if problem is not None:
             report.violations.append(Violation(r.position, r.stream, r.type, problem))
             return report
-        check.after(r)
+        check.after(d)
     return report

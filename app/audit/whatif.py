@@ -32,15 +32,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.domain import events as ev
-from app.domain.decide import decide, decide_many, next_deadline
+from app.domain import turn_history
+from app.domain.decide import decide_events, decide_many_events, next_deadline
 from app.domain.settings import PoolSettings
 from app.domain.state import PoolState
 
 from . import Record
 
-Decision = tuple[str, dict]
 _REPLAYED_INPUTS = (ev.AGENT_REGISTERED, ev.AGENT_RELEASED, ev.TURN_REQUESTED, ev.CANCEL_REQUESTED)
 MAX_STEPS = 2_000_000
+_ENDS = (ev.TurnCompleted, ev.TurnReaped, ev.TurnCancelled)
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Workload:
     last_position: int
     inputs: list[tuple[float, int, str, dict]]     # (arrival, position, type, data) in log order
     turns: dict[str, TurnSpec]
-    actual: list[Decision]                         # recorded decisions about the window's turns
+    actual: list[ev.Decided]                       # recorded decisions about the window's turns
 
 
 def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last: int | None = None) -> Workload:
@@ -84,92 +85,82 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
         raise ValueError(f"positions must satisfy 0 <= from <= to, got from {first} to {last}")
     records = sorted(records, key=lambda r: r.position)
     stream = f"pool-{pool}"
-    created = next((r for r in records if r.stream == stream and r.type == ev.POOL_CREATED), None)
-    if created is None:
+    created_record = next((r for r in records if r.stream == stream and r.type == ev.POOL_CREATED), None)
+    if created_record is None:
         raise ValueError(f"pool {pool!r} has no PoolCreated event in the log")
+    created = ev.PoolCreated.from_dict(created_record.data)
     last = last if last is not None else (records[-1].position if records else 0)
-    decisions = [r for r in records if r.stream == stream and r.type != ev.POOL_CREATED]
+    decisions = [(r.position, ev.parse(r.type, r.data)) for r in records
+                 if r.stream == stream and r.type != ev.POOL_CREATED]
     seen_at: dict[int, float] = {}
-    for r in decisions:
-        cause = r.data.get("cause")
-        if isinstance(cause, int) and cause not in seen_at:
-            seen_at[cause] = r.data["at"]
+    for _, d in decisions:
+        if isinstance(d.cause, int) and d.cause not in seen_at:
+            seen_at[d.cause] = d.at
 
-    inputs = [r for r in records if r.type in ev.INPUTS and r.data.get("pool") == pool]
-    turns: dict[str, TurnSpec] = {}
-    for r in inputs:
-        if r.type == ev.TURN_REQUESTED and first <= r.position <= last:
-            turns[r.data["turn_id"]] = TurnSpec(r.data["turn_id"], r.data["agent_id"], r.data["at"],
-                                                streams=bool(r.data.get("streams", False)))
-    _durations(turns, decisions, inputs, seen_at)
+    inputs = [(r.position, ev.parse(r.type, r.data), r.data) for r in records if r.type in ev.INPUTS]
+    inputs = [(position, e, data) for position, e, data in inputs if e.pool == pool]
+    # The window's turns: their requests, then every decision and input about them, in log order.
+    requested = [(p, e) for p, e, _ in inputs if isinstance(e, ev.TurnRequested) and first <= p <= last]
+    others = [(p, e) for p, e in decisions] + [(p, e) for p, e, _ in inputs if not isinstance(e, ev.TurnRequested)]
+    histories = turn_history.histories(sorted(requested + others, key=lambda pe: pe[0]))
+    turns = {turn_id: _spec(h, seen_at) for turn_id, h in histories.items()}
 
-    start = created.data["at"] if first <= created.position else None
+    start = created.at if first <= created_record.position else None
     replayed: list[tuple[float, int, str, dict]] = []
     clock = -math.inf
-    for r in inputs:
-        if r.type not in _REPLAYED_INPUTS:
+    for position, e, data in inputs:
+        if e.TYPE not in _REPLAYED_INPUTS:
             continue
-        in_window = first <= r.position <= last
-        if r.type == ev.AGENT_REGISTERED and r.position <= last:
+        in_window = first <= position <= last
+        if isinstance(e, ev.AgentRegistered) and position <= last:
             pass                                  # agents registered before the window still exist
-        elif r.type == ev.CANCEL_REQUESTED and r.data.get("turn_id") in turns:
+        elif isinstance(e, ev.CancelRequested) and e.turn_id in turns:
             pass                                  # a window turn's cancel, wherever it lies
         elif not in_window:
             continue
-        arrival = seen_at.get(r.position, r.data.get("at", 0.0))
+        arrival = seen_at.get(position, 0.0 if e.at is None else e.at)
         clock = max(clock, arrival)               # inputs keep their log order
-        data = r.data
-        spec = turns.get(data.get("turn_id")) if r.type == ev.TURN_REQUESTED else None
+        spec = turns.get(e.turn_id) if isinstance(e, ev.TurnRequested) else None
         if spec is not None and spec.streams and not spec.fate_known and not spec.heartbeat_offsets:
             # Still in flight at the end of the log with no first chunk: when it would have
             # started is unknown, so it is replayed as a plain lease (no start deadline, no
             # invented sample for the estimator).
             data = {**data, "streams": False}
             spec.streams = False
-        replayed.append((clock, r.position, r.type, data))
+        replayed.append((clock, position, e.TYPE, data))
     if start is None:
-        start = min((a for a, _, t, _ in replayed if t != ev.AGENT_REGISTERED), default=created.data["at"])
+        start = min((a for a, _, t, _ in replayed if t != ev.AGENT_REGISTERED), default=created.at)
         replayed = [(max(a, start), p, t, d) for a, p, t, d in replayed]
-    actual = [(r.type, r.data) for r in decisions if r.data.get("turn_id") in turns]
-    end = max([d["at"] for _, d in actual] + [start])
-    return Workload(pool, PoolSettings.from_dict(created.data["settings"]), start, end,
+    actual = [d for _, d in decisions if getattr(d, "turn_id", None) in turns]
+    end = max([d.at for d in actual] + [start])
+    return Workload(pool, PoolSettings.from_dict(created.settings), start, end,
                     first, last, replayed, turns, actual)
 
 
-def _durations(turns: dict[str, TurnSpec], decisions: list[Record], inputs: list[Record],
-               seen_at: dict[int, float]) -> None:
-    granted: dict[str, float] = {}
-    for r in decisions:
-        spec = turns.get(r.data.get("turn_id"))
-        if spec is None:
-            continue
-        if r.type == ev.TURN_GRANTED:
-            granted[spec.turn_id] = spec.granted_at = r.data["at"]
-        elif r.type == ev.TURN_COMPLETED and spec.turn_id in granted:
-            spec.duration = r.data["at"] - granted[spec.turn_id]
-            spec.completed_at = r.data["at"]
-        elif r.type == ev.TURN_REAPED:
-            spec.reaped = True
-    for r in inputs:
-        spec = turns.get(r.data.get("turn_id"))
-        if spec is None:
-            continue
-        if r.type == ev.COMPLETION_REPORTED and spec.completion is None:
-            spec.completion = {k: v for k, v in r.data.items() if k != "at"}
-            spec.completion_position = r.position
-            if spec.turn_id in granted:
-                spec.completion_stamp = r.data["at"] - granted[spec.turn_id]
-        elif r.type == ev.HEARTBEAT_SENT and spec.turn_id in granted:
-            offset = seen_at.get(r.position, r.data["at"]) - granted[spec.turn_id]
+def _spec(h: turn_history.TurnHistory, seen_at: dict[int, float]) -> TurnSpec:
+    """What the replay takes from a turn's recorded history."""
+    spec = TurnSpec(h.turn_id, h.agent_id, h.requested_at, streams=h.streams, granted_at=h.granted_at,
+                    reaped=h.status == ev.REAPED)
+    granted = h.granted_at
+    if h.status == ev.COMPLETED and granted is not None:
+        spec.duration, spec.completed_at = h.finished_at - granted, h.finished_at
+    if h.report is not None:
+        spec.completion = {k: v for k, v in h.report.to_dict().items() if k != "at"}
+        spec.completion_position = h.report_position
+        if granted is not None:
+            spec.completion_stamp = h.report.at - granted
+    if granted is not None:
+        for position, beat in h.heartbeats:
+            offset = seen_at.get(position, beat.at) - granted
             if offset >= 0:
                 # Keep the stamp too: an input stamped before a deadline wins over it even
                 # when the scheduler gets to it after the deadline (decide._in_time).
-                spec.heartbeat_offsets.append((offset, r.data["at"] - granted[spec.turn_id], r.position))
-    for spec in turns.values():
-        if spec.reaped:
-            spec.duration, spec.completion = None, None
-        else:
-            spec.heartbeat_offsets = spec.heartbeat_offsets[:1] if spec.streams else []
+                spec.heartbeat_offsets.append((offset, beat.at - granted, position))
+    if spec.reaped:
+        spec.duration, spec.completion = None, None
+    else:
+        spec.heartbeat_offsets = spec.heartbeat_offsets[:1] if spec.streams else []
+    return spec
 
 
 # -- settings ---------------------------------------------------------------------------
@@ -193,7 +184,7 @@ def counterfactual_settings(recorded: PoolSettings, *, lanes: int | None = None,
 
 @dataclass
 class SimRun:
-    decisions: list[Decision]
+    decisions: list[ev.Decided]
     end: float
     steps: int
     complete: bool                                # every turn of known fate finished
@@ -212,7 +203,7 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
         push(arrival, "input", (type_, data), position)
     waiting = {t for t, spec in w.turns.items() if spec.fate_known}
     horizon = w.end + max(600.0, 10.0 * (w.end - w.start))
-    out: list[Decision] = []
+    out: list[ev.Decided] = []
     now, steps = w.start, 0
     beat = settings.lease_seconds / 3.0
 
@@ -229,7 +220,7 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
         if math.isinf(t) or t > horizon:
             break
         now = max(now, t)
-        decided: list[Decision] = []
+        decided: list[ev.Decided] = []
         if t_heap <= t_timer:
             # Everything due at this instant is answered in one pass, as the real scheduler
             # answers the inputs it finds together (one decide_many: granting runs once after
@@ -254,16 +245,15 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
                         if periodic:
                             push(now + beat, "heartbeat", (turn_id, True, now + beat))
             if batch:
-                decided = decide_many(state, batch, now)
+                decided = decide_many_events(state, batch, now)
         else:
-            decided = decide(state, None, None, now)
-        for type_, data in decided:
-            out.append((type_, data))
-            turn_id = data.get("turn_id")
-            if type_ == ev.TURN_GRANTED:
-                _schedule_call(w.turns.get(turn_id), data["at"], beat, push)
-            elif type_ in (ev.TURN_COMPLETED, ev.TURN_REAPED, ev.TURN_CANCELLED):
-                waiting.discard(turn_id)
+            decided = decide_events(state, None, None, now)
+        for d in decided:
+            out.append(d)
+            if isinstance(d, ev.TurnGranted):
+                _schedule_call(w.turns.get(d.turn_id), d.at, beat, push)
+            elif isinstance(d, _ENDS):
+                waiting.discard(d.turn_id)
     return SimRun(out, now, steps, not waiting)
 
 
@@ -318,26 +308,26 @@ class RunMetrics:
 
 
 
-def grants(turns: dict[str, TurnSpec], decisions: Iterable[Decision]) -> list[tuple[str, int]]:
-    return [(d["turn_id"], d["lane"]) for t, d in decisions if t == ev.TURN_GRANTED and d["turn_id"] in turns]
+def grants(turns: dict[str, TurnSpec], decisions: Iterable[ev.Decided]) -> list[tuple[str, int]]:
+    return [(d.turn_id, d.lane) for d in decisions if isinstance(d, ev.TurnGranted) and d.turn_id in turns]
 
 
-def measure(turns: dict[str, TurnSpec], decisions: Iterable[Decision]) -> RunMetrics:
+def measure(turns: dict[str, TurnSpec], decisions: Iterable[ev.Decided]) -> RunMetrics:
     """Latency is request -> finish (completed with any outcome, or reaped); lane waste is
     the share of held lane-seconds that did not end in an OK completion; throughput is OK
     completions per minute from the first request to the last finish."""
     granted: dict[str, float] = {}
     finish: dict[str, tuple[str, float, str | None]] = {}
     last_at = max((s.requested_at for s in turns.values()), default=0.0)
-    for type_, d in decisions:
-        turn_id = d.get("turn_id")
+    for d in decisions:
+        turn_id = getattr(d, "turn_id", None)
         if turn_id not in turns:
             continue
-        last_at = max(last_at, d["at"])
-        if type_ == ev.TURN_GRANTED:
-            granted[turn_id] = d["at"]
-        elif type_ in (ev.TURN_COMPLETED, ev.TURN_REAPED, ev.TURN_CANCELLED) and turn_id not in finish:
-            finish[turn_id] = (type_, d["at"], d.get("outcome"))
+        last_at = max(last_at, d.at)
+        if isinstance(d, ev.TurnGranted):
+            granted[turn_id] = d.at
+        elif isinstance(d, _ENDS) and turn_id not in finish:
+            finish[turn_id] = (d.TYPE, d.at, getattr(d, "outcome", None))
     m = RunMetrics(turns=len(turns))
     latencies = []
     for turn_id, spec in turns.items():

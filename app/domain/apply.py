@@ -14,8 +14,9 @@ from .settings import PoolSettings
 from .state import AgentState, PoolState, TurnState
 
 
-def new_pool(data: dict) -> PoolState:
-    return PoolState.new(PoolSettings.from_dict(data["settings"]), data["at"])
+def new_pool(data: dict | ev.PoolCreated) -> PoolState:
+    created = data if isinstance(data, ev.PoolCreated) else ev.PoolCreated.from_dict(data)
+    return PoolState.new(PoolSettings.from_dict(created.settings), created.at)
 
 
 def _advance(state: PoolState, at: float) -> None:
@@ -53,46 +54,53 @@ def _release_lane(state: PoolState, turn: TurnState) -> None:
 
 
 def apply(state: PoolState, type_: str, data: dict) -> PoolState:
-    handler = _HANDLERS.get(type_)
+    """Fold one logged decision (type and data, as the log stores it); other types are not
+    the scheduler's and change nothing."""
+    if type_ not in _HANDLERS:
+        return state
+    return apply_event(state, ev.parse(type_, data))
+
+
+def apply_event(state: PoolState, event: ev.Event) -> PoolState:
+    handler = _HANDLERS.get(event.TYPE)
     if handler is None:
         return state
-    if "at" in data:
-        _advance(state, data["at"])
-    handler(state, data)
-    cause = data.get("cause")
+    _advance(state, event.at)
+    handler(state, event)
+    cause = event.cause
     if isinstance(cause, int) and cause > state.inputs_through:
         state.inputs_through = cause
     return state
 
 
-def _agent_admitted(state: PoolState, d: dict) -> None:
-    state.agents[d["agent_id"]] = AgentState(
-        agent_id=d["agent_id"], name=d["name"], priority_class=d["priority_class"], level=d["level"])
+def _agent_admitted(state: PoolState, d: ev.AgentAdmitted) -> None:
+    state.agents[d.agent_id] = AgentState(
+        agent_id=d.agent_id, name=d.name, priority_class=d.priority_class, level=d.level)
 
 
-def _quarantine_lifted(state: PoolState, d: dict) -> None:
-    agent = state.agents[d["agent_id"]]
+def _quarantine_lifted(state: PoolState, d: ev.QuarantineLifted) -> None:
+    agent = state.agents[d.agent_id]
     agent.state, agent.consecutive_reaps, agent.start_misses = ev.ACTIVE, 0, 0
 
 
 # -- decisions ------------------------------------------------------------------------
 
-def _turn_queued(state: PoolState, d: dict) -> None:
-    turn = TurnState(turn_id=d["turn_id"], agent_id=d["agent_id"], level=d["level"], seq=d["seq"],
-                     status=ev.QUEUED, estimated_tokens=d["estimated_tokens"],
-                     max_output_tokens=d["max_output_tokens"], requested_at=d["requested_at"],
-                     queued_at=d["at"], streams=bool(d.get("streams", False)))
+def _turn_queued(state: PoolState, d: ev.TurnQueued) -> None:
+    turn = TurnState(turn_id=d.turn_id, agent_id=d.agent_id, level=d.level, seq=d.seq,
+                     status=ev.QUEUED, estimated_tokens=d.estimated_tokens,
+                     max_output_tokens=d.max_output_tokens, requested_at=d.requested_at,
+                     queued_at=d.at, streams=bool(d.streams))
     state.turns[turn.turn_id] = turn
     state.next_seq = max(state.next_seq, turn.seq + 1)
     _enqueue(state, turn)
 
 
-def _turn_granted(state: PoolState, d: dict) -> None:
-    turn = state.turns[d["turn_id"]]
+def _turn_granted(state: PoolState, d: ev.TurnGranted) -> None:
+    turn = state.turns[d.turn_id]
     _dequeue(state, turn)
-    turn.status, turn.lane, turn.granted_at = ev.GRANTED, d["lane"], d["at"]
-    turn.lease_expires_at, turn.reserved_tokens = d["lease_expires_at"], d["reserved_tokens"]
-    turn.start_backoff = int(d.get("start_backoff", 0))
+    turn.status, turn.lane, turn.granted_at = ev.GRANTED, d.lane, d.at
+    turn.lease_expires_at, turn.reserved_tokens = d.lease_expires_at, d.reserved_tokens
+    turn.start_backoff = int(d.start_backoff or 0)
     state.lanes[turn.lane] = turn.turn_id
     state.requests.level -= 1
     state.tokens.level -= turn.reserved_tokens
@@ -101,58 +109,58 @@ def _turn_granted(state: PoolState, d: dict) -> None:
     state.granted_total += 1
 
 
-def _lease_extended(state: PoolState, d: dict) -> None:
-    turn = state.turns[d["turn_id"]]
-    turn.lease_expires_at = d["lease_expires_at"]
+def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
+    turn = state.turns[d.turn_id]
+    turn.lease_expires_at = d.lease_expires_at
     turn.progressed = True
-    if d.get("first_chunk_s") is not None:
-        state.start.observe(float(d["first_chunk_s"]), turn.estimated_tokens)
+    if d.first_chunk_s is not None:
+        state.start.observe(float(d.first_chunk_s), turn.estimated_tokens)
         agent = state.agents.get(turn.agent_id)
         if agent is not None:
             agent.start_misses = 0
 
 
-def _turn_completed(state: PoolState, d: dict) -> None:
-    turn = state.turns.pop(d["turn_id"])
+def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
+    turn = state.turns.pop(d.turn_id)
     _release_lane(state, turn)
-    used = d["prompt_tokens"] + d["completion_tokens"]
+    used = d.prompt_tokens + d.completion_tokens
     # Reconcile the reservation with real usage; never above the bucket's capacity.
     capacity = state.tokens.capacity(state.rate_factor)
     state.tokens.level = min(capacity, state.tokens.level + turn.reserved_tokens - used)
     agent = state.agents.get(turn.agent_id)
     if agent:
-        agent.used_seconds += d["lane_seconds"]
+        agent.used_seconds += d.lane_seconds
         agent.used_tokens += used
         agent.consecutive_reaps = 0
         agent.start_misses = 0
         agent.completions += 1
 
 
-def _turn_cancelled(state: PoolState, d: dict) -> None:
-    turn = state.turns.pop(d["turn_id"], None)
+def _turn_cancelled(state: PoolState, d: ev.TurnCancelled) -> None:
+    turn = state.turns.pop(d.turn_id, None)
     if turn is None:
         return
     _dequeue(state, turn)
     _release_lane(state, turn)
     agent = state.agents.get(turn.agent_id)
-    if agent is not None and d.get("lane_seconds"):
-        agent.used_seconds += d["lane_seconds"]
+    if agent is not None and d.lane_seconds:
+        agent.used_seconds += d.lane_seconds
 
 
-def _turn_reaped(state: PoolState, d: dict) -> None:
-    turn = state.turns.pop(d["turn_id"])
+def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
+    turn = state.turns.pop(d.turn_id)
     _release_lane(state, turn)
     # A start deadline shorter than the lease may just have been too short (a slow provider,
     # a long prompt): it backs off (start_misses) but does not count towards quarantine.
     # Only a reap after a whole lease of silence marks a zombie.
-    cut_short = bool(d.get("no_first_chunk")) and not d.get("full_lease", True)
+    cut_short = bool(d.no_first_chunk) and not (d.full_lease if d.has("full_lease") else True)
     agent = state.agents.get(turn.agent_id)
     if agent:
         # A zombie's whole hold counts against its agent; its reservation stays spent,
         # because we cannot know what the provider charged for a call that never settled.
-        agent.used_seconds += d["at"] - turn.granted_at if turn.granted_at is not None else 0.0
+        agent.used_seconds += d.at - turn.granted_at if turn.granted_at is not None else 0.0
         agent.reaps += 1
-        if d.get("no_first_chunk"):
+        if d.no_first_chunk:
             agent.start_misses += 1
         if not cut_short:
             agent.consecutive_reaps += 1
@@ -164,17 +172,17 @@ def _turn_reaped(state: PoolState, d: dict) -> None:
         state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens)
 
 
-def _agent_demoted(state: PoolState, d: dict) -> None:
-    agent = state.agents[d["agent_id"]]
-    agent.level, agent.used_seconds, agent.used_tokens = d["to_level"], 0.0, 0.0
+def _agent_demoted(state: PoolState, d: ev.AgentDemoted) -> None:
+    agent = state.agents[d.agent_id]
+    agent.level, agent.used_seconds, agent.used_tokens = d.to_level, 0.0, 0.0
     for turn in sorted((t for t in state.turns.values()
                         if t.agent_id == agent.agent_id and t.status == ev.QUEUED), key=lambda t: t.seq):
         _dequeue(state, turn)
-        turn.level = d["to_level"]
+        turn.level = d.to_level
         _enqueue(state, turn)
 
 
-def _levels_boosted(state: PoolState, d: dict) -> None:
+def _levels_boosted(state: PoolState, d: ev.LevelsBoosted) -> None:
     s = state.settings
     for agent in state.agents.values():
         agent.level = s.entry_level(agent.priority_class)
@@ -186,42 +194,42 @@ def _levels_boosted(state: PoolState, d: dict) -> None:
         # level, so under MLFQ every queued turn is granted eventually.
         agent = state.agents.get(turn.agent_id)
         entry = agent.level if agent else s.levels - 1
-        turn.level = 0 if d["at"] - turn.queued_at >= s.boost_seconds else entry
+        turn.level = 0 if d.at - turn.queued_at >= s.boost_seconds else entry
         state.queues[turn.level].append(turn.turn_id)
-    state.last_boost_at = d["at"]
+    state.last_boost_at = d.at
 
 
-def _turn_promoted(state: PoolState, d: dict) -> None:
-    turn = state.turns[d["turn_id"]]
+def _turn_promoted(state: PoolState, d: ev.TurnPromoted) -> None:
+    turn = state.turns[d.turn_id]
     _dequeue(state, turn)
-    turn.level = d["to_level"]
+    turn.level = d.to_level
     _enqueue(state, turn)
 
 
-def _agent_quarantined(state: PoolState, d: dict) -> None:
-    state.agents[d["agent_id"]].state = ev.QUARANTINED
+def _agent_quarantined(state: PoolState, d: ev.AgentQuarantined) -> None:
+    state.agents[d.agent_id].state = ev.QUARANTINED
 
 
-def _pool_paused(state: PoolState, d: dict) -> None:
-    state.paused_until = d["until"]
-    state.rate_factor, state.rate_factor_at = d["rate_factor"], d["at"]
+def _pool_paused(state: PoolState, d: ev.PoolPaused) -> None:
+    state.paused_until = d.until
+    state.rate_factor, state.rate_factor_at = d.rate_factor, d.at
     # After a 429 restart from an empty request bucket: admission resumes at the refill
     # rate instead of releasing a full bucket at once, which is what caused the 429.
     state.requests.level = min(state.requests.level, 0.0)
     state.tokens.level = min(state.tokens.level, state.tokens.capacity(state.rate_factor))
 
 
-def _pool_resumed(state: PoolState, d: dict) -> None:
+def _pool_resumed(state: PoolState, d: ev.PoolResumed) -> None:
     state.paused_until = None
 
 
-def _rate_observed(state: PoolState, d: dict) -> None:
+def _rate_observed(state: PoolState, d: ev.RateObserved) -> None:
     # The provider counts traffic we cannot see (other clients of the same key), so its
     # remaining budget may only lower ours, never raise it.
-    if d.get("remaining_requests") is not None:
-        state.requests.level = min(state.requests.level, float(d["remaining_requests"]))
-    if d.get("remaining_tokens") is not None:
-        state.tokens.level = min(state.tokens.level, float(d["remaining_tokens"]))
+    if d.remaining_requests is not None:
+        state.requests.level = min(state.requests.level, float(d.remaining_requests))
+    if d.remaining_tokens is not None:
+        state.tokens.level = min(state.tokens.level, float(d.remaining_tokens))
 
 
 _HANDLERS = {

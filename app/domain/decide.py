@@ -33,57 +33,75 @@ from collections.abc import Callable
 
 from . import events as ev
 from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_headers
-from .apply import apply
+from .apply import apply_event
 from .state import PoolState, TurnState
 
-Decision = tuple[str, dict]
+Decision = tuple[str, dict]   # (type, data): a decision as the log stores it
 
 # A lease or start deadline is enforced this long after it passes. An input stamped before
 # the deadline (a heartbeat, a completion) may still be on its way through the log (append,
 # notify, the scheduler's read) when the deadline comes; and an input stamped in time that
 # is in the same pass as the expiry wins over it (see _fire_timers).
 REAP_GRACE_S = 0.25
-_IN_TIME_INPUTS = (ev.HEARTBEAT_SENT, ev.COMPLETION_REPORTED, ev.CANCEL_REQUESTED)
+_IN_TIME_INPUTS = (ev.HeartbeatSent, ev.CompletionReported, ev.CancelRequested)
 
 
 class _Step:
     def __init__(self, state: PoolState, now: float, cause: int | None):
         self.state, self.now, self.cause = state, now, cause
-        self.out: list[Decision] = []
+        self.out: list[ev.Decided] = []
 
-    def emit(self, type_: str, **data) -> None:
-        data["at"] = self.now
-        if self.cause is not None:
-            data["cause"] = self.cause
-        apply(self.state, type_, data)
-        self.out.append((type_, data))
+    def emit(self, kind: type[ev.Decided], **fields) -> None:
+        event = kind(**fields, at=self.now, cause=self.cause)
+        apply_event(self.state, event)
+        self.out.append(event)
+
+
+def _as_logged(decisions: list[ev.Decided]) -> list[Decision]:
+    return [(d.TYPE, d.to_dict()) for d in decisions]
+
+
+def _input(type_: str, data: dict | None) -> ev.Event | None:
+    """The typed input decide answers, or None for a type it does not answer."""
+    return ev.parse(type_, data or {}) if type_ in _INPUT_HANDLERS else None
 
 
 def decide(state: PoolState, input_type: str | None, data: dict | None, now: float,
            cause: int | None = None) -> list[Decision]:
-    now = max(now, state.clock)  # time never runs backwards, even across failover
-    step = _Step(state, now, cause)
-    _fire_timers(step, [(input_type, data or {})] if input_type is not None else [])
-    if input_type is not None:
-        handler = _INPUT_HANDLERS.get(input_type)
-        if handler is not None:
-            handler(step, data or {})
-    _dispatch(step)
-    return step.out
+    return _as_logged(decide_events(state, input_type, data, now, cause))
 
 
 def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float) -> list[Decision]:
     """decide() for a batch of inputs that arrived together: timers fire once, each input is
     answered in order, and granting runs once at the end (its decisions cite the last
     input as their cause). Same rules, less work per input under load."""
+    return _as_logged(decide_many_events(state, inputs, now))
+
+
+def decide_events(state: PoolState, input_type: str | None, data: dict | None, now: float,
+                  cause: int | None = None) -> list[ev.Decided]:
+    """decide(), with the decisions as typed events (for readers in the same process)."""
+    now = max(now, state.clock)  # time never runs backwards, even across failover
+    step = _Step(state, now, cause)
+    event = _input(input_type, data) if input_type is not None else None
+    _fire_timers(step, [event] if event is not None else [])
+    if event is not None:
+        _INPUT_HANDLERS[input_type](step, event)
+    _dispatch(step)
+    return step.out
+
+
+def decide_many_events(state: PoolState, inputs: list[tuple[str, dict, int | None]],
+                       now: float) -> list[ev.Decided]:
+    """decide_many(), with the decisions as typed events."""
     now = max(now, state.clock)
     step = _Step(state, now, None)
-    _fire_timers(step, [(type_, data) for type_, data, _cause in inputs])
-    for type_, data, cause in inputs:
+    typed = [(_input(type_, data), cause) for type_, data, cause in inputs]
+    _fire_timers(step, [event for event, _cause in typed if event is not None])
+    for event, cause in typed:
         step.cause = cause
-        handler = _INPUT_HANDLERS.get(type_)
-        if handler is not None:
-            handler(step, data)
+        if event is not None:
+            _INPUT_HANDLERS[event.TYPE](step, event)
     _dispatch(step)
     return step.out
 
@@ -124,14 +142,14 @@ def next_deadline(state: PoolState, now: float) -> float | None:
 
 # -- timers ---------------------------------------------------------------------------
 
-def _in_time(turn: TurnState, inputs: list[tuple[str, dict]]) -> bool:
+def _in_time(turn: TurnState, inputs: list[ev.Event]) -> bool:
     """An input of this pass for `turn`, stamped at or before its deadline."""
-    return any(type_ in _IN_TIME_INPUTS and d.get("turn_id") == turn.turn_id
-               and isinstance(d.get("at"), (int, float)) and d["at"] <= turn.lease_expires_at
-               for type_, d in inputs)
+    return any(isinstance(e, _IN_TIME_INPUTS) and e.turn_id == turn.turn_id
+               and isinstance(e.at, (int, float)) and e.at <= turn.lease_expires_at
+               for e in inputs)
 
 
-def _fire_timers(step: _Step, inputs: list[tuple[str, dict]]) -> None:
+def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
     state, now = step.state, step.now
     expired = sorted((t for t in state.turns.values()
                       if t.status == ev.GRANTED and t.lease_expires_at is not None
@@ -141,34 +159,34 @@ def _fire_timers(step: _Step, inputs: list[tuple[str, dict]]) -> None:
         if state.turns.get(turn.turn_id) is not turn:
             continue  # already settled earlier in this step
         agent_id = turn.agent_id
-        silent = {}
-        if turn.streams and not turn.progressed:
-            silent = {"no_first_chunk": True,
-                      "full_lease": _held(turn, turn.lease_expires_at) >= state.settings.lease_seconds - 1e-6}
-        step.emit(ev.TURN_REAPED, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
-                  lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at, **silent)
+        silent = turn.streams and not turn.progressed
+        step.emit(ev.TurnReaped, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
+                  lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at,
+                  no_first_chunk=True if silent else None,
+                  full_lease=(_held(turn, turn.lease_expires_at) >= state.settings.lease_seconds - 1e-6)
+                  if silent else None)
         _after_usage(step, agent_id)
         agent = state.agents.get(agent_id)
         if (agent and agent.state == ev.ACTIVE
                 and agent.consecutive_reaps >= state.settings.quarantine_after_reaps):
-            step.emit(ev.AGENT_QUARANTINED, agent_id=agent_id, consecutive_reaps=agent.consecutive_reaps)
+            step.emit(ev.AgentQuarantined, agent_id=agent_id, consecutive_reaps=agent.consecutive_reaps)
             # Its queued turns go; a call already running keeps its lane until it settles
             # or its own lease expires (cancelling it would hide a reap from the record).
             for queued in sorted((t for t in state.turns.values()
                                   if t.agent_id == agent_id and t.status == ev.QUEUED), key=lambda t: t.seq):
-                step.emit(ev.TURN_CANCELLED, turn_id=queued.turn_id, agent_id=agent_id,
+                step.emit(ev.TurnCancelled, turn_id=queued.turn_id, agent_id=agent_id,
                           reason="agent quarantined")
     if state.agents and now >= state.last_boost_at + state.settings.boost_seconds:
-        step.emit(ev.LEVELS_BOOSTED)
+        step.emit(ev.LevelsBoosted)
     if state.paused_until is not None and now >= state.paused_until:
-        step.emit(ev.POOL_RESUMED)
+        step.emit(ev.PoolResumed)
     for level in range(1, len(state.queues)):
         for turn_id in list(state.queues[level]):
             turn = state.turns[turn_id]
             # Compare with the very expression next_deadline() arms (float rounding).
             if now < turn.queued_at + state.settings.boost_seconds:
                 break  # FIFO within a level: the rest waited less
-            step.emit(ev.TURN_PROMOTED, turn_id=turn_id, agent_id=turn.agent_id, from_level=level,
+            step.emit(ev.TurnPromoted, turn_id=turn_id, agent_id=turn.agent_id, from_level=level,
                       to_level=0, waited=now - turn.queued_at)
 
 
@@ -187,7 +205,7 @@ def _after_usage(step: _Step, agent_id: str) -> None:
     seconds, tokens = state.settings.allotment(agent.level)
     if agent.used_seconds >= seconds or agent.used_tokens >= tokens:
         reason = "lane-seconds" if agent.used_seconds >= seconds else "tokens"
-        step.emit(ev.AGENT_DEMOTED, agent_id=agent_id, from_level=agent.level, to_level=agent.level + 1,
+        step.emit(ev.AgentDemoted, agent_id=agent_id, from_level=agent.level, to_level=agent.level + 1,
                   reason=reason, used_seconds=agent.used_seconds, used_tokens=agent.used_tokens,
                   allotment_seconds=None if math.isinf(seconds) else seconds,
                   allotment_tokens=None if math.isinf(tokens) else tokens)
@@ -195,28 +213,28 @@ def _after_usage(step: _Step, agent_id: str) -> None:
 
 # -- inputs ---------------------------------------------------------------------------
 
-def _on_registered(step: _Step, d: dict) -> None:
-    if d["agent_id"] in step.state.agents:
+def _on_registered(step: _Step, d: ev.AgentRegistered) -> None:
+    if d.agent_id in step.state.agents:
         return
-    step.emit(ev.AGENT_ADMITTED, agent_id=d["agent_id"], name=d["name"],
-              priority_class=d["priority_class"],
-              level=step.state.settings.entry_level(d["priority_class"]))
+    step.emit(ev.AgentAdmitted, agent_id=d.agent_id, name=d.name, priority_class=d.priority_class,
+              level=step.state.settings.entry_level(d.priority_class))
 
 
-def _on_released(step: _Step, d: dict) -> None:
-    agent = step.state.agents.get(d["agent_id"])
+def _on_released(step: _Step, d: ev.AgentReleased) -> None:
+    agent = step.state.agents.get(d.agent_id)
     if agent is not None and agent.state == ev.QUARANTINED:
-        step.emit(ev.QUARANTINE_LIFTED, agent_id=agent.agent_id)
+        step.emit(ev.QuarantineLifted, agent_id=agent.agent_id)
 
 
-def _on_request(step: _Step, d: dict) -> None:
+def _on_request(step: _Step, d: ev.TurnRequested) -> None:
     state = step.state
-    turn_id, agent_id = d["turn_id"], d["agent_id"]
+    turn_id, agent_id = d.turn_id, d.agent_id
     if turn_id in state.turns:
         return  # already answered (a replayed input after failover)
     agent = state.agents.get(agent_id)
     reason = None
-    need = d["estimated_tokens"] + d.get("max_output_tokens", 0)
+    max_output = d.max_output_tokens if d.has("max_output_tokens") else 0
+    need = d.estimated_tokens + max_output
     if agent is None:
         reason = "unknown agent"
     elif agent.state == ev.QUARANTINED:
@@ -224,49 +242,49 @@ def _on_request(step: _Step, d: dict) -> None:
     elif need > state.settings.tpm:
         reason = f"reservation of {need} tokens exceeds the pool's tpm of {state.settings.tpm}"
     if reason:
-        step.emit(ev.TURN_CANCELLED, turn_id=turn_id, agent_id=agent_id, reason=reason)
+        step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=reason)
         return
-    step.emit(ev.TURN_QUEUED, turn_id=turn_id, agent_id=agent_id, level=agent.level,
-              seq=state.next_seq, estimated_tokens=d["estimated_tokens"],
-              max_output_tokens=d.get("max_output_tokens", 0), requested_at=d.get("at", step.now),
-              priority_class=agent.priority_class, streams=bool(d.get("streams", False)))
+    step.emit(ev.TurnQueued, turn_id=turn_id, agent_id=agent_id, level=agent.level,
+              seq=state.next_seq, estimated_tokens=d.estimated_tokens,
+              max_output_tokens=max_output, requested_at=d.at if d.has("at") else step.now,
+              priority_class=agent.priority_class, streams=bool(d.streams or False))
 
 
-def _on_heartbeat(step: _Step, d: dict) -> None:
-    turn = step.state.turns.get(d["turn_id"])
+def _on_heartbeat(step: _Step, d: ev.HeartbeatSent) -> None:
+    turn = step.state.turns.get(d.turn_id)
     if turn is None or turn.status != ev.GRANTED:
         return
-    extra = {}
+    first_chunk_s = None
     if turn.streams and not turn.progressed:
         # The first chunk: how long this call took to start, for the start deadline, from
         # when the heartbeat was stamped (not when this pass got to it).
-        at = d.get("at")
+        at = d.at
         when = min(float(at), step.now) if isinstance(at, (int, float)) and math.isfinite(at) else step.now
-        extra["first_chunk_s"] = max(0.0, _held(turn, when))
-    step.emit(ev.LEASE_EXTENDED, turn_id=turn.turn_id, agent_id=turn.agent_id,
-              lease_expires_at=step.now + step.state.settings.lease_seconds, **extra)
+        first_chunk_s = max(0.0, _held(turn, when))
+    step.emit(ev.LeaseExtended, turn_id=turn.turn_id, agent_id=turn.agent_id,
+              lease_expires_at=step.now + step.state.settings.lease_seconds, first_chunk_s=first_chunk_s)
 
 
-def _on_completion(step: _Step, d: dict) -> None:
+def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
     state, now = step.state, step.now
-    turn: TurnState | None = state.turns.get(d["turn_id"])
+    turn: TurnState | None = state.turns.get(d.turn_id)
     if turn is None or turn.status != ev.GRANTED:
         return
-    outcome = d.get("outcome", ev.OK)
-    observation = parse_rate_headers(d.get("rate_limit_headers") or {}, now)
-    step.emit(ev.TURN_COMPLETED, turn_id=turn.turn_id, agent_id=turn.agent_id, lane=turn.lane,
-              outcome=outcome, prompt_tokens=int(d.get("prompt_tokens") or 0),
-              completion_tokens=int(d.get("completion_tokens") or 0),
+    outcome = d.outcome if d.has("outcome") else ev.OK
+    observation = parse_rate_headers(d.rate_limit_headers or {}, now)
+    step.emit(ev.TurnCompleted, turn_id=turn.turn_id, agent_id=turn.agent_id, lane=turn.lane,
+              outcome=outcome, prompt_tokens=int(d.prompt_tokens or 0),
+              completion_tokens=int(d.completion_tokens or 0),
               lane_seconds=_held(turn, now), reserved_tokens=turn.reserved_tokens,
               level=turn.level, queued_at=turn.queued_at, granted_at=turn.granted_at)
     if not observation.empty():
         granted_since = (state.granted_total - turn.grant_number - 1,
                          state.reserved_total - turn.granted_mark - turn.reserved_tokens)
-        step.emit(ev.RATE_OBSERVED, turn_id=turn.turn_id,
+        step.emit(ev.RateObserved, turn_id=turn.turn_id,
                   **_aged_observation(observation, _held(turn, now), granted_since, state.settings))
     if outcome == ev.RATE_LIMITED:
         s = state.settings
-        retry_after = d.get("retry_after_seconds")
+        retry_after = d.retry_after_seconds
         if retry_after is None:
             retry_after = observation.retry_after_s
         if retry_after is None:
@@ -277,7 +295,7 @@ def _on_completion(step: _Step, d: dict) -> None:
         if state.paused_until is not None:
             until = max(until, state.paused_until)
         new_factor = max(s.aimd_floor, factor_at(state, now) * s.aimd_decrease)
-        step.emit(ev.POOL_PAUSED, turn_id=turn.turn_id, until=until, retry_after=float(retry_after),
+        step.emit(ev.PoolPaused, turn_id=turn.turn_id, until=until, retry_after=float(retry_after),
                   jitter=spread, rate_factor=new_factor)
     _after_usage(step, turn.agent_id)
 
@@ -301,20 +319,20 @@ def _aged_observation(observation, age: float, granted_since: tuple[float, float
     return data
 
 
-def _on_cancel(step: _Step, d: dict) -> None:
-    turn = step.state.turns.get(d["turn_id"])
+def _on_cancel(step: _Step, d: ev.CancelRequested) -> None:
+    turn = step.state.turns.get(d.turn_id)
     if turn is None:
         return
     # A granted turn's lane time is charged like a completion's, or cancelling instead of
     # completing would dodge rule 4 and keep an agent at the top level forever.
     held = step.now - turn.granted_at if turn.status == ev.GRANTED and turn.granted_at is not None else 0.0
-    step.emit(ev.TURN_CANCELLED, turn_id=turn.turn_id, agent_id=turn.agent_id,
-              reason=d.get("reason", "cancelled"), lane=turn.lane, lane_seconds=held)
+    step.emit(ev.TurnCancelled, turn_id=turn.turn_id, agent_id=turn.agent_id,
+              reason=d.reason if d.has("reason") else "cancelled", lane=turn.lane, lane_seconds=held)
     if held:
         _after_usage(step, turn.agent_id)
 
 
-_INPUT_HANDLERS: dict[str, Callable[[_Step, dict], None]] = {
+_INPUT_HANDLERS: dict[str, Callable[[_Step, ev.Event], None]] = {
     ev.AGENT_REGISTERED: _on_registered,
     ev.AGENT_RELEASED: _on_released,
     ev.TURN_REQUESTED: _on_request,
@@ -339,15 +357,13 @@ def _dispatch(step: _Step) -> None:
         if requests < 1 or tokens < head.need_tokens:
             return
         lane = free.pop(0)
-        lease, start = state.settings.lease_seconds, {}
+        lease, deadline, backoff = state.settings.lease_seconds, None, 0
         if head.streams:
             agent = state.agents.get(head.agent_id)
             backoff = agent.start_misses if agent else 0
             lease = state.start.timeout(head.estimated_tokens, state.settings.start_timeout_floor_seconds, lease,
                                         backoff)
-            start["start_deadline"] = True
-            if backoff:
-                start["start_backoff"] = backoff
-        step.emit(ev.TURN_GRANTED, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
-                  level=head.level, lease_expires_at=now + lease,
-                  reserved_tokens=head.need_tokens, **start)
+            deadline = True
+        step.emit(ev.TurnGranted, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
+                  level=head.level, lease_expires_at=now + lease, reserved_tokens=head.need_tokens,
+                  start_deadline=deadline, start_backoff=backoff or None)

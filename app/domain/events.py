@@ -47,3 +47,383 @@ ACTIVE, HIBERNATED, QUARANTINED = "ACTIVE", "HIBERNATED", "QUARANTINED"
 OK, RATE_LIMITED, ERROR = "OK", "RATE_LIMITED", "ERROR"
 INTERACTIVE, BATCH, BACKGROUND = "INTERACTIVE", "BATCH", "BACKGROUND"
 PRIORITY_CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
+
+
+# -- the events' shapes ---------------------------------------------------------------
+# One frozen dataclass per event type. `to_dict()` gives the JSON the log stores, exactly
+# as it always has: required fields always, optional fields (default None) only when set.
+# `from_dict()` is the way back: it refuses data without a required field, and keeps keys
+# it does not know (`extra`, written back by to_dict), so a log written by an older or newer
+# version loads and round-trips unchanged. Values are taken as they are (no coercion): a
+# fold must see the very numbers that were recorded.
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class EventError(ValueError):
+    """Data that is not an event of the type it claims to be."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    TYPE: ClassVar[str] = ""
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()   # written only when not None
+    _FIELDS: ClassVar[tuple[str, ...]] = ()
+    _REQUIRED: ClassVar[frozenset[str]] = frozenset()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("TYPE"):
+            _REGISTRY[cls.TYPE] = cls
+
+    @property
+    def type(self) -> str:
+        return self.TYPE
+
+    def has(self, name: str) -> bool:
+        """Whether the logged data has the key `name` (an optional field may be absent)."""
+        return getattr(self, name, None) is not None or name in self.extra
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for name in self._FIELDS:
+            value = getattr(self, name)
+            if value is None and name in self.OPTIONAL:
+                continue
+            out[name] = value
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> "Event":
+        """`partial` is for checkers that read forged or hand-written logs and judge each
+        field themselves (the audit's verify and rate oracle): a required field that is
+        missing reads as None instead of refusing the event. Never fold such an event."""
+        if not isinstance(data, dict):
+            raise EventError(f"{cls.TYPE} data must be an object, got {type(data).__name__}")
+        known, extra = {}, {}
+        for key, value in data.items():
+            if key in cls._FIELDS and not (value is None and key in cls.OPTIONAL):
+                known[key] = value
+            else:
+                extra[key] = value   # unknown, or an optional field written as null: kept as is
+        missing = cls._REQUIRED.difference(known)
+        if missing and not partial:
+            raise EventError(f"{cls.TYPE} is missing {', '.join(sorted(missing))}")
+        return cls(**known, **dict.fromkeys(missing, None), extra=extra)
+
+
+def _seal(cls):
+    """Record a registered class's field names, required and optional, once."""
+    names = tuple(f.name for f in dataclasses.fields(cls) if f.name != "extra")
+    required = frozenset(f.name for f in dataclasses.fields(cls) if f.name != "extra"
+                         and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    cls._FIELDS, cls._REQUIRED = names, required
+    cls.OPTIONAL = frozenset(f.name for f in dataclasses.fields(cls)
+                             if f.name != "extra" and f.default is None)
+    return cls
+
+
+_REGISTRY: dict[str, type[Event]] = {}
+
+
+def event(cls):
+    return _seal(dataclass(frozen=True, kw_only=True)(cls))
+
+
+def parse(type_: str, data: dict[str, Any], *, partial: bool = False) -> Event:
+    """The typed event of `type_` from its logged data; EventError for an unknown type or
+    data that lacks a required field (unless `partial`: see Event.from_dict)."""
+    cls = _REGISTRY.get(type_)
+    if cls is None:
+        raise EventError(f"unknown event type {type_!r}")
+    return cls.from_dict(data, partial=partial)
+
+
+def is_event_type(type_: str) -> bool:
+    return type_ in _REGISTRY
+
+
+def event_class(type_: str) -> type[Event]:
+    try:
+        return _REGISTRY[type_]
+    except KeyError:
+        raise EventError(f"unknown event type {type_!r}") from None
+
+
+def registered() -> dict[str, type[Event]]:
+    return dict(_REGISTRY)
+
+
+# -- inputs ---------------------------------------------------------------------------
+# Fields a producer may leave out (the benchmark's client and the tests send the core only
+# what it reads) are optional; what the core cannot answer without is required.
+
+@event
+class PoolCreated(Event):
+    TYPE = POOL_CREATED
+    settings: dict
+    at: float
+    upstream_api_key_fingerprint: str | None = None
+
+
+@event
+class AgentRegistered(Event):
+    TYPE = AGENT_REGISTERED
+    agent_id: str
+    name: str
+    priority_class: str
+    pool: str | None = None
+    token_hash: str | None = None
+    context_budget_tokens: int | None = None
+    at: float | None = None
+
+
+@event
+class AgentReleased(Event):
+    TYPE = AGENT_RELEASED
+    agent_id: str
+    pool: str | None = None
+    at: float | None = None
+
+
+@event
+class AgentHibernated(Event):
+    TYPE = AGENT_HIBERNATED
+    agent_id: str
+    pool: str | None = None
+    at: float | None = None
+    resume_point: dict | None = None
+    reason: str | None = None
+
+
+@event
+class AgentWoken(Event):
+    TYPE = AGENT_WOKEN
+    agent_id: str
+    pool: str | None = None
+    at: float | None = None
+    reason: str | None = None
+
+
+@event
+class TurnRequested(Event):
+    TYPE = TURN_REQUESTED
+    turn_id: str
+    agent_id: str
+    estimated_tokens: int
+    pool: str | None = None
+    max_output_tokens: int | None = None
+    at: float | None = None
+    streams: bool | None = None
+
+
+@event
+class HeartbeatSent(Event):
+    TYPE = HEARTBEAT_SENT
+    turn_id: str
+    agent_id: str | None = None
+    pool: str | None = None
+    at: float | None = None
+
+
+@event
+class CompletionReported(Event):
+    TYPE = COMPLETION_REPORTED
+    turn_id: str
+    agent_id: str | None = None
+    pool: str | None = None
+    at: float | None = None
+    outcome: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    retry_after_seconds: float | None = None
+    rate_limit_headers: dict | None = None
+
+
+@event
+class CancelRequested(Event):
+    TYPE = CANCEL_REQUESTED
+    turn_id: str
+    agent_id: str | None = None
+    pool: str | None = None
+    at: float | None = None
+    reason: str | None = None
+
+
+# -- decisions: each carries `at` (the scheduler's now) and, when an input caused it, the
+# input's global position as `cause` ---------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Decided(Event):
+    at: float
+    cause: int | None = None
+
+
+@event
+class AgentAdmitted(Decided):
+    TYPE = AGENT_ADMITTED
+    agent_id: str
+    name: str
+    priority_class: str
+    level: int
+
+
+@event
+class QuarantineLifted(Decided):
+    TYPE = QUARANTINE_LIFTED
+    agent_id: str
+
+
+@event
+class TurnQueued(Decided):
+    TYPE = TURN_QUEUED
+    turn_id: str
+    agent_id: str
+    level: int
+    seq: int
+    estimated_tokens: int
+    max_output_tokens: int
+    requested_at: float
+    priority_class: str
+    streams: bool | None = None        # absent in logs written before the start deadline
+
+
+@event
+class TurnGranted(Decided):
+    TYPE = TURN_GRANTED
+    turn_id: str
+    agent_id: str
+    lane: int
+    level: int
+    lease_expires_at: float
+    reserved_tokens: int
+    start_deadline: bool | None = None     # set (True) when the lease ends at the start deadline
+    start_backoff: int | None = None       # set (> 0) when that deadline was doubled
+
+
+@event
+class LeaseExtended(Decided):
+    TYPE = LEASE_EXTENDED
+    turn_id: str
+    agent_id: str
+    lease_expires_at: float
+    first_chunk_s: float | None = None     # set on a streaming turn's first heartbeat
+
+
+@event
+class TurnCompleted(Decided):
+    TYPE = TURN_COMPLETED
+    turn_id: str
+    agent_id: str
+    lane: int
+    outcome: str
+    prompt_tokens: int
+    completion_tokens: int
+    lane_seconds: float
+    reserved_tokens: int
+    level: int
+    queued_at: float
+    granted_at: float | None
+
+
+@event
+class TurnCancelled(Decided):
+    """Two shapes: a refusal or a quarantine's cancel (no lane fields), and a cancel the
+    client asked for, which always writes `lane` (null for a queued turn) and `lane_seconds`."""
+    TYPE = TURN_CANCELLED
+    turn_id: str
+    agent_id: str
+    reason: str
+    lane: int | None = None
+    lane_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.lane_seconds is not None:
+            out.setdefault("lane", None)
+        return out
+
+
+@event
+class TurnReaped(Decided):
+    TYPE = TURN_REAPED
+    turn_id: str
+    agent_id: str
+    lane: int
+    lease_expires_at: float
+    granted_at: float | None
+    no_first_chunk: bool | None = None     # set (True) for a streaming call that never started
+    full_lease: bool | None = None         # with it: whether that call had held a whole lease
+
+
+@event
+class AgentDemoted(Decided):
+    TYPE = AGENT_DEMOTED
+    agent_id: str
+    from_level: int
+    to_level: int
+    reason: str
+    used_seconds: float
+    used_tokens: float
+    allotment_seconds: float | None        # null for an unlimited allotment
+    allotment_tokens: float | None
+
+
+@event
+class LevelsBoosted(Decided):
+    TYPE = LEVELS_BOOSTED
+
+
+@event
+class TurnPromoted(Decided):
+    TYPE = TURN_PROMOTED
+    turn_id: str
+    agent_id: str
+    from_level: int
+    to_level: int
+    waited: float
+
+
+@event
+class AgentQuarantined(Decided):
+    TYPE = AGENT_QUARANTINED
+    agent_id: str
+    consecutive_reaps: int
+
+
+@event
+class PoolPaused(Decided):
+    TYPE = POOL_PAUSED
+    turn_id: str
+    until: float
+    retry_after: float
+    jitter: float
+    rate_factor: float
+
+
+@event
+class PoolResumed(Decided):
+    TYPE = POOL_RESUMED
+
+
+@event
+class RateObserved(Decided):
+    """The provider's rate-limit headers, aged to the decision (see decide); each field only
+    when the provider sent it."""
+    TYPE = RATE_OBSERVED
+    turn_id: str
+    remaining_requests: float | None = None
+    remaining_tokens: float | None = None
+    limit_requests: float | None = None
+    limit_tokens: float | None = None
+    reset_requests_s: float | None = None
+    reset_tokens_s: float | None = None
+    retry_after_s: float | None = None
+    observed_remaining_requests: float | None = None
+    observed_remaining_tokens: float | None = None
+    age_s: float | None = None

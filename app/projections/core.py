@@ -14,7 +14,8 @@ from typing import Any
 
 from app.domain import context as ctx
 from app.domain import events as ev
-from app.domain.apply import apply, new_pool
+from app.domain import turn_history
+from app.domain.apply import apply_event, new_pool
 from app.domain.state import PoolState
 from app.eventstore.model import RecordedEvent, category_of
 
@@ -22,9 +23,23 @@ PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context")
 
 _NEEDS_CONTEXT = frozenset({ctx.CONTEXT_APPENDED, ctx.CONTEXT_COMPACTED, ev.AGENT_WOKEN})
 
-_TURN_STATUS = {ev.TURN_QUEUED: ev.QUEUED, ev.TURN_GRANTED: ev.GRANTED,
-                ev.TURN_COMPLETED: ev.COMPLETED, ev.TURN_CANCELLED: ev.CANCELLED,
-                ev.TURN_REAPED: ev.REAPED}
+# The decisions that change a turn's document (the turn's heartbeats and completion report
+# do not: its document shows what the scheduler decided).
+_TURN_DECISIONS = (ev.TurnQueued, ev.TurnGranted, ev.LeaseExtended, ev.TurnCompleted, ev.TurnCancelled,
+                   ev.TurnReaped)
+# A turn's document: these fields of its history, in this order.
+TURN_DOC = ("turn_id", "agent_id", "pool", "status", "level", "lane", "estimated_tokens",
+            "max_output_tokens", "streams", "requested_at", "queued_at", "granted_at",
+            "lease_expires_at", "finished_at", "outcome", "reason", "prompt_tokens",
+            "completion_tokens", "reserved_tokens", "version")
+
+
+def turn_doc(history: turn_history.TurnHistory) -> dict:
+    return {name: getattr(history, name) for name in TURN_DOC}
+
+
+def turn_from_doc(doc: dict) -> turn_history.TurnHistory:
+    return turn_history.TurnHistory(**{name: doc[name] for name in TURN_DOC if name in doc})
 
 
 @dataclass
@@ -33,7 +48,8 @@ class CoreModel:
     pools: dict[str, PoolState] = field(default_factory=dict)
     pool_docs: dict[str, dict] = field(default_factory=dict)
     agents: dict[str, dict] = field(default_factory=dict)
-    turns: dict[str, dict] = field(default_factory=dict)
+    turns: dict[str, dict] = field(default_factory=dict)          # documents of `histories`
+    histories: dict[str, turn_history.TurnHistory] = field(default_factory=dict)
     token_index: dict[str, str] = field(default_factory=dict)
     contexts: dict[str, ctx.AgentContext] = field(default_factory=dict)
     dirty: set[tuple[str, str]] = field(default_factory=set)
@@ -84,62 +100,41 @@ class CoreModel:
 
     def _fold_pool(self, event: RecordedEvent) -> None:
         name = event.stream.split("-", 1)[1]
-        d = event.data
         if event.type == ev.POOL_CREATED:
-            self.pools[name] = new_pool(d)
+            created = ev.PoolCreated.from_dict(event.data)
+            self.pools[name] = new_pool(created)
             self.pools[name].version = event.version
-            self.pool_docs[name] = {"name": name, "created_at": d["at"],
-                                    "upstream_api_key_fingerprint": d.get("upstream_api_key_fingerprint")}
+            self.pool_docs[name] = {"name": name, "created_at": created.at,
+                                    "upstream_api_key_fingerprint": created.upstream_api_key_fingerprint}
             self.dirty.add(("pools", name))
             self.dirty.add(("scheduler", name))
             return
         state = self.pools.get(name)
         if state is None or event.position <= state.position:
             return  # not created yet, or already folded into a loaded document
-        apply(state, event.type, d)
+        # A type that is not a decision changes no state (as apply() has it), only the version.
+        decision = ev.parse(event.type, event.data) if event.type in ev.DECISIONS else None
+        if decision is not None:
+            apply_event(state, decision)
         state.version = event.version
         state.position = event.position
         self.dirty.add(("scheduler", name))
-        turn_id = d.get("turn_id")
-        if turn_id not in self.turns:
-            return
-        if event.type in _TURN_STATUS:
-            self._update_turn(turn_id, event)
-        elif event.type == ev.LEASE_EXTENDED:
-            self.turns[turn_id].update(lease_expires_at=d["lease_expires_at"], version=event.position)
-            self.dirty.add(("turns", turn_id))
-
-    def _update_turn(self, turn_id: str, event: RecordedEvent) -> None:
-        doc, d = self.turns[turn_id], event.data
-        doc["status"] = _TURN_STATUS[event.type]
-        if event.type == ev.TURN_QUEUED:
-            doc.update(level=d["level"], queued_at=d["at"])
-        elif event.type == ev.TURN_GRANTED:
-            doc.update(lane=d["lane"], level=d["level"], granted_at=d["at"],
-                       lease_expires_at=d["lease_expires_at"], reserved_tokens=d["reserved_tokens"])
-        else:
-            doc.update(finished_at=d["at"], lease_expires_at=None)
-            if event.type == ev.TURN_COMPLETED:
-                doc.update(outcome=d["outcome"], prompt_tokens=d["prompt_tokens"],
-                           completion_tokens=d["completion_tokens"])
-            if event.type == ev.TURN_CANCELLED:
-                doc["reason"] = d.get("reason")
-            if event.type == ev.TURN_REAPED:
-                doc["reason"] = ("no first chunk by the start deadline" if d.get("no_first_chunk")
-                                 else "lease expired")
-        doc["version"] = event.position
-        self.dirty.add(("turns", turn_id))
+        history = self.histories.get(getattr(decision, "turn_id", None))
+        if history is not None and isinstance(decision, _TURN_DECISIONS):
+            turn_history.fold(history, decision, event.position)
+            self.turns[history.turn_id].update(turn_doc(history))
+            self.dirty.add(("turns", history.turn_id))
 
     def _fold_agent(self, event: RecordedEvent) -> None:
-        d = event.data
-        agent_id = d.get("agent_id")
+        agent_id = event.data.get("agent_id")
         if event.type == ev.AGENT_REGISTERED:
+            d = ev.AgentRegistered.from_dict(event.data)
             self.agents[agent_id] = {
-                "agent_id": agent_id, "name": d["name"], "pool": d["pool"],
-                "priority_class": d["priority_class"], "token_hash": d["token_hash"],
-                "context_budget_tokens": d.get("context_budget_tokens"),
-                "registered_at": d["at"], "hibernated": False, "last_active_at": d["at"]}
-            self.token_index[d["token_hash"]] = agent_id
+                "agent_id": agent_id, "name": d.name, "pool": d.pool,
+                "priority_class": d.priority_class, "token_hash": d.token_hash,
+                "context_budget_tokens": d.context_budget_tokens,
+                "registered_at": d.at, "hibernated": False, "last_active_at": d.at}
+            self.token_index[d.token_hash] = agent_id
         elif agent_id not in self.agents:
             return
         elif event.type == ev.AGENT_HIBERNATED:
@@ -148,28 +143,23 @@ class CoreModel:
             # the race) folds as a no-op; the agent is hibernated only if its context is.
             self.agents[agent_id]["hibernated"] = self.context_of(agent_id).hibernated
         elif event.type == ev.AGENT_WOKEN:
-            self.agents[agent_id].update(hibernated=False, last_active_at=d["at"])
+            woken = ev.AgentWoken.from_dict(event.data)
+            self.agents[agent_id].update(hibernated=False, last_active_at=woken.at)
             self._fold_context(agent_id, event)
         else:
             return
         self.dirty.add(("agents", agent_id))
 
     def _fold_turn_input(self, event: RecordedEvent) -> None:
-        d = event.data
         if event.type == ev.TURN_REQUESTED:
-            self.turns[d["turn_id"]] = {
-                "turn_id": d["turn_id"], "agent_id": d["agent_id"], "pool": d["pool"],
-                "status": ev.QUEUED, "level": None, "lane": None,
-                "estimated_tokens": d["estimated_tokens"], "max_output_tokens": d["max_output_tokens"],
-                "streams": bool(d.get("streams", False)), "requested_at": d["at"], "queued_at": None, "granted_at": None,
-                "lease_expires_at": None, "finished_at": None, "outcome": None, "reason": None,
-                "prompt_tokens": None, "completion_tokens": None, "reserved_tokens": None,
-                "version": event.position}
-            self.dirty.add(("turns", d["turn_id"]))
-            agent = self.agents.get(d["agent_id"])
+            d = ev.TurnRequested.from_dict(event.data)
+            history = self.histories[d.turn_id] = turn_history.start(d, event.position)
+            self.turns[d.turn_id] = turn_doc(history)
+            self.dirty.add(("turns", d.turn_id))
+            agent = self.agents.get(d.agent_id)
             if agent is not None:
-                agent["last_active_at"] = d["at"]
-                self.dirty.add(("agents", d["agent_id"]))
+                agent["last_active_at"] = d.at
+                self.dirty.add(("agents", d.agent_id))
 
     # -- views the API needs -------------------------------------------------------------
     def agent_view(self, agent_id: str) -> dict | None:
@@ -229,6 +219,7 @@ class CoreModel:
                 model.token_index[doc["token_hash"]] = key
             elif projection == "turns":
                 model.turns[key] = doc
+                model.histories[key] = turn_from_doc(doc)
             elif projection == "context":
                 model.contexts[key] = ctx.state_from_dict(doc)
         return model

@@ -55,6 +55,7 @@ from pathlib import Path
 import httpx
 
 from app.domain import events as ev
+from app.domain import turn_history
 from app.stats import percentile
 
 from .fake_provider import FakeProvider
@@ -501,7 +502,7 @@ async def _register(operator: Gql, pool: str, trace: Trace) -> dict[str, str]:
 
 async def _pool_created_at(store, pool: str) -> tuple[float, int]:
     first = (await store.read(0, 1, streams=[f"pool-{pool}"]))[0]
-    return float(first.data["at"]), first.position
+    return float(ev.PoolCreated.from_dict(first.data).at), first.position
 
 
 def _aligned_start(created_at: float, boost_c: float, margin: float = 0.3) -> float:
@@ -595,11 +596,18 @@ async def read_pool_log(store, pool: str, after: int) -> list:
         if not batch:
             return events
         cursor = batch[-1].position
-        events += [e for e in batch if e.stream == f"pool-{pool}" or e.data.get("pool") == pool]
+        events += [e for e, typed in zip(batch, (ev.parse(e.type, e.data) for e in batch))
+                   if e.stream == f"pool-{pool}" or getattr(typed, "pool", None) == pool]
+
+
+def _typed(events: list) -> list[tuple[int, ev.Event]]:
+    """The recorded events as (position, typed event)."""
+    return [(e.position, ev.parse(e.type, e.data)) for e in events]
 
 
 @dataclass
 class TurnRow:
+    """What the metrics read of a turn's history (turn_history), with the live check's names."""
     turn_id: str
     agent_id: str
     priority_class: str
@@ -608,31 +616,19 @@ class TurnRow:
     last_life_at: float | None = None   # grant or last lease extension
     finished_at: float | None = None
     end: str | None = None               # OK | RATE_LIMITED | ERROR | REAPED | CANCELLED
-    reported_at: float | None = None     # when the service heard the provider's answer
+    reported_at: float | None = None     # when the service heard of the provider's answer
+
+    @classmethod
+    def of(cls, h: turn_history.TurnHistory) -> "TurnRow":
+        return cls(h.turn_id, h.agent_id, h.priority_class, float(h.requested_at), h.granted_at,
+                   h.last_life_at, h.finished_at, h.end, h.report.at if h.report is not None else None)
 
 
 def _fold_turns(events: list) -> dict[str, TurnRow]:
-    turns: dict[str, TurnRow] = {}
-    for e in events:
-        d = e.data
-        if e.type == ev.TURN_QUEUED:
-            turns[d["turn_id"]] = TurnRow(d["turn_id"], d["agent_id"], d.get("priority_class", "?"),
-                                          float(d["requested_at"]))
-            continue
-        row = turns.get(d.get("turn_id", ""))
-        if row is None:
-            continue
-        if e.type == ev.TURN_GRANTED:
-            row.granted_at = row.last_life_at = d["at"]
-        elif e.type == ev.LEASE_EXTENDED:
-            row.last_life_at = d["at"]
-        elif e.type == ev.COMPLETION_REPORTED and row.reported_at is None:
-            row.reported_at = d["at"]
-        elif e.type in (ev.TURN_COMPLETED, ev.TURN_REAPED, ev.TURN_CANCELLED) and row.finished_at is None:
-            row.finished_at = d["at"]
-            row.end = d["outcome"] if e.type == ev.TURN_COMPLETED else (
-                ev.REAPED if e.type == ev.TURN_REAPED else ev.CANCELLED)
-    return turns
+    # The log read here has the pool's decisions and completion reports, not the requests:
+    # a turn's history starts at its TurnQueued.
+    histories = turn_history.histories(_typed(events), start_at=(ev.TurnQueued,))
+    return {turn_id: TurnRow.of(h) for turn_id, h in histories.items()}
 
 
 @dataclass
@@ -721,9 +717,8 @@ def log_metrics(events: list, provider: FakeProvider, t0: float, end: float, c: 
     turns = _fold_turns(events)
     calls = _chain_calls(turns, end)
     held, productive = _lane_use(turns, provider, end)
-    in_window = [e for e in events if t0 <= e.data.get("at", t0) <= end]
-    rate_limited = sum(e.type == ev.TURN_COMPLETED and e.data.get("outcome") == ev.RATE_LIMITED
-                       for e in in_window)
+    in_window = [e for _, e in _typed(events) if t0 <= (t0 if e.at is None else e.at) <= end]
+    rate_limited = sum(isinstance(e, ev.TurnCompleted) and e.outcome == ev.RATE_LIMITED for e in in_window)
     attempts = sum(1 for e in provider.access_log if t0 <= e.received_at <= end)
     per_class = {cls: _latency_summary([r for r in calls if r.priority_class == cls], t0, end)
                  for cls in CLASSES if any(r.priority_class == cls for r in calls)}
@@ -732,8 +727,8 @@ def log_metrics(events: list, provider: FakeProvider, t0: float, end: float, c: 
             **_holds_at_end(turns, provider, end, c),
             "rate_limited": rate_limited, "provider_attempts": attempts,
             "rate_limited_share": rate_limited / attempts if attempts else 0.0,
-            "reaps": sum(e.type == ev.TURN_REAPED for e in in_window),
-            "boosts": sum(e.type == ev.LEVELS_BOOSTED for e in in_window),
+            "reaps": sum(isinstance(e, ev.TurnReaped) for e in in_window),
+            "boosts": sum(isinstance(e, ev.LevelsBoosted) for e in in_window),
             "slot_seconds_held": held, "slot_seconds_productive": productive,
             "per_class": per_class, "events_read": len(events)}
 
@@ -758,8 +753,8 @@ def grant_to_send(events: list, provider: FakeProvider) -> list[float]:
     """Per granted attempt: TurnGranted.at -> the provider received the call (wall s). The
     live counterpart of the sim client's `client_delay_s`."""
     received = {e.request_id: e.received_at for e in provider.access_log}
-    return [received[e.data["turn_id"]] - e.data["at"] for e in events
-            if e.type == ev.TURN_GRANTED and e.data["turn_id"] in received]
+    return [received[e.turn_id] - e.at for _, e in _typed(events)
+            if isinstance(e, ev.TurnGranted) and e.turn_id in received]
 
 
 # -- comparison and report ---------------------------------------------------------------------

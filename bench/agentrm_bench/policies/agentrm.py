@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
-from app.domain.decide import decide, next_deadline
+from app.domain.decide import decide, decide_events, next_deadline
 from app.domain.settings import PoolSettings
 
 from ..sim import Attempt
@@ -84,10 +84,10 @@ class AgentRM(Policy):
 
     # -- the scheduler loop ---------------------------------------------------------------
     def _decide(self, input_type: str | None, data: dict | None) -> None:
-        out = decide(self.state, input_type, data, self.sim.now)
+        out = decide_events(self.state, input_type, data, self.sim.now)
         self.decisions += len(out)
-        for type_, d in out:
-            self._react(type_, d)
+        for d in out:
+            self._react(d)
         self._arm_timer()
 
     def _arm_timer(self) -> None:
@@ -105,29 +105,29 @@ class AgentRM(Policy):
         self.tick_at = None
         self._decide(None, None)
 
-    def _react(self, type_: str, d: dict) -> None:
-        cur = self.by_turn.get(d.get("turn_id", ""))
+    def _react(self, d: ev.Decided) -> None:
+        cur = self.by_turn.get(getattr(d, "turn_id", ""))
         if cur is None:
-            if type_ == ev.AGENT_QUARANTINED:
-                self.quarantined.add(d["agent_id"])
+            if isinstance(d, ev.AgentQuarantined):
+                self.quarantined.add(d.agent_id)
             return
-        if type_ == ev.TURN_GRANTED:
-            cur.hold = self.recorder.hold(self.sim.now, f"lane{d['lane']}")
+        if isinstance(d, ev.TurnGranted):
+            cur.hold = self.recorder.hold(self.sim.now, f"lane{d.lane}")
             token = cur.token
-            self.sim.after(self.client_delay_s, lambda: self._granted(cur, d["turn_id"], token))
-        elif type_ == ev.TURN_COMPLETED:
-            self._drop_turn(cur, d["turn_id"])
-        elif type_ == ev.TURN_REAPED:
+            self.sim.after(self.client_delay_s, lambda: self._granted(cur, d.turn_id, token))
+        elif isinstance(d, ev.TurnCompleted):
+            self._drop_turn(cur, d.turn_id)
+        elif isinstance(d, ev.TurnReaped):
             self.reaps += 1
             if cur.attempt is not None and cur.attempt.record is cur.record and not cur.attempt.hung:
                 self.spurious_reaps += 1
-            self._drop_turn(cur, d["turn_id"])
+            self._drop_turn(cur, d.turn_id)
             cur.token += 1
             if cur.attempt is not None and cur.attempt.ended_at is None:
                 cur.attempt.abandon(self.sim.now)
             self.sim.after(self.client_delay_s, lambda: self._request_turn(cur))
-        elif type_ == ev.TURN_CANCELLED:
-            self._drop_turn(cur, d["turn_id"])
+        elif isinstance(d, ev.TurnCancelled):
+            self._drop_turn(cur, d.turn_id)
             cur.token += 1
             cur.stuck = True  # quarantined: an operator must release the agent
             # The client's call ends in an error the agent cannot retry: a failed call, and
