@@ -1,6 +1,6 @@
 """The context lifecycle shell: append, compact, assemble views, index cold chunks.
 
-Rules live in app/domain/context.py (pure); this module adds the event store, the
+Rules live in app/domain/context/ (pure); this module adds the event store, the
 tokenizer, the embedding model and the summarizer around them.
 
 - append: each message is a `ContextAppended` event in `context-<agent>` (expected

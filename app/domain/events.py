@@ -47,3 +47,9 @@ ACTIVE, HIBERNATED, QUARANTINED = "ACTIVE", "HIBERNATED", "QUARANTINED"
 OK, RATE_LIMITED, ERROR = "OK", "RATE_LIMITED", "ERROR"
 INTERACTIVE, BATCH, BACKGROUND = "INTERACTIVE", "BATCH", "BACKGROUND"
 PRIORITY_CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
+
+# -- context (stream context-<agent>; folded by app.domain.context) -------------------
+CONTEXT_APPENDED = "ContextAppended"          # one message into the hot tier
+CONTEXT_COMPACTED = "ContextCompacted"        # a hot span moved to warm (summary, facts) and cold
+# What the context fold reads: its own events and the hibernation pair that parks and wakes it.
+CONTEXT_EVENTS = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})
