@@ -27,6 +27,7 @@ import numpy as np
 
 from app.auth import Principal, require, require_self_or_operator
 from app.domain import context as ctx
+from app.domain.streams import context_stream
 from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.projections.context_archive import archived_context
@@ -107,14 +108,14 @@ class ContextService:
             now = self.clock()  # under the lock, so one agent's appends carry increasing times
             for attempt in range(3):
                 state = self.state(agent_id)
-                events = [NewEvent(_stream(agent_id), ctx.CONTEXT_APPENDED,
+                events = [NewEvent(context_stream(agent_id), ctx.CONTEXT_APPENDED,
                                    {"agent_id": agent_id, "seq": state.last_seq + 1 + i, "role": role,
                                     "content": content, "pinned": bool(pinned),
                                     "tokens": count_message(role, content, encoding), "at": now},
                                    {"actor": require(principal).actor, "correlation": agent_id})
                           for i, (role, content, pinned) in enumerate(messages)]
                 try:
-                    await self._record(events, {_stream(agent_id): self._version(state)})
+                    await self._record(events, {context_stream(agent_id): self._version(state)})
                     break
                 except ConcurrencyError:
                     await self.projector.catch_up()  # another worker appended: renumber and retry
@@ -167,10 +168,10 @@ class ContextService:
         data["budget_tokens"] = budget
         try:
             await self._record(
-                [NewEvent(_stream(agent_id), ctx.CONTEXT_COMPACTED, data,
+                [NewEvent(context_stream(agent_id), ctx.CONTEXT_COMPACTED, data,
                           {"actor": require(principal).actor if principal else "context-manager",
                            "correlation": agent_id})],
-                {_stream(agent_id): self._version(state)})
+                {context_stream(agent_id): self._version(state)})
         except ConcurrencyError:
             return None  # the context moved on meanwhile; the next append re-plans
         self._index_wake.set()
@@ -285,10 +286,6 @@ class ContextService:
                 await self.hibernate_idle()
             except Exception as exc:
                 log.warning("hibernator: %s", exc)
-
-
-def _stream(agent_id: str) -> str:
-    return f"context-{agent_id}"
 
 
 def _compact_in_thread(state, plan, summarizer, encoding: str, now: float) -> dict:
