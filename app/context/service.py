@@ -1,6 +1,6 @@
 """The context lifecycle shell: append, compact, assemble views, index cold chunks.
 
-Rules live in app/domain/context.py (pure); this module adds the event store, the
+Rules live in app/domain/context/ (pure); this module adds the event store, the
 tokenizer, the embedding model and the summarizer around them.
 
 - append: each message is a `ContextAppended` event in `context-<agent>` (expected
@@ -11,6 +11,9 @@ tokenizer, the embedding model and the summarizer around them.
   query (exact search over the agent's stored embeddings) blended with recency.
 - index: a background task embeds new cold chunks and stores them in Postgres, off the
   request path; chunks not yet embedded rank by recency alone.
+
+Time comes from the injected ``clock``, read once per operation: an append's events, and
+the compaction it may trigger, share one ``now``.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -26,11 +29,12 @@ from app.auth import Principal, require, require_self_or_operator
 from app.domain import context as ctx
 from app.domain.streams import context_stream
 from app.errors import BadInput, Conflict, Forbidden
-from app.eventstore.model import ConcurrencyError, NewEvent
+from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.projections.context_archive import archived_context
 from app.service import Service
 from app.tasks import cancel_all
 
+from .embeddings_store import EmbeddingStore
 from .tokens import count_message, count_text
 
 log = logging.getLogger(__name__)
@@ -40,10 +44,13 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 
 class ContextService:
     def __init__(self, service: Service, *, compaction: ctx.CompactionSettings | None = None,
-                 hibernate_idle_seconds: float = ctx.DEFAULT_IDLE_SECONDS):
+                 hibernate_idle_seconds: float = ctx.DEFAULT_IDLE_SECONDS,
+                 clock: Callable[[], float] = time.time, embeddings: EmbeddingStore | None = None):
         self.service = service
         self.store = service.store
         self.projector = service.projector
+        self.clock = clock
+        self.embeddings = embeddings or EmbeddingStore(service.store.pool)
         self.compaction = compaction or ctx.CompactionSettings()
         self.hibernate_idle_seconds = hibernate_idle_seconds
         self._embedder = None
@@ -98,23 +105,23 @@ class ContextService:
         async with self._locks.setdefault(agent_id, asyncio.Lock()):
             if agent["hibernated"]:
                 await self.service.set_hibernated(principal, agent_id, False, {"reason": "context appended"})
+            now = self.clock()  # under the lock, so one agent's appends carry increasing times
             for attempt in range(3):
                 state = self.state(agent_id)
-                at = time.time()
                 events = [NewEvent(context_stream(agent_id), ctx.CONTEXT_APPENDED,
                                    {"agent_id": agent_id, "seq": state.last_seq + 1 + i, "role": role,
                                     "content": content, "pinned": bool(pinned),
-                                    "tokens": count_message(role, content, encoding), "at": at},
+                                    "tokens": count_message(role, content, encoding), "at": now},
                                    {"actor": require(principal).actor, "correlation": agent_id})
                           for i, (role, content, pinned) in enumerate(messages)]
                 try:
-                    await self.service._append(events, {context_stream(agent_id): self._version(state)})
+                    await self._record(events, {context_stream(agent_id): self._version(state)})
                     break
                 except ConcurrencyError:
                     await self.projector.catch_up()  # another worker appended: renumber and retry
             else:
                 raise Conflict("the context changed concurrently too often; try again")
-            await self._maybe_compact(agent, self.compaction, principal)
+            await self._maybe_compact(agent, self.compaction, principal, now)
         return ctx.context_stats(self.state(agent_id))
 
     async def compact(self, principal: Principal | None, agent_id: str | None = None) -> dict:
@@ -125,7 +132,7 @@ class ContextService:
         async with self._locks.setdefault(agent["agent_id"], asyncio.Lock()):
             if agent["hibernated"]:
                 raise Conflict("agent is hibernated; wake it first")
-            result = await self._maybe_compact(agent, forced, principal)
+            result = await self._maybe_compact(agent, forced, principal, self.clock())
         if result is None:
             state = self.state(agent["agent_id"])
             stats = ctx.context_stats(state)
@@ -138,21 +145,29 @@ class ContextService:
         # The context stream holds one event per appended message plus one per compaction.
         return state.last_seq + state.compactions - 1
 
+    async def _record(self, events: Sequence[NewEvent], expected: dict[str, int]) -> list[RecordedEvent]:
+        """Append at the expected stream version, then wait until the projection has folded
+        the events, so that the state read next (stats, the compaction plan) includes them."""
+        recorded = await self.store.append(events, expected)
+        await self.projector.wait_position(recorded[-1].position)
+        return recorded
+
     async def _maybe_compact(self, agent: dict, settings: ctx.CompactionSettings,
-                             principal: Principal | None) -> dict | None:
+                             principal: Principal | None, now: float) -> dict | None:
+        """Compact if ``settings`` say so at ``now``: the plan, the summary and the event's
+        ``at`` all use that one time."""
         agent_id = agent["agent_id"]
         budget = agent.get("context_budget_tokens") or 8192
         state = self.state(agent_id)
-        plan = ctx.plan_compaction(state, budget, settings, time.time())
+        plan = ctx.plan_compaction(state, budget, settings, now)
         if plan is None:
             return None
         encoding = self._encoding(agent)
         data = await asyncio.to_thread(
-            _compact_in_thread, state, plan, self.summarizer, encoding, time.time())
-        data["at"] = time.time()
+            _compact_in_thread, state, plan, self.summarizer, encoding, now)
         data["budget_tokens"] = budget
         try:
-            await self.service._append(
+            await self._record(
                 [NewEvent(context_stream(agent_id), ctx.CONTEXT_COMPACTED, data,
                           {"actor": require(principal).actor if principal else "context-manager",
                            "correlation": agent_id})],
@@ -191,7 +206,7 @@ class ContextService:
             scores = await self._chunk_scores(agent["agent_id"], query)
         encoding = self._encoding(agent)
         return ctx.assemble_view(state, budget_tokens, scores,
-                                 lambda role, content: count_message(role, content, encoding), time.time())
+                                 lambda role, content: count_message(role, content, encoding), self.clock())
 
     async def view_at(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
                       position: int) -> ctx.ContextView:
@@ -210,15 +225,13 @@ class ContextService:
                                  lambda role, content: count_message(role, content, encoding), at)
 
     async def _chunk_scores(self, agent_id: str, query: str) -> dict[str, float]:
-        async with self.store.pool.acquire() as conn:
-            rows = await conn.fetch("SELECT chunk_id, embedding FROM context_embeddings WHERE agent_id = $1",
-                                    agent_id)
-        if not rows:
+        stored = await self.embeddings.of_agent(agent_id)
+        if not stored:
             return {}
         query_vec = (await asyncio.to_thread(self.embedder.embed, [query]))[0]
-        matrix = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+        matrix = np.asarray([vector for _, vector in stored], dtype=np.float32)
         cosines = matrix @ query_vec  # both sides are unit-normalised: exact cosine
-        return {r["chunk_id"]: float(c) for r, c in zip(rows, cosines)}
+        return {chunk_id: float(c) for (chunk_id, _), c in zip(stored, cosines)}
 
     # -- background: index cold chunks, hibernate idle agents ------------------------------
     async def start(self) -> None:
@@ -231,19 +244,13 @@ class ContextService:
     async def index_pending(self) -> int:
         """Embed every cold chunk that has no stored embedding yet; returns how many."""
         model = self.service.model
-        async with self.store.pool.acquire() as conn:
-            rows = await conn.fetch("SELECT agent_id, chunk_id FROM context_embeddings")
-        done = {(r["agent_id"], r["chunk_id"]) for r in rows}
+        done = await self.embeddings.stored_keys()
         todo = [(agent_id, chunk) for agent_id, state in list(model.contexts.items())
                 for chunk in state.cold.chunks if (agent_id, chunk.chunk_id) not in done]
         if not todo:
             return 0
         vectors = await asyncio.to_thread(self.embedder.embed, [c.text for _, c in todo])
-        async with self.store.pool.acquire() as conn:
-            await conn.executemany(
-                "INSERT INTO context_embeddings (agent_id, chunk_id, model, embedding) VALUES ($1, $2, $3, $4) "
-                "ON CONFLICT (agent_id, chunk_id) DO NOTHING",
-                [(a, c.chunk_id, MODEL_NAME, v.tolist()) for (a, c), v in zip(todo, vectors)])
+        await self.embeddings.add([(a, c.chunk_id, MODEL_NAME, v.tolist()) for (a, c), v in zip(todo, vectors)])
         return len(todo)
 
     async def _index_loop(self) -> None:
@@ -258,7 +265,7 @@ class ContextService:
 
     async def hibernate_idle(self, now: float | None = None) -> list[str]:
         from app.auth import OPERATOR
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         parked = []
         for agent_id, doc in list(self.service.model.agents.items()):
             state = self.state(agent_id)

@@ -427,3 +427,10 @@ class RateObserved(Decided):
     observed_remaining_requests: float | None = None
     observed_remaining_tokens: float | None = None
     age_s: float | None = None
+
+
+# -- context (stream context-<agent>; folded by app.domain.context) -------------------
+CONTEXT_APPENDED = "ContextAppended"          # one message into the hot tier
+CONTEXT_COMPACTED = "ContextCompacted"        # a hot span moved to warm (summary, facts) and cold
+# What the context fold reads: its own events and the hibernation pair that parks and wakes it.
+CONTEXT_EVENTS = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})

@@ -371,8 +371,8 @@ def test_the_reference_model_sees_a_defect_in_the_fold(monkeypatch):
                                                    superseded=[{"fact_id": "f2.0", "by": "f4.0"}])))
     events = json.loads(json.dumps(events))
     assert as_json(fold_log(AGENT, events)) == reference_state(AGENT, events)
-    real_replace = d.replace
-    monkeypatch.setattr(d, "replace", lambda obj, **kw: real_replace(
+    real_replace = d.fold.replace
+    monkeypatch.setattr(d.fold, "replace", lambda obj, **kw: real_replace(
         obj, **{k: v for k, v in kw.items() if k != "superseded_by"}))
     assert as_json(fold_log(AGENT, events)) != reference_state(AGENT, events)
 

@@ -12,6 +12,7 @@ See docs/mutation-testing-context.md for the score and the equivalent mutants.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -133,7 +134,7 @@ def states(draw):
                   role=draw(st.sampled_from(d.ROLES + ("robot",))), text=draw(texts),
                   shape=draw(st.sampled_from(["", "a", "b"])))
              for i in range(draw(st.integers(0, 8)))]
-    facts = [f if draw(st.integers(0, 4)) else d.replace(f, superseded_by="later") for f in facts]
+    facts = [f if draw(st.integers(0, 4)) else replace(f, superseded_by="later") for f in facts]
     chunks = [d.ColdChunk(f"c{i}", m.seq, m.seq, draw(texts), 0) for i, m in enumerate(cold_messages)]
     return context(hot, segments, facts, cold_messages, chunks)
 
@@ -177,7 +178,7 @@ def test_the_reference_model_can_tell_a_defect_apart(monkeypatch):
     state = context(hot=[msg(i, "user", f"message {i} " * 20) for i in range(1, 30)])
     budget = 3 + sum(m.tokens for m in state.hot[-10:])
     assert [i.ref for i in view(state, budget).items] == [str(s) for s in range(20, 30)]
-    monkeypatch.setattr(d, "REPLY_PRIMING_TOKENS", 0)
+    monkeypatch.setattr(d.view, "REPLY_PRIMING_TOKENS", 0)
     got = view(state, budget - 1)
     assert [(i.kind, i.role, i.content, i.tokens, i.ref) for i in got.items] != reference_view(
         state, budget - 1, None, 10_000.0)[0]

@@ -1,0 +1,121 @@
+"""The fold of an agent's context stream: one event at a time into AgentContext, and the
+check that brings a parked context back (``restore``).
+
+ContextAppended adds to the hot tier, ContextCompacted moves a span to warm and cold,
+AgentHibernated leaves only a resume point in memory; the log keeps every tier.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+from app.domain.events import AGENT_HIBERNATED, AGENT_WOKEN, CONTEXT_APPENDED, CONTEXT_COMPACTED
+
+from .state import (AgentContext, ContextMessage, ContextStateError, ResumePoint, WarmSegment,
+                    chunk_from_dict, fact_from_dict, resume_point_for, working_set_digest)
+
+
+def apply(state: AgentContext, event_type: str, data: Mapping[str, Any]) -> AgentContext:
+    """Fold one event into the state. Unknown event types leave the state unchanged, so a
+    projection can feed every event of an agent's stream through here."""
+    if event_type == CONTEXT_APPENDED:
+        return _apply_appended(state, data)
+    if event_type == CONTEXT_COMPACTED:
+        return _apply_compacted(state, data)
+    if event_type == AGENT_HIBERNATED:
+        return _apply_hibernated(state, data)
+    if event_type == AGENT_WOKEN:
+        return _apply_woken(state, data)
+    return state
+
+
+def _refuse_parked(state: AgentContext, event_type: str) -> None:
+    if state.hibernated:
+        # Only the shell can bring a parked context back (it reads the stream); folding
+        # anything into the stub would build a context with the history missing.
+        raise ContextStateError(
+            f"{event_type} for hibernated agent {state.agent_id}: restore its context from its "
+            "stream first (app.domain.context.restore)")
+
+
+def _apply_appended(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+    _refuse_parked(state, CONTEXT_APPENDED)
+    seq = int(data["seq"])
+    if seq <= state.last_seq:
+        raise ValueError(f"ContextAppended seq {seq} is not after {state.last_seq}")
+    message = ContextMessage(seq=seq, role=data["role"], content=data["content"],
+                             pinned=bool(data.get("pinned", False)), tokens=int(data["tokens"]),
+                             at=float(data["at"]))
+    return replace(state, hot=state.hot + (message,), last_seq=seq,
+                   growth=state.growth.record(message.at, message.tokens),
+                   last_activity_at=message.at)
+
+
+def _apply_compacted(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+    _refuse_parked(state, CONTEXT_COMPACTED)
+    lo, hi = int(data["from_seq"]), int(data["to_seq"])
+    moving = tuple(m for m in state.hot if lo <= m.seq <= hi and not m.pinned)
+    staying = tuple(m for m in state.hot if not (lo <= m.seq <= hi and not m.pinned))
+    roles = {m.seq: m.role for m in moving}
+    segment = WarmSegment(segment_id=data["segment_id"], from_seq=lo, to_seq=hi,
+                          summary=data["summary"], summary_tokens=int(data["summary_tokens"]),
+                          at=float(data["at"]))
+    new_facts = tuple(
+        fact_from_dict({**f, "role": f.get("role") or roles.get(int(f["source_seq"]), "user")})
+        for f in data.get("facts", ()))
+    superseded = {s["fact_id"]: s["by"] for s in data.get("superseded", ())}
+    # Superseding never deletes: the old fact stays, pointing at the one that replaced it.
+    facts = tuple(replace(f, superseded_by=superseded[f.fact_id]) if f.fact_id in superseded else f
+                  for f in state.facts + new_facts)
+    chunks = tuple(chunk_from_dict(c) for c in data.get("chunks", ()))
+    cold = replace(state.cold,
+                   messages=tuple(sorted(state.cold.messages + moving, key=lambda m: m.seq)),
+                   chunks=state.cold.chunks + chunks)
+    return replace(state, hot=staying, warm_segments=state.warm_segments + (segment,), facts=facts,
+                   cold=cold, compactions=state.compactions + 1,
+                   last_activity_at=max(state.last_activity_at, float(data["at"])))
+
+
+def _apply_hibernated(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+    if state.hibernated:
+        return state
+    rp = data["resume_point"]
+    if rp["digest"] != resume_point_for(state)["digest"]:
+        # The context moved on between the decision and its commit (an append won the
+        # race): this hibernation describes a state that no longer exists, so it does
+        # nothing. Deterministic, hence identical in every replay.
+        return state
+    # Every tier leaves memory; the log keeps them. The stub is a fresh object that shares
+    # nothing with the state it replaces, so once the caller drops that state, its
+    # messages, summaries, facts and chunks can be freed.
+    resume = ResumePoint(
+        last_seq=state.last_seq, compactions=state.compactions, digest=rp["digest"],
+        messages=len(state.hot) + len(state.cold.messages),
+        tokens=state.hot_tokens + sum(m.tokens for m in state.cold.messages))
+    return AgentContext(agent_id=state.agent_id, last_seq=state.last_seq, compactions=state.compactions,
+                        last_activity_at=state.last_activity_at, hibernated=True, resume_point=resume)
+
+
+def _apply_woken(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+    _refuse_parked(state, AGENT_WOKEN)
+    return state  # awake already (restored by the shell, or never hibernated)
+
+
+def restore(parked: AgentContext, archived: AgentContext) -> AgentContext:
+    """The context a wake brings back. ``archived`` is the fold of the agent's context
+    stream up to the wake (ContextAppended and ContextCompacted events only: hibernating
+    and waking never change the content). It must end where the resume point says and
+    have the working set the hibernation recorded; then it is, exactly, the state that was
+    parked. A context that is not parked is returned unchanged."""
+    if not parked.hibernated:
+        return parked
+    rp = parked.resume_point
+    if rp is None or archived.agent_id != parked.agent_id or archived.hibernated:
+        raise ValueError(f"cannot restore the context of {parked.agent_id} from {archived.agent_id}'s")
+    if (archived.last_seq, archived.compactions) != (rp.last_seq, rp.compactions) or \
+            working_set_digest(archived.hot, archived.warm_segments, archived.facts) != rp.digest:
+        raise ValueError(
+            f"the context stream of {parked.agent_id} does not match its resume point (stream ends at "
+            f"seq {archived.last_seq} after {archived.compactions} compactions, the hibernation "
+            f"recorded seq {rp.last_seq} after {rp.compactions}, or the working set differs)")
+    return archived

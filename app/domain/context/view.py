@@ -1,0 +1,260 @@
+"""View assembly: the context an agent reads for its next call, within a token budget.
+
+Mutation-tested (docs/mutation-testing-context.md, ops/mutate_context_view.sh): this file
+holds assemble_view and its helpers only, so the mutants are exactly theirs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Mapping, Sequence
+
+from .limits import validate_budget
+from .state import (COLD, FACT_KIND_PRIORITY, HOT, WARM, AgentContext, ColdChunk, ContextStateError, KeyFact,
+                    WarmSegment, canonical_json)
+
+
+# Mirrors app.context.tokens.REPLY_PRIMING_TOKENS; repeated so the domain imports no
+# tokenizer. A view of n messages costs 3 + sum(count_message) tokens.
+REPLY_PRIMING_TOKENS = 3
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    """How a budget is shared. Shares are caps, not reservations: what one tier leaves
+    unused flows to the tiers after it.
+
+    facts_share 0.30: live facts are the point of the warm tier; at 4k that is ~60 facts.
+    warm_reserve 0.10 / cold_reserve 0.10: held back from the hot tier so that a long
+    recent window cannot crowd out every summary and every recalled chunk.
+    Cold ranking: (1 - w) * cosine + w * recency, recency halving every hour of age.
+    """
+
+    facts_share: float = 0.30
+    warm_reserve: float = 0.10
+    cold_reserve: float = 0.10
+    recency_weight: float = 0.2
+    recency_half_life_seconds: float = 3_600.0
+
+
+@dataclass(frozen=True)
+class ViewItem:
+    tier: str        # hot | warm | cold
+    kind: str        # pinned | facts | summary | message | chunk
+    role: str
+    content: str
+    tokens: int      # count_message(role, content)
+    ref: str         # seq, segment id, chunk id, or the fact ids of the facts block
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ContextView:
+    agent_id: str
+    budget_tokens: int
+    tokens: int                               # REPLY_PRIMING_TOKENS + sum(item.tokens); 0 if empty
+    items: tuple[ViewItem, ...]
+    omitted_pinned: tuple[int, ...] = ()      # pinned seqs that did not fit the budget
+
+    @property
+    def pinned(self) -> tuple[str, ...]:
+        return tuple(i.content for i in self.items if i.kind == "pinned")
+
+    def to_dict(self) -> dict:
+        return {"agent_id": self.agent_id, "budget_tokens": self.budget_tokens, "tokens": self.tokens,
+                "items": [i.to_dict() for i in self.items], "omitted_pinned": list(self.omitted_pinned)}
+
+    def canonical_bytes(self) -> bytes:
+        return canonical_json(self.to_dict()).encode("utf-8")
+
+    def text(self) -> str:
+        """Everything the agent would read, for answer-string checks."""
+        return "\n".join(i.content for i in self.items)
+
+
+NEAR_DUPLICATE_JACCARD = 0.6
+FACTS_HEADER = "Key facts from earlier in this session (newer facts replace older ones):"
+_ROLE_RANK = {"system": 0, "user": 0, "assistant": 1, "tool": 2}
+
+
+def fact_priority(fact: KeyFact) -> tuple:
+    """Ranking under a tight budget. What the user (or system) stated comes first, of any
+    kind: those are the instructions and ids that "amnesia" loses. Then the rest by kind,
+    then assistant before tool, then newest first. Kind before role for the rest because
+    error messages come almost only from tool output and would otherwise always lose to
+    the assistant's narration."""
+    role_rank = _ROLE_RANK.get(fact.role, 1)
+    return (0 if role_rank == 0 else 1, FACT_KIND_PRIORITY.get(fact.kind, 99), role_rank,
+            -fact.source_seq, fact.fact_id)
+
+
+def _facts_block(facts: Sequence[KeyFact]) -> str:
+    ordered = sorted(facts, key=lambda f: (f.source_seq, f.fact_id))  # read in session order
+    return FACTS_HEADER + "\n" + "\n".join(f"- {f.text}" for f in ordered)
+
+
+def _select_facts(facts: Sequence[KeyFact], cap: int, count_message: Callable[[str, str], int]
+                  ) -> tuple[list[KeyFact], int]:
+    """Most important live facts whose block fits ``cap`` tokens, measured exactly.
+
+    Lines are added with an additive estimate (cheap), then the real block is counted and,
+    in the rare case BPE merges made the estimate low, the least important lines are dropped
+    until the exact count fits. The cap is therefore never exceeded."""
+    if not facts or cap <= 0:
+        return [], 0
+    base = count_message("system", FACTS_HEADER + "\n")
+    if base > cap:
+        return [], 0
+    empty = count_message("system", "")
+    ranked = sorted(facts, key=fact_priority)
+    # Two passes, for diversity (the same idea as MMR): first the most important fact of
+    # each sort, then the repeats if budget is left. A repeat has a shape already seen
+    # (ten AssertionErrors) or is a near-duplicate of a fact already taken (the same
+    # sentence template with other values: >= 60 % of its words shared, Jaccard).
+    first_of_shape: list[KeyFact] = []
+    repeats: list[KeyFact] = []
+    seen_shapes: set[str] = set()
+    taken_words: dict[str, list[frozenset[str]]] = {}
+    for fact in ranked:
+        shape = fact.shape or f"{fact.kind}:{fact.text}"
+        words = frozenset(fact.text.lower().split())
+        similar = any(len(words & other) >= NEAR_DUPLICATE_JACCARD * len(words | other)
+                      for other in taken_words.get(fact.kind, ()))
+        if shape in seen_shapes or similar:
+            repeats.append(fact)
+        else:
+            first_of_shape.append(fact)
+            taken_words.setdefault(fact.kind, []).append(words)
+        seen_shapes.add(shape)
+    chosen: list[KeyFact] = []
+    estimate = base
+    for fact in first_of_shape + repeats:
+        line = count_message("system", f"- {fact.text}\n") - empty
+        if estimate + line <= cap:
+            chosen.append(fact)
+            estimate += line
+    while chosen:
+        exact = count_message("system", _facts_block(chosen))
+        if exact <= cap:
+            return chosen, exact
+        chosen.pop()  # chosen is in priority order: drop the least important
+    return [], 0
+
+
+def _recency(age_seconds: float, half_life: float) -> float:
+    return math.pow(0.5, max(age_seconds, 0.0) / half_life) if half_life > 0 else 0.0
+
+
+def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping[str, float] | None,
+                  count_message: Callable[[str, str], int], now: float,
+                  settings: ViewSettings = ViewSettings()) -> ContextView:
+    """The context an agent gets for its next call, never over ``budget_tokens`` as counted
+    by ``count_message`` (plus the 3 reply-priming tokens).
+
+    Output order: pinned messages (chronological), the key-facts block, warm summaries
+    newest first, hot messages (chronological, the most recent ones that fit), then cold
+    chunks ranked by cosine score (``chunk_scores``, chunk_id -> cosine, from the query)
+    blended with recency; with no scores, cold chunks rank by recency alone.
+
+    Budget is spent in this order of priority: pinned, facts (<= facts_share), hot
+    (leaving warm_reserve and, if there are chunks to recall, cold_reserve), warm, cold,
+    then any leftover extends the hot window further back.
+
+    Pinned messages alone over budget: the budget still wins (it is a hard limit of the
+    model call). Pinned messages are taken oldest first while they fit, the rest are
+    skipped and listed in ``omitted_pinned`` so the API can warn; the system prompt, being
+    the oldest, is the last to go.
+    """
+    validate_budget(budget_tokens)
+    if state.hibernated:
+        raise ContextStateError(f"agent {state.agent_id} is hibernated; wake it before reading its context")
+    remaining = budget_tokens - REPLY_PRIMING_TOKENS
+
+    pinned_items: list[ViewItem] = []
+    omitted: list[int] = []
+    for m in state.hot:
+        if not m.pinned:
+            continue
+        cost = count_message(m.role, m.content)
+        if cost <= remaining:
+            pinned_items.append(ViewItem(HOT, "pinned", m.role, m.content, cost, str(m.seq)))
+            remaining -= cost
+        else:
+            omitted.append(m.seq)
+
+    fact_items: list[ViewItem] = []
+    chosen_facts, facts_cost = _select_facts(
+        state.live_facts, min(remaining, int(settings.facts_share * budget_tokens)), count_message)
+    if chosen_facts:
+        ordered_ids = ",".join(f.fact_id for f in sorted(chosen_facts, key=lambda f: (f.source_seq, f.fact_id)))
+        fact_items.append(ViewItem(WARM, "facts", "system", _facts_block(chosen_facts), facts_cost, ordered_ids))
+        remaining -= facts_cost
+
+    segment_costs = [(s, count_message("system", _summary_content(s))) for s in reversed(state.warm_segments)]
+    has_cold = bool(state.cold.chunks)
+    reserve = 0
+    if segment_costs:
+        reserve += min(int(settings.warm_reserve * budget_tokens), segment_costs[0][1])
+    if has_cold:
+        reserve += int(settings.cold_reserve * budget_tokens)
+
+    recent = [m for m in state.hot if not m.pinned]
+    hot_picked: list[ViewItem] = []
+    index = len(recent) - 1
+
+    def take_hot(limit: int) -> None:
+        nonlocal index, remaining
+        while index >= 0:
+            m = recent[index]
+            cost = count_message(m.role, m.content)
+            if cost > remaining or cost > limit:
+                return  # contiguous: the window stops at the first message that does not fit
+            hot_picked.append(ViewItem(HOT, "message", m.role, m.content, cost, str(m.seq)))
+            remaining -= cost
+            limit -= cost
+            index -= 1
+
+    take_hot(max(0, remaining - reserve))
+
+    warm_items: list[ViewItem] = []
+    cold_floor = int(settings.cold_reserve * budget_tokens) if has_cold else 0
+    for segment, cost in segment_costs:  # newest first
+        if cost <= remaining - cold_floor:
+            warm_items.append(ViewItem(WARM, "summary", "system", _summary_content(segment), cost,
+                                       segment.segment_id))
+            remaining -= cost
+
+    cold_items: list[ViewItem] = []
+    if has_cold:
+        at_of = {m.seq: m.at for m in state.cold.messages}
+        w = settings.recency_weight if chunk_scores is not None else 1.0
+        ranked = []
+        for position, chunk in enumerate(state.cold.chunks):
+            similarity = (chunk_scores or {}).get(chunk.chunk_id, 0.0)
+            recency = _recency(now - at_of.get(chunk.to_seq, now), settings.recency_half_life_seconds)
+            ranked.append(((1.0 - w) * similarity + w * recency, position, chunk))
+        ranked.sort(key=lambda r: (-r[0], -r[1]))  # ties: the newer chunk first
+        for _, _, chunk in ranked:
+            content = _chunk_content(chunk)
+            cost = count_message("system", content)
+            if cost <= remaining:
+                cold_items.append(ViewItem(COLD, "chunk", "system", content, cost, chunk.chunk_id))
+                remaining -= cost
+
+    take_hot(remaining)  # leftover budget: extend the recent window further back
+    hot_picked.reverse()  # chronological
+
+    items = tuple(pinned_items + fact_items + warm_items + hot_picked + cold_items)
+    total = REPLY_PRIMING_TOKENS + sum(i.tokens for i in items) if items else 0
+    return ContextView(agent_id=state.agent_id, budget_tokens=budget_tokens, tokens=total,
+                       items=items, omitted_pinned=tuple(omitted))
+
+
+def _summary_content(segment: WarmSegment) -> str:
+    return f"Summary of messages {segment.from_seq}-{segment.to_seq}: {segment.summary}"
+
+
+def _chunk_content(chunk: ColdChunk) -> str:
+    return f"Archived messages {chunk.from_seq}-{chunk.to_seq}:\n{chunk.text}"
