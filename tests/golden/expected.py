@@ -14,8 +14,15 @@ from app.audit import Record
 from app.audit.explain import explain_turn
 from app.audit.rate_oracle import first_violation
 from app.audit.verify import verify
-from app.audit.whatif import counterfactual_settings, extract_workload, report_dict, what_if
+from app.audit.whatif import (
+    counterfactual_settings,
+    extract_workload,
+    report_dict,
+    what_if,
+)
+from app.domain import context as ctx
 from app.domain import events as ev
+from app.domain.streams import context_stream
 from app.eventstore.model import RecordedEvent
 from app.projections.core import CoreModel, canonical_hash
 
@@ -37,13 +44,22 @@ def digest(value) -> str:
 def core_hash(events: list[RecordedEvent]) -> str:
     model = CoreModel()
     for event in events:
+        parked = model.parked_context_needed_by(event)
+        if parked is not None:
+            # a wake folds the hibernated agent's context back from its stream, as
+            # app.projections.context_archive does from the database
+            archived = ctx.new_context(parked)
+            for e in events:
+                if e.position < event.position and e.stream == context_stream(parked):
+                    archived = ctx.apply(archived, e.type, e.data)
+            model.restore_context(parked, archived)
         model.fold(event)
     # as the runner persists them (jsonb): through one JSON round trip
     return canonical_hash({k: json.loads(json.dumps(v)) for k, v in model.all_docs().items()})
 
 
 def compute(path: Path, pool: str) -> dict:
-    from agentrm_bench.live_check import _fold_turns, WANTED
+    from agentrm_bench.live_check import WANTED, _fold_turns
     events = load(path)
     records = [Record(e.position, e.stream, e.version, e.type, e.data) for e in events]
     report = verify(records)
