@@ -7,6 +7,7 @@ decision, not just the request.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -15,14 +16,20 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from app.auth import (Principal, hash_token, new_agent_token, require, require_operator,
-                      require_self_or_operator)
+from app.auth import (
+    Principal,
+    hash_token,
+    new_agent_token,
+    require,
+    require_operator,
+    require_self_or_operator,
+)
 from app.domain import events as ev
 from app.domain.context import resume_point_for
 from app.domain.settings import PoolSettings
+from app.domain.streams import agent_stream, pool_stream, turn_stream
 from app.errors import BadInput, Conflict, Forbidden, NotFound
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, RecordedEvent
-from app.domain.streams import agent_stream, pool_stream, turn_stream
 from app.eventstore.store import EventStore
 from app.ports import Clock, EventLog, Ids
 from app.projections.runner import Projector
@@ -60,6 +67,13 @@ class Service:
         self.projector = projector
         self.clock = clock
         self.ids = ids
+        # One lock per agent, owned here: hibernation, wakes and context appends of one agent
+        # take it, so a resume point's digest describes the context its event follows and a
+        # wake cannot interleave with an append or an idle hibernation of the same agent.
+        self._agent_locks: dict[str, asyncio.Lock] = {}
+
+    def agent_lock(self, agent_id: str) -> asyncio.Lock:
+        return self._agent_locks.setdefault(agent_id, asyncio.Lock())
 
     @property
     def model(self):
@@ -189,6 +203,13 @@ class Service:
 
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
                              extra: dict | None = None) -> dict:
+        """Hibernate or wake an agent, under its lock."""
+        async with self.agent_lock(agent_id):
+            return await self.set_hibernated_locked(principal, agent_id, hibernated, extra)
+
+    async def set_hibernated_locked(self, principal: Principal | None, agent_id: str, hibernated: bool,
+                                    extra: dict | None = None) -> dict:
+        """set_hibernated for a caller that already holds `agent_lock(agent_id)`."""
         principal = require_self_or_operator(principal, agent_id)
         view = await self.fresh(self.agent_view, agent_id)
         if view["hibernated"] == hibernated:

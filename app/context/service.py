@@ -55,7 +55,6 @@ class ContextService:
         self.hibernate_idle_seconds = hibernate_idle_seconds
         self._embedder = None
         self._summarizer = None
-        self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
 
@@ -102,9 +101,9 @@ class ContextService:
             raise BadInput(str(exc)) from None
         agent_id = agent["agent_id"]
         encoding = self._encoding(agent)
-        async with self._locks.setdefault(agent_id, asyncio.Lock()):
+        async with self.service.agent_lock(agent_id):
             if agent["hibernated"]:
-                await self.service.set_hibernated(principal, agent_id, False, {"reason": "context appended"})
+                await self.service.set_hibernated_locked(principal, agent_id, False, {"reason": "context appended"})
             now = self.clock()  # under the lock, so one agent's appends carry increasing times
             for attempt in range(3):
                 state = self.state(agent_id)
@@ -129,7 +128,7 @@ class ContextService:
         agent = await self.service.fresh(self._target, principal, agent_id)
         forced = ctx.CompactionSettings(mode=ctx.FIXED, high_watermark=2e-6, low_watermark=1e-6,
                                         max_high_shift=0.0, max_low_shift=0.0)
-        async with self._locks.setdefault(agent["agent_id"], asyncio.Lock()):
+        async with self.service.agent_lock(agent["agent_id"]):
             if agent["hibernated"]:
                 raise Conflict("agent is hibernated; wake it first")
             result = await self._maybe_compact(agent, forced, principal, self.clock())
@@ -181,10 +180,8 @@ class ContextService:
 
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
                              extra: dict | None = None) -> dict:
-        """Hibernate or wake under the agent's context lock, so the resume point's digest
-        describes the context the event will actually follow."""
-        async with self._locks.setdefault(agent_id, asyncio.Lock()):
-            return await self.service.set_hibernated(principal, agent_id, hibernated, extra)
+        """The Service's, which takes the agent's lock (the one this service's appends take)."""
+        return await self.service.set_hibernated(principal, agent_id, hibernated, extra)
 
     # -- views -------------------------------------------------------------------------------
     async def view(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,

@@ -121,3 +121,22 @@ async def test_expired_leases_are_reaped_on_the_clock_and_repeated_reaps_quarant
     released = await app.service.release_agent(OPERATOR, me.agent_id)
     assert released["state"] != ev.QUARANTINED
     assert (await app.service.request_turn(me, 10))["status"] == ev.GRANTED
+
+
+async def test_a_wake_by_turn_request_waits_for_the_agents_lock(app, register):
+    # hibernation, wakes and context appends of one agent take one lock (Service.agent_lock):
+    # a turn request that must wake the agent cannot interleave with an append or an idle
+    # hibernation holding it
+    me = await register("locked")
+    await app.service.set_hibernated(OPERATOR, me.agent_id, True)
+    lock = app.service.agent_lock(me.agent_id)
+    await lock.acquire()
+    request = asyncio.create_task(app.service.request_turn(me, 100, 100))
+    for _ in range(20):
+        await asyncio.sleep(0)          # let the request run as far as it can
+    assert await app.store.read(0, 100, types=[ev.AGENT_WOKEN]) == []
+    assert not request.done()
+    lock.release()
+    turn = await request
+    assert turn["status"] in (ev.QUEUED, ev.GRANTED)
+    assert len(await app.store.read(0, 100, types=[ev.AGENT_WOKEN])) == 1
