@@ -6,13 +6,12 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from app.domain.apply import apply_event, new_pool
-from app.domain import events as ev
 from app.domain.state import PoolState
 from app.eventstore.store import EventStore
 from app.projections.context_archive import archived_context, restore_if_parked
 from app.projections.core import PROJECTIONS, CoreModel, canonical_hash
 from app.projections.runner import CHECKPOINT, Projector, load_docs
+from app.scheduler.pool_fold import fold_pool_stream
 
 PAGE = 5000
 
@@ -93,21 +92,9 @@ def _compare(live_docs: dict, rebuilt: CoreModel, pool: str | None, count: int, 
 
 
 async def pool_state_at(store: EventStore, pool: str, position: int) -> PoolState | None:
-    """A pool's scheduler state as of global `position`: the fold of its own stream."""
-    state: PoolState | None = None
-    after = 0
-    while True:
-        events = await store.read(after, PAGE, streams=[f"pool-{pool}"], up_to=position)
-        for event in events:
-            if event.type == ev.POOL_CREATED:
-                state = new_pool(ev.PoolCreated.from_dict(event.data))
-            elif state is not None and event.type in ev.DECISIONS:
-                apply_event(state, ev.parse(event.type, event.data))
-            if state is not None:
-                state.version, state.position = event.version, event.position
-        if len(events) < PAGE:
-            return state
-        after = events[-1].position
+    """A pool's scheduler state as of global `position`: the fold of its own stream (the
+    same fold the scheduler starts from)."""
+    return await fold_pool_stream(store, pool, position)
 
 
 async def context_state_at(store: EventStore, agent_id: str, position: int):

@@ -19,11 +19,18 @@ from app.domain.decide import decide_many, next_deadline
 from app.domain.state import PoolState
 from app.domain.streams import pool_stream
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
-from app.ports import Clock, EventLog, Leadership, Lease
+from app.ports import Clock, EventLog, Leadership, Lease, Wakeups
 from app.projections.runner import Projector
+from app.scheduler.inbox import LogInbox
+from app.scheduler.pool_fold import fold_pool_stream
 from app.tasks import cancel_all
 
 log = logging.getLogger(__name__)
+
+# What the inbox reads from the log: every input, and every type the pool's stream holds
+# (an append of any other type to it would still bump its version, and our next append
+# would fail on the expected version).
+_FOLLOWED = ev.INPUTS | ev.DECISIONS | {ev.POOL_CREATED}
 
 
 class LostLeadership(Exception):
@@ -31,19 +38,23 @@ class LostLeadership(Exception):
 
 
 class PoolScheduler:
-    def __init__(self, pool: str, store: EventLog, projector: Projector, url: str | None = None, *,
+    def __init__(self, pool: str, store: EventLog, url: str | None = None, *,
                  clock: Clock = time.time, retry_interval: float = 1.0,
-                 leadership: Leadership | None = None):
+                 leadership: Leadership | None = None, wakeups: Wakeups | None = None):
         self.pool = pool
         self.stream = pool_stream(pool)
         self.store = store
-        self.projector = projector
         self.clock = clock
         self.retry_interval = retry_interval
         self.leadership = leadership if leadership is not None else AdvisoryLockLeadership(url)
         self.leading = asyncio.Event()
         self.state: PoolState | None = None
+        self.wakeups = wakeups
         self._inbox: asyncio.Queue[RecordedEvent | None] | None = None
+        self._log_inbox: LogInbox | None = None
+        # Registered once (the port has no way to unregister); it feeds whichever inbox
+        # the current leadership term has.
+        store.on_append(self._offer)
 
     def tick(self) -> None:
         """The clock moved without real time passing (a manual clock): look at the timers
@@ -72,19 +83,23 @@ class PoolScheduler:
             return True
         return event.type in ev.INPUTS and event.data.get("pool") == self.pool
 
+    def _offer(self, appended: list[RecordedEvent]) -> None:
+        if self._log_inbox is not None:
+            self._log_inbox.offer(appended)
+
     async def _lead(self, lease: Lease) -> None:
-        await self.projector.catch_up()
-        model = self.projector.model
-        if self.pool not in model.pools:
+        # The starting state is the fold of the pool's own stream up to the head, and the
+        # inbox follows the log from that same head: every input after it exactly once.
+        position = await self.store.head()
+        state = await fold_pool_stream(self.store, self.pool, position)
+        if state is None:
             return
-        # Copy the state and subscribe with no await in between: the inbox then holds
-        # exactly the events after the copied position.
-        state = model.pools[self.pool].copy()
-        position = model.position
-        inbox: asyncio.Queue[RecordedEvent | None] = asyncio.Queue()
-        self._inbox = inbox
-        unsubscribe = self.projector.subscribe(
-            lambda e: inbox.put_nowait(e) if self._relevant(e) else None)
+        if self.wakeups is None:
+            raise RuntimeError("a leading scheduler needs the log's wake-ups")
+        self._log_inbox = LogInbox(self.store, self.wakeups, position, types=_FOLLOWED,
+                                   relevant=self._relevant)
+        inbox = self._inbox = self._log_inbox.queue
+        follow = asyncio.create_task(self._log_inbox.follow(), name=f"scheduler-{self.pool}-inbox")
         self.state = state
         self.leading.set()
         log.info("scheduler for pool %s leads from position %d", self.pool, position)
@@ -95,12 +110,15 @@ class PoolScheduler:
             while True:
                 if not lease.held:
                     raise LostLeadership("lock session closed")
+                if follow.done():
+                    follow.result()  # the inbox failed: step down and start over
+                    raise LostLeadership("inbox stopped following the log")
                 batch = await self._next_batch(state, inbox)
                 await self._process(state, batch)
         finally:
-            unsubscribe()
+            await cancel_all([follow])
             self.state = None
-            self._inbox = None
+            self._inbox = self._log_inbox = None
 
     async def _unanswered(self, after: int, up_to: int) -> list[RecordedEvent]:
         found: list[RecordedEvent] = []
@@ -172,7 +190,7 @@ class SchedulerSupervisor:
     def ensure(self) -> None:
         for pool in list(self.projector.model.pools):
             if pool not in self._tasks:
-                scheduler = PoolScheduler(pool, self.store, self.projector, self.url, **self.kwargs)
+                scheduler = PoolScheduler(pool, self.store, self.url, **self.kwargs)
                 self.schedulers[pool] = scheduler
                 self._tasks[pool] = asyncio.create_task(scheduler.run(), name=f"scheduler-{pool}")
 

@@ -101,7 +101,7 @@ async def test_two_schedulers_deciding_on_the_same_state_one_append_wins(fresh_d
     b = await Runtime(fresh_database, run_schedulers=False).start()
     try:
         await b.projector.catch_up()
-        leaders = [PoolScheduler("default", rt.store, rt.projector, fresh_database) for rt in (a, b)]
+        leaders = [PoolScheduler("default", rt.store, fresh_database) for rt in (a, b)]
         states = [rt.projector.model.pools["default"].copy() for rt in (a, b)]
         assert states[0].version == states[1].version
         view, _token = await a.service.register_agent(OPERATOR, "contested")

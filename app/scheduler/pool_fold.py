@@ -1,0 +1,32 @@
+"""A pool's scheduler state read straight from the log: the fold of its own stream.
+
+The scheduler starts from this (not from a read model), and the replay reads past states
+with it, so the writer and the audit see one fold."""
+from __future__ import annotations
+
+from app.domain import events as ev
+from app.domain.apply import apply_event, new_pool
+from app.domain.state import PoolState
+from app.domain.streams import pool_stream
+from app.ports import EventLog
+
+PAGE = 5000
+
+
+async def fold_pool_stream(log: EventLog, pool: str, up_to: int) -> PoolState | None:
+    """The state of `pool` as of global position `up_to`, with the version and position of
+    the last event of its stream there; None if the pool did not exist yet."""
+    state: PoolState | None = None
+    after = 0
+    while True:
+        events = await log.read(after, PAGE, streams=[pool_stream(pool)], up_to=up_to)
+        for event in events:
+            if event.type == ev.POOL_CREATED:
+                state = new_pool(ev.PoolCreated.from_dict(event.data))
+            elif state is not None and event.type in ev.DECISIONS:
+                apply_event(state, ev.parse(event.type, event.data))
+            if state is not None:
+                state.version, state.position = event.version, event.position
+        if len(events) < PAGE:
+            return state
+        after = events[-1].position
