@@ -18,6 +18,7 @@ def _system(argv: list[str]) -> int:
     from app.bootstrap import database_url
     from app.db.embedded import ensure_database
     from app.db.migrate import upgrade
+
     from .system_bench import run, to_markdown
     # A database of its own: the benchmark writes tens of thousands of events.
     base = database_url()

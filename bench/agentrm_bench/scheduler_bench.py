@@ -36,8 +36,6 @@ REPORTED_KEYS = ("throughput_per_min", "goodput_tokens_per_min", "fraction_of_li
                  "jain", "max_service_gap", "lane_waste", "zombies", "stuck_agents", "over_admission")
 DETAIL_KEYS = ("lane_utilization", "p50_latency_s", "rate_limited_count", "hung_attempts_cut", "calls_requested",
                "calls_completed", "runs_started", "runs_completed", "provider_attempts", "max_wait_s")
-# for tests and old callers
-METRIC_KEYS = REPORTED_KEYS
 
 
 def simulate(policy_name: str, trace: Trace, lanes: int, rpm: int, tpm: int,

@@ -7,11 +7,17 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from agentrm_bench.harness import run_policy
-from agentrm_bench.policies.base import AGENT_RETRY_S
-from agentrm_bench.policies.no_gateway import retry_timeout, should_retry_429
-from agentrm_bench.workload import INTERACTIVE, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams
+from agentrm_bench.policies.base import AGENT_RETRY_S, sdk_backoff
+from agentrm_bench.policies.no_gateway import should_retry_429
+from agentrm_bench.workload import (
+    INTERACTIVE,
+    AgentScript,
+    CallSpec,
+    RunSpec,
+    Trace,
+    WorkloadParams,
+)
 
 RPM, TPM = 10_000, 10_000_000
 NAME = "no-gateway"
@@ -42,14 +48,14 @@ def sends(rec) -> list[float]:
     return [round(t, 6) for t, _ in rec.sent_log]
 
 
-def test_retry_timeout_is_calculate_retry_timeout():
+def test_the_sdk_backoff_is_calculate_retry_timeout():
     class Zero:
         @staticmethod
         def random():
             return 0.0
-    assert [retry_timeout(Zero, n, None) for n in range(6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
-    assert retry_timeout(Zero, 0, 7.0) == 7.0 and retry_timeout(Zero, 0, 120.0) == 120.0
-    assert retry_timeout(Zero, 1, 0.0) == 1.0        # a zero retry-after falls back to backoff
+    assert [sdk_backoff(Zero, None, n) for n in range(6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert sdk_backoff(Zero, 7.0, 0) == 7.0 and sdk_backoff(Zero, 120.0, 0) == 120.0
+    assert sdk_backoff(Zero, 0.0, 1) == 1.0        # a zero retry-after falls back to backoff
     assert should_retry_429(None) and should_retry_429(120.0) and not should_retry_429(121.0)
 
 

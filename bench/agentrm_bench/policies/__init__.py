@@ -7,6 +7,7 @@ Each baseline models what a real system does, cited in its module next to each b
 from __future__ import annotations
 
 import importlib
+
 from ..workload import AgentScript
 from .base import Context, Cursor, Policy, sdk_backoff
 

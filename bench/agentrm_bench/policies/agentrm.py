@@ -13,7 +13,6 @@ from app.domain.settings import PoolSettings
 from ..sim import Attempt
 from .base import Context, Cursor, Policy
 
-
 # What the simulated AgentRM client pays per turn, measured through the real service by the
 # live check at the default workload's own rate (`agentrm bench live --agents 200 --minutes 5
 # --compression 1 --hang-rate 0.01 --lease-seconds 30`: the API under uvicorn in its own

@@ -27,7 +27,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..sim import Attempt, CallRecord, Provider, ProviderLink, Recorder, RunRecord, Simulator, SlotHold
+from ..sim import (
+    Attempt,
+    CallRecord,
+    Provider,
+    ProviderLink,
+    Recorder,
+    RunRecord,
+    Simulator,
+    SlotHold,
+)
 from ..workload import AgentScript, Trace
 
 # After the policy's own retries give up, the agent's framework surfaces the error and the

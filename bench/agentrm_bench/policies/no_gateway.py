@@ -32,25 +32,20 @@ after AGENT_RETRY_S (policies/base.py), as for every policy.
 from __future__ import annotations
 
 from ..sim import Attempt, Watchdog
-from .base import (SDK_DEFAULT_MAX_RETRIES, SDK_DEFAULT_TIMEOUT_S, SDK_MAX_RETRY_AFTER_DELAY_S, Context, Cursor, Policy,
-                   sdk_backoff)
-
-# src/openai/_constants.py (the constants and the backoff live in base.py, shared by every
-# SDK-based client of the benchmark)
-DEFAULT_TIMEOUT_S = SDK_DEFAULT_TIMEOUT_S
-DEFAULT_MAX_RETRIES = SDK_DEFAULT_MAX_RETRIES
-MAX_RETRY_AFTER_DELAY_S = SDK_MAX_RETRY_AFTER_DELAY_S
-
-
-def retry_timeout(rng, retries_taken: int, retry_after: float | None) -> float:
-    """`_calculate_retry_timeout(remaining_retries, ...)` with nb_retries = max_retries -
-    remaining_retries = retries_taken."""
-    return sdk_backoff(rng, retry_after, retries_taken)
+from .base import (
+    SDK_DEFAULT_MAX_RETRIES,
+    SDK_DEFAULT_TIMEOUT_S,
+    SDK_MAX_RETRY_AFTER_DELAY_S,
+    Context,
+    Cursor,
+    Policy,
+    sdk_backoff,
+)
 
 
 def should_retry_429(retry_after: float | None) -> bool:
     """`_should_retry` for a 429: False only when Retry-After exceeds two minutes."""
-    return not (retry_after is not None and retry_after > MAX_RETRY_AFTER_DELAY_S)
+    return not (retry_after is not None and retry_after > SDK_MAX_RETRY_AFTER_DELAY_S)
 
 
 class NoGateway(Policy):
@@ -76,7 +71,7 @@ class NoGateway(Policy):
         if attempt.hung:
             hold.hung_since = self.sim.now
         if attempt.answer.admitted:
-            box["watchdog"] = Watchdog(self.sim, attempt, DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S,
+            box["watchdog"] = Watchdog(self.sim, attempt, SDK_DEFAULT_TIMEOUT_S, SDK_DEFAULT_TIMEOUT_S,
                                        lambda a: self._timed_out(cur, a, hold, retries_taken))
 
     def _answered(self, cur: Cursor, attempt: Attempt, hold, box: dict, retries_taken: int) -> None:
@@ -87,7 +82,7 @@ class NoGateway(Policy):
             self.call_done(cur)
             return
         retry_after = attempt.answer.retry_after_s
-        if retries_taken < DEFAULT_MAX_RETRIES and should_retry_429(retry_after):
+        if retries_taken < SDK_DEFAULT_MAX_RETRIES and should_retry_429(retry_after):
             self._retry_later(cur, retries_taken, retry_after)
             return
         self.notes["rate_limits_to_agent"] += 1
@@ -100,7 +95,7 @@ class NoGateway(Policy):
         if began:
             self.notes["stalls_to_agent"] += 1  # read timeout while iterating the Stream
             self.agent_retry(cur)
-        elif retries_taken < DEFAULT_MAX_RETRIES:
+        elif retries_taken < SDK_DEFAULT_MAX_RETRIES:
             self.notes["timeouts_retried"] += 1
             self._retry_later(cur, retries_taken, None)
         else:
@@ -109,5 +104,5 @@ class NoGateway(Policy):
 
     def _retry_later(self, cur: Cursor, retries_taken: int, retry_after: float | None) -> None:
         self.notes["sdk_retries"] += 1
-        wait = retry_timeout(self.rng, retries_taken, retry_after)
+        wait = sdk_backoff(self.rng, retry_after, retries_taken)
         self.sim.after(wait, lambda: self._send(cur, retries_taken + 1))

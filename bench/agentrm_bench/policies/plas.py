@@ -42,8 +42,8 @@ import bisect
 from collections import deque
 
 from ..sim import Attempt, Simulator
-from .central import AdmissionOrder, CentralGateway, Waiting
 from .base import Cursor
+from .central import AdmissionOrder, CentralGateway, Waiting
 
 # Queue boundaries of attained service, in seconds (ASSUMPTION above): Q0 = [0, 2), Q1 = [2, 4),
 # ..., Q6 = [64, inf).
