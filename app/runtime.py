@@ -51,7 +51,7 @@ class Runtime:
         from app.context.service import ContextService
         self.context = ContextService(self.service, hibernate_idle_seconds=self.hibernate_idle_seconds)
         await self.context.start()
-        self.supervisor = SchedulerSupervisor(self.store, self.projector, self.url, wakeups=self.listener)
+        self.supervisor = SchedulerSupervisor(self.store, self.url, wakeups=self.listener)
         if self.run_schedulers:
             await self.supervisor.start()
         return self
@@ -80,7 +80,7 @@ class MemoryRuntime:
         self.store.on_append(self.projector.offer)
         self.service = Service(self.store, self.projector, clock=self.clock)
         await _create_default_pool(self.service, default_pool)
-        self.supervisor = SchedulerSupervisor(self.store, self.projector, clock=self.clock,
+        self.supervisor = SchedulerSupervisor(self.store, clock=self.clock,
                                               leadership=AlwaysLeads(), wakeups=self.store)
         if hasattr(self.clock, "on_advance"):
             self.clock.on_advance(self.supervisor.tick)

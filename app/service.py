@@ -25,6 +25,7 @@ from app.auth import (
     require_self_or_operator,
 )
 from app.domain import events as ev
+from app.domain import rules
 from app.domain.context import resume_point_for
 from app.domain.settings import PoolSettings
 from app.domain.streams import agent_stream, pool_stream, turn_stream
@@ -33,6 +34,7 @@ from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, Recorded
 from app.eventstore.store import EventStore
 from app.ports import Clock, EventLog, Ids
 from app.projections.runner import Projector
+from app.replies import Replies, answers_request, changes_turn, ends_turn, leaves_queue, lifts_quarantine
 
 MAX_TOKENS_PER_CALL = 10_000_000
 MAX_WAIT_SECONDS = 300.0
@@ -71,6 +73,8 @@ class Service:
         # take it, so a resume point's digest describes the context its event follows and a
         # wake cannot interleave with an append or an idle hibernation of the same agent.
         self._agent_locks: dict[str, asyncio.Lock] = {}
+        # The scheduler's answers, as typed decisions, once the projector has folded them.
+        self.replies = Replies(projector.subscribe)
 
     def agent_lock(self, agent_id: str) -> asyncio.Lock:
         return self._agent_locks.setdefault(agent_id, asyncio.Lock())
@@ -93,19 +97,18 @@ class Service:
         return meta
 
     # -- pools ------------------------------------------------------------------------
-    def pool_view(self, name: str) -> dict:
+    def pool_settings(self, name: str) -> PoolSettings:
+        """A pool's settings, as its scheduler state holds them (the one shape of a pool)."""
         state = self.model.pools.get(name)
         if state is None:
             raise NotFound(f"no pool named {name!r}")
-        s = state.settings
-        return {"name": name, "lanes": s.lanes, "rpm": s.rpm, "tpm": s.tpm,
-                "lease_seconds": s.lease_seconds, "start_timeout_floor_seconds": s.start_timeout_floor_seconds,
-                "levels": s.levels, "boost_seconds": s.boost_seconds,
-                "upstream_base_url": s.upstream_base_url, "tokenizer": s.tokenizer,
-                "has_upstream_api_key": bool(self.model.pool_docs.get(name, {}).get("upstream_api_key_fingerprint"))}
+        return state.settings
+
+    def has_upstream_api_key(self, name: str) -> bool:
+        return bool(self.model.pool_docs.get(name, {}).get("upstream_api_key_fingerprint"))
 
     async def create_pool(self, principal: Principal | None, settings: PoolSettings,
-                          upstream_api_key: str | None = None, *, at: float | None = None) -> dict:
+                          upstream_api_key: str | None = None, *, at: float | None = None) -> PoolSettings:
         principal = require_operator(principal)
         try:
             settings.validate()
@@ -127,7 +130,7 @@ class Service:
         except ConcurrencyError:
             raise Conflict(f"pool {settings.name!r} already exists") from None
         await self.projector.catch_up()
-        return self.pool_view(settings.name)
+        return self.pool_settings(settings.name)
 
     async def _append_with_secret(self, event: NewEvent, pool: str, upstream_api_key: str | None) -> None:
         """PostgreSQL: the pool's creation and its upstream key commit together or not at all."""
@@ -192,13 +195,13 @@ class Service:
     async def release_agent(self, principal: Principal | None, agent_id: str) -> dict:
         principal = require_operator(principal)
         view = await self.fresh(self.agent_view, agent_id)
-        if view["state"] != ev.QUARANTINED:
+        if rules.release_refusal(view["state"]):
             raise Conflict(f"agent {agent_id} is not quarantined")
-        await self._append([NewEvent(agent_stream(agent_id), ev.AGENT_RELEASED,
-                                     {"agent_id": agent_id, "pool": view["pool"], "at": self.clock()},
-                                     self._meta(principal))])
-        await self.projector.wait_until(lambda: self.agent_view(agent_id)["state"] != ev.QUARANTINED,
-                                        DECISION_TIMEOUT)
+        async with self.replies.expect(agent_id, lifts_quarantine) as lifted:
+            await self._append([NewEvent(agent_stream(agent_id), ev.AGENT_RELEASED,
+                                         {"agent_id": agent_id, "pool": view["pool"], "at": self.clock()},
+                                         self._meta(principal))])
+            await lifted.wait(DECISION_TIMEOUT)
         return self.agent_view(agent_id)
 
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
@@ -253,10 +256,13 @@ class Service:
         if not isinstance(streams, bool):
             raise BadInput("streams must be true or false")
         settings = self.model.pools[agent["pool"]].settings
-        if est + out > settings.tpm:
-            raise BadInput(f"estimatedTokens + maxOutputTokens = {est + out} exceeds pool "
-                           f"{agent['pool']!r} tpm of {settings.tpm}; it could never be admitted")
-        if agent["state"] == ev.QUARANTINED:
+        # The scheduler's own rules, checked here too so that a request bound to be refused
+        # gets an error and appends nothing. (An agent not admitted yet will be: its
+        # registration comes before this request in the log.)
+        if refusal := rules.reservation_refusal(rules.reservation(est, out), settings.tpm):
+            raise BadInput(f"estimatedTokens + maxOutputTokens = {refusal.need} exceeds pool "
+                           f"{agent['pool']!r} tpm of {refusal.tpm}; it could never be admitted")
+        if rules.agent_refusal(agent["state"]):
             raise Forbidden("agent is quarantined after repeated reaps; an operator must release it")
         if agent["hibernated"]:
             await self.set_hibernated(principal, agent["agent_id"], False, {"reason": "turn requested"})
@@ -265,15 +271,14 @@ class Service:
                 "estimated_tokens": est, "max_output_tokens": out, "at": self.clock()}
         if streams:
             data["streams"] = True
-        await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data,
-                                     self._meta(principal, turn_id))], {turn_stream(turn_id): NO_STREAM})
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
-        await self.projector.wait_until(lambda: self.model.turns[turn_id]["level"] is not None
-                                        or self.model.turns[turn_id]["finished_at"] is not None,
-                                        DECISION_TIMEOUT, turn_id=turn_id)
-        if wait > 0:
-            await self.projector.wait_until(
-                lambda: self.model.turns[turn_id]["status"] != ev.QUEUED, wait, turn_id=turn_id)
+        async with self.replies.expect(turn_id, answers_request) as answered, \
+                self.replies.expect(turn_id, leaves_queue) as left_queue:
+            await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data,
+                                         self._meta(principal, turn_id))], {turn_stream(turn_id): NO_STREAM})
+            await answered.wait(DECISION_TIMEOUT)
+            if wait > 0 and self.turn_view(turn_id)["status"] == ev.QUEUED:
+                await left_queue.wait(wait)
         return self.turn_view(turn_id)
 
     def _own_turn(self, principal: Principal | None, turn_id: str, *, operator_ok: bool = False) -> dict:
@@ -298,21 +303,21 @@ class Service:
         return doc
 
     async def _input_and_wait(self, principal: Principal, doc: dict, type_: str, data: dict,
-                              settled) -> dict:
+                              answered) -> dict:
+        """Append a turn's input and wait (briefly) for the first decision that `answered`
+        takes as the scheduler's reply to it."""
         turn_id = doc["turn_id"]
-        before = doc["version"]
         data = {"turn_id": turn_id, "agent_id": doc["agent_id"], "pool": doc["pool"], "at": self.clock(), **data}
-        await self._append([NewEvent(turn_stream(turn_id), type_, data, self._meta(principal, turn_id))])
-        await self.projector.wait_until(lambda: settled(self.model.turns[turn_id], before), DECISION_TIMEOUT,
-                                        turn_id=turn_id)
+        async with self.replies.expect(turn_id, answered) as reply:
+            await self._append([NewEvent(turn_stream(turn_id), type_, data, self._meta(principal, turn_id))])
+            await reply.wait(DECISION_TIMEOUT)
         return self.turn_view(turn_id)
 
     async def heartbeat(self, principal: Principal | None, turn_id: str) -> dict:
         doc = await self._granted_turn(principal, turn_id)
-        if doc["status"] != ev.GRANTED:
+        if rules.report_refusal(doc["status"]):
             raise Conflict(f"turn {turn_id} is {doc['status']}; only a GRANTED turn takes heartbeats")
-        return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, {},
-                                          lambda t, before: t["version"] > before)
+        return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, {}, changes_turn)
 
     async def complete_turn(self, principal: Principal | None, turn_id: str, outcome: str = ev.OK,
                             prompt_tokens: int | None = None, completion_tokens: int | None = None,
@@ -330,20 +335,18 @@ class Service:
             data["retry_after_seconds"] = _check_float("retryAfterSeconds", retry_after_seconds, 0, 3600)
         if rate_limit_headers is not None:
             data["rate_limit_headers"] = _check_headers(rate_limit_headers)
-        if doc["status"] != ev.GRANTED:
+        if rules.report_refusal(doc["status"]):
             state = doc["status"].lower()
             raise Conflict(f"turn {turn_id} is already {state}" if doc["finished_at"]
                            else f"turn {turn_id} is {doc['status']}; only a GRANTED turn can complete")
-        return await self._input_and_wait(principal, doc, ev.COMPLETION_REPORTED, data,
-                                          lambda t, _before: t["finished_at"] is not None)
+        return await self._input_and_wait(principal, doc, ev.COMPLETION_REPORTED, data, ends_turn)
 
     async def cancel_turn(self, principal: Principal | None, turn_id: str) -> dict:
         doc = await self.fresh(lambda: self._own_turn(principal, turn_id, operator_ok=True))
         if doc["finished_at"] is not None:
             raise Conflict(f"turn {turn_id} is already {doc['status'].lower()}")
         return await self._input_and_wait(principal, doc, ev.CANCEL_REQUESTED,
-                                          {"reason": f"cancelled by {principal.actor}"},
-                                          lambda t, _before: t["finished_at"] is not None)
+                                          {"reason": f"cancelled by {principal.actor}"}, ends_turn)
 
 
 def _check_headers(headers: Any) -> dict:

@@ -13,6 +13,7 @@ from app.domain.settings import PoolSettings
 from app.errors import BadInput, Forbidden, NotFound, ServiceError
 from app.eventstore.listener import follow
 from app.replay import pool_state_at, replay_check
+from app.replies import changes_turn
 
 from . import types as t
 from .audit_schema import AuditQuery
@@ -74,11 +75,12 @@ class Query(AuditQuery, ContextQuery):
         who = require(principal(info))
         svc = runtime(info).service
         if who.is_operator:
-            return [t.Pool.of(svc.pool_view(name)) for name in sorted(svc.model.pools)]
+            return [t.Pool.of(svc.pool_settings(name), svc.has_upstream_api_key(name))
+                    for name in sorted(svc.model.pools)]
         # An agent reads its own pool only (other pools' budgets are not its business), and
         # never the upstream endpoint: that is the operator's.
         own = svc.agent_view(who.agent_id)["pool"]
-        return [t.Pool.of({**svc.pool_view(own), "upstream_base_url": None})]
+        return [t.Pool.of(svc.pool_settings(own), svc.has_upstream_api_key(own), show_upstream=False)]
 
     @strawberry.field
     def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
@@ -146,8 +148,9 @@ class Mutation(ContextMutation):
                 tokenizer=input.tokenizer or defaults.tokenizer, upstream_base_url=input.upstream_base_url)
         except (TypeError, ValueError) as exc:
             raise BadInput(str(exc)) from None
-        view = await runtime(info).service.create_pool(principal(info), settings, input.upstream_api_key)
-        return t.Pool.of(view)
+        svc = runtime(info).service
+        created = await svc.create_pool(principal(info), settings, input.upstream_api_key)
+        return t.Pool.of(created, svc.has_upstream_api_key(created.name))
 
     @strawberry.mutation
     async def register_agent(self, info: Info, input: t.RegisterAgentInput) -> t.AgentRegistration:
@@ -225,11 +228,12 @@ class Subscription:
         key = (doc["status"], doc["version"])
         yield t.Turn.of(doc)
         while doc["finished_at"] is None:
-            await rt.projector.wait_until(
-                lambda: (rt.projector.model.turns[str(turn_id)]["status"],
-                         rt.projector.model.turns[str(turn_id)]["version"]) != key, 30.0,
-                turn_id=str(turn_id))
-            doc = rt.projector.model.turns[str(turn_id)]
+            # The next decision that changes the turn's record, unless one came meanwhile.
+            async with rt.service.replies.expect(str(turn_id), changes_turn) as change:
+                if (rt.service.turn_view(str(turn_id))["status"],
+                        rt.service.turn_view(str(turn_id))["version"]) == key:
+                    await change.wait(30.0)
+            doc = rt.service.turn_view(str(turn_id))
             if (doc["status"], doc["version"]) != key:
                 key = (doc["status"], doc["version"])
                 yield t.Turn.of(doc)

@@ -7,6 +7,8 @@ from enum import Enum
 import strawberry
 from strawberry.scalars import JSON
 
+from app.domain.settings import PoolSettings
+
 
 def ts(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
@@ -57,12 +59,12 @@ class Pool:
     has_upstream_api_key: bool
 
     @classmethod
-    def of(cls, v: dict) -> "Pool":
-        return cls(name=v["name"], lanes=v["lanes"], rpm=v["rpm"], tpm=v["tpm"],
-                   lease_seconds=v["lease_seconds"], start_timeout_floor_seconds=v["start_timeout_floor_seconds"],
-                   levels=v["levels"], boost_seconds=v["boost_seconds"],
-                   tokenizer=v["tokenizer"], upstream_base_url=v["upstream_base_url"],
-                   has_upstream_api_key=v["has_upstream_api_key"])
+    def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> "Pool":
+        return cls(name=s.name, lanes=s.lanes, rpm=s.rpm, tpm=s.tpm, lease_seconds=s.lease_seconds,
+                   start_timeout_floor_seconds=s.start_timeout_floor_seconds, levels=s.levels,
+                   boost_seconds=s.boost_seconds, tokenizer=s.tokenizer,
+                   upstream_base_url=s.upstream_base_url if show_upstream else None,
+                   has_upstream_api_key=has_upstream_api_key)
 
 
 @strawberry.type

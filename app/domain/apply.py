@@ -19,6 +19,27 @@ def new_pool(data: dict | ev.PoolCreated) -> PoolState:
     return PoolState.new(PoolSettings.from_dict(created.settings), created.at)
 
 
+def fold_pool(state: PoolState | None, event: ev.Event | None, version: int,
+              position: int) -> PoolState | None:
+    """A pool's state advanced by one event of its own stream, with that event's stream
+    version and global position: the one fold of a pool, for its scheduler, its read model
+    and its past states. `event` is the typed event, or None for a type that is not the
+    scheduler's (it moves only the version). Before the pool's creation there is no state;
+    an event at or below the state's position is already in it (a loaded document)."""
+    if isinstance(event, ev.PoolCreated):
+        # `position` stays 0 until the first decision: read models persisted so far say
+        # so, and their hashes must not move.
+        state = new_pool(event)
+        state.version = version
+        return state
+    if state is None or position <= state.position:
+        return state
+    if isinstance(event, ev.Decided):
+        apply_event(state, event)
+    state.version, state.position = version, position
+    return state
+
+
 def _advance(state: PoolState, at: float) -> None:
     """Move the pool's clock to `at`: refill buckets at the current factor, then let the
     AIMD factor grow additively. Only decisions call this, so live and replay take the

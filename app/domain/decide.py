@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable
 
 from . import events as ev
+from . import rules
 from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_headers
 from .apply import apply_event
 from .state import PoolState, TurnState
@@ -222,7 +223,7 @@ def _on_registered(step: _Step, d: ev.AgentRegistered) -> None:
 
 def _on_released(step: _Step, d: ev.AgentReleased) -> None:
     agent = step.state.agents.get(d.agent_id)
-    if agent is not None and agent.state == ev.QUARANTINED:
+    if agent is not None and rules.release_refusal(agent.state) is None:
         step.emit(ev.QuarantineLifted, agent_id=agent.agent_id)
 
 
@@ -232,17 +233,12 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
     if turn_id in state.turns:
         return  # already answered (a replayed input after failover)
     agent = state.agents.get(agent_id)
-    reason = None
     max_output = d.max_output_tokens if d.has("max_output_tokens") else 0
-    need = d.estimated_tokens + max_output
-    if agent is None:
-        reason = "unknown agent"
-    elif agent.state == ev.QUARANTINED:
-        reason = "agent quarantined"
-    elif need > state.settings.tpm:
-        reason = f"reservation of {need} tokens exceeds the pool's tpm of {state.settings.tpm}"
-    if reason:
-        step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=reason)
+    refusal = (rules.agent_refusal(agent.state if agent is not None else None)
+               or rules.reservation_refusal(rules.reservation(d.estimated_tokens, max_output),
+                                            state.settings.tpm))
+    if refusal is not None:
+        step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=_reason(refusal))
         return
     step.emit(ev.TurnQueued, turn_id=turn_id, agent_id=agent_id, level=agent.level,
               seq=state.next_seq, estimated_tokens=d.estimated_tokens,
@@ -250,9 +246,16 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
               priority_class=agent.priority_class, streams=bool(d.streams or False))
 
 
+def _reason(refusal: rules.Refusal) -> str:
+    """A refused request's reason, as the log has always spelled it."""
+    if refusal.kind == rules.TOO_BIG:
+        return f"reservation of {refusal.need} tokens exceeds the pool's tpm of {refusal.tpm}"
+    return {rules.UNKNOWN_AGENT: "unknown agent", rules.QUARANTINED: "agent quarantined"}[refusal.kind]
+
+
 def _on_heartbeat(step: _Step, d: ev.HeartbeatSent) -> None:
     turn = step.state.turns.get(d.turn_id)
-    if turn is None or turn.status != ev.GRANTED:
+    if turn is None or rules.report_refusal(turn.status):
         return
     first_chunk_s = None
     if turn.streams and not turn.progressed:
@@ -268,7 +271,7 @@ def _on_heartbeat(step: _Step, d: ev.HeartbeatSent) -> None:
 def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
     state, now = step.state, step.now
     turn: TurnState | None = state.turns.get(d.turn_id)
-    if turn is None or turn.status != ev.GRANTED:
+    if turn is None or rules.report_refusal(turn.status):
         return
     outcome = d.outcome if d.has("outcome") else ev.OK
     observation = parse_rate_headers(d.rate_limit_headers or {}, now)

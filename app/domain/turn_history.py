@@ -21,6 +21,9 @@ from . import events as ev
 _STATUS = {ev.TurnQueued: ev.QUEUED, ev.TurnGranted: ev.GRANTED, ev.TurnCompleted: ev.COMPLETED,
            ev.TurnCancelled: ev.CANCELLED, ev.TurnReaped: ev.REAPED}
 _ENDS = (ev.TurnCompleted, ev.TurnCancelled, ev.TurnReaped)
+# The decisions that change a turn's record (its heartbeats and completion report do not:
+# the record shows what the scheduler decided).
+RECORD_CHANGES = (ev.TurnQueued, ev.TurnGranted, ev.LeaseExtended, *_ENDS)
 
 # What a reap says in the turn's record, by why its lease ended.
 REAPED_NO_FIRST_CHUNK = "no first chunk by the start deadline"

@@ -15,18 +15,15 @@ from typing import Any
 from app.domain import context as ctx
 from app.domain import events as ev
 from app.domain import turn_history
-from app.domain.apply import apply_event, new_pool
+from app.domain.apply import fold_pool
 from app.domain.state import PoolState
+from app.domain.streams import id_of
 from app.eventstore.model import RecordedEvent, category_of
 
 PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context")
 
 _NEEDS_CONTEXT = frozenset({ctx.CONTEXT_APPENDED, ctx.CONTEXT_COMPACTED, ev.AGENT_WOKEN})
 
-# The decisions that change a turn's document (the turn's heartbeats and completion report
-# do not: its document shows what the scheduler decided).
-_TURN_DECISIONS = (ev.TurnQueued, ev.TurnGranted, ev.LeaseExtended, ev.TurnCompleted, ev.TurnCancelled,
-                   ev.TurnReaped)
 # A turn's document: these fields of its history, in this order.
 TURN_DOC = ("turn_id", "agent_id", "pool", "status", "level", "lane", "estimated_tokens",
             "max_output_tokens", "streams", "requested_at", "queued_at", "granted_at",
@@ -99,11 +96,10 @@ class CoreModel:
         self.dirty.add(("context", agent_id))
 
     def _fold_pool(self, event: RecordedEvent) -> None:
-        name = event.stream.split("-", 1)[1]
+        name = id_of(event.stream)
         if event.type == ev.POOL_CREATED:
             created = ev.PoolCreated.from_dict(event.data)
-            self.pools[name] = new_pool(created)
-            self.pools[name].version = event.version
+            self.pools[name] = fold_pool(None, created, event.version, event.position)
             self.pool_docs[name] = {"name": name, "created_at": created.at,
                                     "upstream_api_key_fingerprint": created.upstream_api_key_fingerprint}
             self.dirty.add(("pools", name))
@@ -114,13 +110,10 @@ class CoreModel:
             return  # not created yet, or already folded into a loaded document
         # A type that is not a decision changes no state (as apply() has it), only the version.
         decision = ev.parse(event.type, event.data) if event.type in ev.DECISIONS else None
-        if decision is not None:
-            apply_event(state, decision)
-        state.version = event.version
-        state.position = event.position
+        fold_pool(state, decision, event.version, event.position)
         self.dirty.add(("scheduler", name))
         history = self.histories.get(getattr(decision, "turn_id", None))
-        if history is not None and isinstance(decision, _TURN_DECISIONS):
+        if history is not None and isinstance(decision, turn_history.RECORD_CHANGES):
             turn_history.fold(history, decision, event.position)
             self.turns[history.turn_id].update(turn_doc(history))
             self.dirty.add(("turns", history.turn_id))

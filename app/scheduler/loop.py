@@ -17,10 +17,9 @@ from app.adapters.advisory_lock import AdvisoryLockLeadership, lock_key  # noqa:
 from app.domain import events as ev
 from app.domain.decide import decide_many, next_deadline
 from app.domain.state import PoolState
-from app.domain.streams import pool_stream
+from app.domain.streams import id_of, pool_stream
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.ports import Clock, EventLog, Leadership, Lease, Wakeups
-from app.projections.runner import Projector
 from app.scheduler.inbox import LogInbox
 from app.scheduler.pool_fold import fold_pool_stream
 from app.tasks import cancel_all
@@ -179,35 +178,48 @@ class PoolScheduler:
 
 
 class SchedulerSupervisor:
-    """Runs one PoolScheduler per pool this worker knows of; each competes for its lock."""
+    """Runs one PoolScheduler per pool in the log; each competes for its pool's leadership.
 
-    def __init__(self, store: EventLog, projector: Projector, url: str | None = None, **kwargs):
-        self.store, self.projector, self.url, self.kwargs = store, projector, url, kwargs
+    It learns of pools from the log itself (their PoolCreated events), not from a read
+    model: the ones that exist when it starts, then each one as it is created."""
+
+    def __init__(self, store: EventLog, url: str | None = None, **kwargs):
+        self.store, self.url, self.kwargs = store, url, kwargs
         self.schedulers: dict[str, PoolScheduler] = {}
         self._tasks: dict[str, asyncio.Task] = {}
         self._watch: asyncio.Task | None = None
 
-    def ensure(self) -> None:
-        for pool in list(self.projector.model.pools):
-            if pool not in self._tasks:
-                scheduler = PoolScheduler(pool, self.store, self.url, **self.kwargs)
-                self.schedulers[pool] = scheduler
-                self._tasks[pool] = asyncio.create_task(scheduler.run(), name=f"scheduler-{pool}")
+    def ensure(self, pool: str) -> None:
+        if pool not in self._tasks:
+            scheduler = PoolScheduler(pool, self.store, self.url, **self.kwargs)
+            self.schedulers[pool] = scheduler
+            self._tasks[pool] = asyncio.create_task(scheduler.run(), name=f"scheduler-{pool}")
 
     def tick(self) -> None:
         for scheduler in self.schedulers.values():
             scheduler.tick()
 
     async def start(self) -> None:
-        self.ensure()
-        self._watch = asyncio.create_task(self._watch_pools(), name="scheduler-supervisor")
+        head = await self.store.head()
+        after = 0
+        while True:  # every pool created up to now, before start() returns
+            created = await self.store.read(after, 1000, types=[ev.POOL_CREATED], up_to=head)
+            for event in created:
+                self.ensure(id_of(event.stream))
+            if len(created) < 1000:
+                break
+            after = created[-1].position
+        self._watch = asyncio.create_task(self._watch_pools(head), name="scheduler-supervisor")
 
-    async def _watch_pools(self) -> None:
+    async def _watch_pools(self, after: int) -> None:
         while True:
-            await self.projector.wait_until(
-                lambda: any(p not in self._tasks for p in self.projector.model.pools), 1.0)
-            self.ensure()
-            await asyncio.sleep(0.05)
+            try:
+                async for event in self.store.subscribe(after, types=[ev.POOL_CREATED]):
+                    after = event.position
+                    self.ensure(id_of(event.stream))
+            except Exception as exc:  # the database may be restarting; keep our position
+                log.warning("scheduler supervisor could not follow the log: %s", exc)
+                await asyncio.sleep(0.5)
 
     async def stop(self) -> None:
         await cancel_all([*self._tasks.values(), self._watch])

@@ -5,12 +5,13 @@ with it, so the writer and the audit see one fold."""
 from __future__ import annotations
 
 from app.domain import events as ev
-from app.domain.apply import apply_event, new_pool
+from app.domain.apply import fold_pool
 from app.domain.state import PoolState
 from app.domain.streams import pool_stream
 from app.ports import EventLog
 
 PAGE = 5000
+_POOL_TYPES = ev.DECISIONS | {ev.POOL_CREATED}
 
 
 async def fold_pool_stream(log: EventLog, pool: str, up_to: int) -> PoolState | None:
@@ -21,12 +22,8 @@ async def fold_pool_stream(log: EventLog, pool: str, up_to: int) -> PoolState | 
     while True:
         events = await log.read(after, PAGE, streams=[pool_stream(pool)], up_to=up_to)
         for event in events:
-            if event.type == ev.POOL_CREATED:
-                state = new_pool(ev.PoolCreated.from_dict(event.data))
-            elif state is not None and event.type in ev.DECISIONS:
-                apply_event(state, ev.parse(event.type, event.data))
-            if state is not None:
-                state.version, state.position = event.version, event.position
+            typed = ev.parse(event.type, event.data) if event.type in _POOL_TYPES else None
+            state = fold_pool(state, typed, event.version, event.position)
         if len(events) < PAGE:
             return state
         after = events[-1].position

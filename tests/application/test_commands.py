@@ -140,3 +140,14 @@ async def test_a_wake_by_turn_request_waits_for_the_agents_lock(app, register):
     turn = await request
     assert turn["status"] in (ev.QUEUED, ev.GRANTED)
     assert len(await app.store.read(0, 100, types=[ev.AGENT_WOKEN])) == 1
+
+
+async def test_a_pool_created_later_gets_its_scheduler_from_the_log(app, register):
+    settings = app.service.pool_settings("default").__class__(name="later", lanes=1, lease_seconds=30)
+    await app.service.create_pool(OPERATOR, settings)
+    me = await register("in-later", pool="later")
+    turn = await app.service.request_turn(me, 10)
+    assert (turn["pool"], turn["status"]) == ("later", ev.GRANTED)
+    [created] = await app.store.read(0, 10, types=[ev.POOL_CREATED], streams=[pool_stream("later")])
+    assert set(app.supervisor.schedulers) == {"default", "later"}
+    assert app.supervisor.schedulers["later"].state.version >= 1 and created.version == 0

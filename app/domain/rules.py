@@ -1,0 +1,55 @@
+"""The rules a command must pass, each stated once.
+
+The pool's scheduler (decide) applies them to the inputs it answers; the Service applies
+the same ones before appending, so that a command bound to be refused gets a clear error
+and appends nothing. Each rule gives a Refusal (a value, not an error): decide turns it into
+the reason of a TurnCancelled, the Service into the API's error, each in its own words.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import events as ev
+
+
+@dataclass(frozen=True)
+class Refusal:
+    kind: str
+    need: int = 0           # TOO_BIG: the reservation asked for
+    tpm: int = 0            # TOO_BIG: the pool's tokens per minute
+    status: str = ""        # NOT_GRANTED: the turn's status
+
+
+# Refusal kinds.
+UNKNOWN_AGENT = "UNKNOWN_AGENT"
+QUARANTINED = "QUARANTINED"
+TOO_BIG = "TOO_BIG"
+NOT_GRANTED = "NOT_GRANTED"
+NOT_QUARANTINED = "NOT_QUARANTINED"
+
+
+def reservation(estimated_tokens: int, max_output_tokens: int | None) -> int:
+    """The tokens a turn reserves from the pool's budget while it runs."""
+    return estimated_tokens + (max_output_tokens or 0)
+
+
+def reservation_refusal(need: int, tpm: int) -> Refusal | None:
+    """A reservation larger than the pool's whole minute of tokens could never be admitted."""
+    return Refusal(TOO_BIG, need=need, tpm=tpm) if need > tpm else None
+
+
+def agent_refusal(agent_state: str | None) -> Refusal | None:
+    """Whether an agent in this state may ask for turns (None: not admitted to the pool)."""
+    if agent_state is None:
+        return Refusal(UNKNOWN_AGENT)
+    return Refusal(QUARANTINED) if agent_state == ev.QUARANTINED else None
+
+
+def report_refusal(turn_status: str | None) -> Refusal | None:
+    """Heartbeats and completion reports are answered only for a turn that holds a lane."""
+    return None if turn_status == ev.GRANTED else Refusal(NOT_GRANTED, status=turn_status or "")
+
+
+def release_refusal(agent_state: str | None) -> Refusal | None:
+    """Only a quarantined agent can be released."""
+    return None if agent_state == ev.QUARANTINED else Refusal(NOT_QUARANTINED)
