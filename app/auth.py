@@ -1,4 +1,14 @@
-"""Who is calling: the operator, or one agent. Agent tokens are stored only as hashes."""
+"""Who is calling: the operator, or one agent. Agent tokens are stored only as hashes.
+
+Why a plain SHA-256 and not a password hash (bcrypt, argon2): an agent token is 32 random
+bytes (256 bits) that we generate, never a password a person chose, so there is no
+dictionary to try and a brute force of 2^256 is out of reach however fast the hash is; a
+slow hash would only make every request slower. The hash is also what the read model is
+indexed by, so finding the agent costs one lookup, and that lookup is the comparison of an
+agent token: the secret itself is never compared, only its hash, so what the timing of the
+lookup could leak is a prefix of the SHA-256 of the caller's own guess, which tells nothing
+about any real token. The operator token, kept in the clear, is compared with
+hmac.compare_digest, in constant time."""
 from __future__ import annotations
 
 import hashlib

@@ -67,6 +67,16 @@ def default_pool_settings() -> PoolSettings:
     )
 
 
+def introspection_enabled() -> bool:
+    """GraphQL introspection (AGENTRM_INTROSPECTION, default on; 0/false/off for production)."""
+    return os.environ.get("AGENTRM_INTROSPECTION", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def max_queued_turns_per_agent() -> int:
+    """How many turns one agent may have queued at once (AGENTRM_MAX_QUEUED_PER_AGENT)."""
+    return int(os.environ.get("AGENTRM_MAX_QUEUED_PER_AGENT", "32"))
+
+
 def hibernate_idle_seconds() -> float:
     return float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800"))
 

@@ -31,3 +31,8 @@ class Unauthenticated(ServiceError):
 
 class Unavailable(ServiceError):
     code = "UNAVAILABLE"
+
+
+class LimitExceeded(ServiceError):
+    """A per-agent or per-request cap (retry later, or ask for less)."""
+    code = "LIMIT_EXCEEDED"

@@ -46,7 +46,8 @@ class Runtime:
         self.projector = Projector(self.store, self.listener)
         await self.projector.start()
         self.store.on_append(self.projector.offer)
-        self.service = Service(self.store, self.projector)
+        self.service = Service(self.store, self.projector,
+                               max_queued_per_agent=bootstrap.max_queued_turns_per_agent())
         await _create_default_pool(self.service, default_pool)
         from app.context.service import ContextService
         self.context = ContextService(self.service, hibernate_idle_seconds=self.hibernate_idle_seconds)

@@ -8,6 +8,7 @@ decision, not just the request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -29,7 +30,8 @@ from app.domain import rules
 from app.domain.context import resume_point_for
 from app.domain.settings import PoolSettings
 from app.domain.streams import agent_stream, pool_stream, turn_stream
-from app.errors import BadInput, Conflict, Forbidden, NotFound
+from app import idempotency
+from app.errors import BadInput, Conflict, Forbidden, LimitExceeded, NotFound
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, RecordedEvent
 from app.eventstore.store import EventStore
 from app.ports import Clock, EventLog, Ids
@@ -40,6 +42,7 @@ MAX_TOKENS_PER_CALL = 10_000_000
 MAX_WAIT_SECONDS = 300.0
 DECISION_TIMEOUT = 5.0      # how long a command waits for the scheduler's answer
 MAX_HEADERS = 100
+MAX_QUEUED_PER_AGENT = 32   # containment: turns one agent may have waiting at once
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -64,7 +67,12 @@ def _new_id() -> str:
 
 class Service:
     def __init__(self, store: EventLog, projector: Projector, *, clock: Clock = time.time,
-                 ids: Ids = _new_id):
+                 ids: Ids = _new_id, max_queued_per_agent: int = MAX_QUEUED_PER_AGENT):
+        self.max_queued_per_agent = max_queued_per_agent
+        # Requests of each agent appended by this process and not answered yet: they count
+        # towards its cap before the scheduler has queued them.
+        self._unanswered: dict[str, int] = {}
+        self._retry_locks: dict[str, asyncio.Lock] = {}
         self.store = store
         self.projector = projector
         self.clock = clock
@@ -192,6 +200,27 @@ class Service:
                                      self._meta(principal))], {agent_stream(agent_id): NO_STREAM})
         return self.agent_view(agent_id), token
 
+    async def rotate_agent_token(self, principal: Principal | None, agent_id: str) -> tuple[dict, str]:
+        """A new token for the agent (returned once, stored only as its hash); the old one,
+        or a revoked state, ends when the event is folded."""
+        principal = require_operator(principal)
+        view = await self.fresh(self.agent_view, agent_id)
+        token = new_agent_token()
+        await self._append([NewEvent(agent_stream(agent_id), ev.AGENT_TOKEN_ROTATED,
+                                     {"agent_id": agent_id, "token_hash": hash_token(token), "at": self.clock()},
+                                     self._meta(principal))])
+        return self.agent_view(view["agent_id"]), token
+
+    async def revoke_agent_token(self, principal: Principal | None, agent_id: str) -> dict:
+        """No token works for the agent until the operator rotates a new one."""
+        principal = require_operator(principal)
+        view = await self.fresh(self.agent_view, agent_id)
+        if view["token_hash"] is None:
+            raise Conflict(f"agent {agent_id} has no token to revoke")
+        await self._append([NewEvent(agent_stream(agent_id), ev.AGENT_TOKEN_REVOKED,
+                                     {"agent_id": agent_id, "at": self.clock()}, self._meta(principal))])
+        return self.agent_view(agent_id)
+
     async def release_agent(self, principal: Principal | None, agent_id: str) -> dict:
         principal = require_operator(principal)
         view = await self.fresh(self.agent_view, agent_id)
@@ -247,36 +276,71 @@ class Service:
 
     async def request_turn(self, principal: Principal | None, estimated_tokens: int,
                            max_output_tokens: int | None = None, wait_seconds: float = 0.0,
-                           streams: bool = False) -> dict:
+                           streams: bool = False, request_id: str | None = None) -> dict:
         agent = await self.fresh(self._calling_agent, principal)
+        request_id = idempotency.checked(request_id)
         est = _check_int("estimatedTokens", estimated_tokens, 0, MAX_TOKENS_PER_CALL)
         out = _check_int("maxOutputTokens", 0 if max_output_tokens is None else max_output_tokens,
                          0, MAX_TOKENS_PER_CALL)
         wait = _check_float("waitSeconds", wait_seconds or 0.0, 0.0, MAX_WAIT_SECONDS)
         if not isinstance(streams, bool):
             raise BadInput("streams must be true or false")
-        settings = self.model.pools[agent["pool"]].settings
+        turn_id = self.ids() if request_id is None else idempotency.turn_id_for(agent["agent_id"], request_id)
+        if request_id is not None and turn_id in self.model.turns:   # a retry: the first answer
+            idempotency.same_turn_request(self.turn_view(turn_id), request_id, est, out, streams)
+            return await self._await_grant(turn_id, wait)
+        pool = self.model.pools[agent["pool"]]
+        settings = pool.settings
         # The scheduler's own rules, checked here too so that a request bound to be refused
         # gets an error and appends nothing. (An agent not admitted yet will be: its
         # registration comes before this request in the log.)
         if refusal := rules.reservation_refusal(rules.reservation(est, out), settings.tpm):
             raise BadInput(f"estimatedTokens + maxOutputTokens = {refusal.need} exceeds pool "
-                           f"{agent['pool']!r} tpm of {refusal.tpm}; it could never be admitted")
+                           f"{agent['pool']!r} tpm of {refusal.limit}; it could never be admitted")
         if rules.agent_refusal(agent["state"]):
             raise Forbidden("agent is quarantined after repeated reaps; an operator must release it")
+        queued = sum(1 for t in pool.turns.values() if t.agent_id == agent["agent_id"] and t.status == ev.QUEUED)
+        if refusal := rules.queue_refusal(queued + self._unanswered.get(agent["agent_id"], 0),
+                                          self.max_queued_per_agent):
+            raise LimitExceeded(f"agent has {refusal.need - 1} turns queued or on their way, the most "
+                                f"one agent may have waiting is {refusal.limit}; finish or cancel some first")
         if agent["hibernated"]:
             await self.set_hibernated(principal, agent["agent_id"], False, {"reason": "turn requested"})
-        turn_id = self.ids()
         data = {"turn_id": turn_id, "agent_id": agent["agent_id"], "pool": agent["pool"],
                 "estimated_tokens": est, "max_output_tokens": out, "at": self.clock()}
         if streams:
             data["streams"] = True
+        if request_id is not None:
+            data["request_id"] = request_id
+        agent_id = agent["agent_id"]
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
         async with self.replies.expect(turn_id, answers_request) as answered, \
                 self.replies.expect(turn_id, leaves_queue) as left_queue:
-            await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data,
-                                         self._meta(principal, turn_id))], {turn_stream(turn_id): NO_STREAM})
-            await answered.wait(DECISION_TIMEOUT)
+            self._unanswered[agent_id] = self._unanswered.get(agent_id, 0) + 1
+            try:
+                await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data,
+                                             self._meta(principal, turn_id))], {turn_stream(turn_id): NO_STREAM})
+                await answered.wait(DECISION_TIMEOUT)
+            except ConcurrencyError:
+                if request_id is None:
+                    raise
+                # The same request, appended a moment ago by a concurrent retry (maybe on
+                # another worker): answer with that turn.
+                await self.projector.catch_up()
+                idempotency.same_turn_request(self.turn_view(turn_id), request_id, est, out, streams)
+            finally:
+                left = self._unanswered.get(agent_id, 1) - 1
+                if left:
+                    self._unanswered[agent_id] = left
+                else:
+                    self._unanswered.pop(agent_id, None)
+            if wait > 0 and self.turn_view(turn_id)["status"] == ev.QUEUED:
+                await left_queue.wait(wait)
+        return self.turn_view(turn_id)
+
+    async def _await_grant(self, turn_id: str, wait: float) -> dict:
+        """A queued turn's view once granted (or ended), or after `wait` seconds."""
+        async with self.replies.expect(turn_id, leaves_queue) as left_queue:
             if wait > 0 and self.turn_view(turn_id)["status"] == ev.QUEUED:
                 await left_queue.wait(wait)
         return self.turn_view(turn_id)
@@ -322,8 +386,21 @@ class Service:
     async def complete_turn(self, principal: Principal | None, turn_id: str, outcome: str = ev.OK,
                             prompt_tokens: int | None = None, completion_tokens: int | None = None,
                             retry_after_seconds: float | None = None,
-                            rate_limit_headers: Any = None) -> dict:
+                            rate_limit_headers: Any = None, request_id: str | None = None) -> dict:
+        request_id = idempotency.checked(request_id)
+        if request_id is not None:
+            async with self._retry_lock(turn_id):
+                return await self._complete_turn(principal, turn_id, outcome, prompt_tokens, completion_tokens,
+                                                 retry_after_seconds, rate_limit_headers, request_id)
+        return await self._complete_turn(principal, turn_id, outcome, prompt_tokens, completion_tokens,
+                                         retry_after_seconds, rate_limit_headers, None)
+
+    async def _complete_turn(self, principal, turn_id, outcome, prompt_tokens, completion_tokens,
+                             retry_after_seconds, rate_limit_headers, request_id: str | None) -> dict:
         doc = await self._granted_turn(principal, turn_id)
+        if request_id is not None and (first := await self._answered_before(doc, "completion_request_id",
+                                                                            request_id)):
+            return first
         if outcome not in (ev.OK, ev.RATE_LIMITED, ev.ERROR):
             raise BadInput("outcome must be OK, RATE_LIMITED or ERROR")
         data: dict[str, Any] = {
@@ -335,18 +412,53 @@ class Service:
             data["retry_after_seconds"] = _check_float("retryAfterSeconds", retry_after_seconds, 0, 3600)
         if rate_limit_headers is not None:
             data["rate_limit_headers"] = _check_headers(rate_limit_headers)
+        if request_id is not None:
+            data["request_id"] = request_id
         if rules.report_refusal(doc["status"]):
             state = doc["status"].lower()
             raise Conflict(f"turn {turn_id} is already {state}" if doc["finished_at"]
                            else f"turn {turn_id} is {doc['status']}; only a GRANTED turn can complete")
         return await self._input_and_wait(principal, doc, ev.COMPLETION_REPORTED, data, ends_turn)
 
-    async def cancel_turn(self, principal: Principal | None, turn_id: str) -> dict:
+    async def cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> dict:
+        request_id = idempotency.checked(request_id)
+        if request_id is None:
+            return await self._cancel_turn(principal, turn_id, None)
+        async with self._retry_lock(turn_id):
+            return await self._cancel_turn(principal, turn_id, request_id)
+
+    async def _cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None) -> dict:
         doc = await self.fresh(lambda: self._own_turn(principal, turn_id, operator_ok=True))
+        if request_id is not None and (first := await self._answered_before(doc, "cancel_request_id", request_id)):
+            return first
         if doc["finished_at"] is not None:
             raise Conflict(f"turn {turn_id} is already {doc['status'].lower()}")
-        return await self._input_and_wait(principal, doc, ev.CANCEL_REQUESTED,
-                                          {"reason": f"cancelled by {principal.actor}"}, ends_turn)
+        data = {"reason": f"cancelled by {principal.actor}"}
+        if request_id is not None:
+            data["request_id"] = request_id
+        return await self._input_and_wait(principal, doc, ev.CANCEL_REQUESTED, data, ends_turn)
+
+    # -- retries ----------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _retry_lock(self, turn_id: str):
+        """One command with a request id per turn at a time in this process, so that a
+        retry racing its first attempt sees the first one's event (across workers, the
+        scheduler answers only the first report of a turn)."""
+        lock = self._retry_locks.setdefault(turn_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._retry_locks.get(turn_id) is lock:
+                del self._retry_locks[turn_id]
+
+    async def _answered_before(self, doc: dict, key: str, request_id: str) -> dict | None:
+        """The turn as the first command with `request_id` left it, if there was one; the
+        log is read up to its head first (the first attempt may have gone to another worker)."""
+        if doc.get(key) is None:
+            await self.projector.catch_up()
+            doc = self.turn_view(doc["turn_id"])
+        return doc if doc.get(key) == request_id else None
 
 
 def _check_headers(headers: Any) -> dict:

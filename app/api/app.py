@@ -13,17 +13,19 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.bootstrap import operator_token
+from app.bootstrap import introspection_enabled, operator_token
 from app.runtime import Runtime
 
-from .schema import schema
+from .schema import build_schema, schema
+from .security import MAX_BODY_BYTES
 
 FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
 
 
 class AgentRMGraphQL(GraphQL):
-    def __init__(self, rt_holder: dict):
-        super().__init__(schema, subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+    def __init__(self, rt_holder: dict, *, introspection: bool = True):
+        super().__init__(schema if introspection else build_schema(introspection=False),
+                         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
                          keep_alive=True, keep_alive_interval=15)
         self.rt_holder = rt_holder
 
@@ -38,7 +40,10 @@ class AgentRMGraphQL(GraphQL):
     async def run(self, request, *args, **kwargs):
         # A body that is not JSON gets a GraphQL-shaped error with a code, not a bare 400.
         if getattr(request, "method", None) == "POST":
-            body = await request.body()
+            body = await _bounded_body(request)
+            if body is None:
+                return JSONResponse({"errors": [{"message": f"request body is over {MAX_BODY_BYTES} bytes",
+                                                 "extensions": {"code": "LIMIT_EXCEEDED"}}]}, status_code=413)
             try:
                 json.loads(body or b"{}")
             except ValueError as exc:
@@ -47,10 +52,28 @@ class AgentRMGraphQL(GraphQL):
         return await super().run(request, *args, **kwargs)
 
 
+async def _bounded_body(request) -> bytes | None:
+    """The request body, or None once it is over the cap: a declared length is refused
+    before reading, a streamed one as soon as it passes the cap (never read whole)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # what Request.body() returns from now on (Starlette keeps it there)
+    return body
+
+
 def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
-               op_token: str | None = None) -> Starlette:
+               op_token: str | None = None, introspection: bool | None = None) -> Starlette:
     holder: dict = {}
-    graphql = AgentRMGraphQL(holder)
+    graphql = AgentRMGraphQL(holder, introspection=introspection_enabled() if introspection is None
+                             else introspection)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

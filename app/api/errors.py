@@ -8,6 +8,9 @@ from strawberry.extensions import SchemaExtension
 from app.errors import ServiceError
 
 
+INTERNAL_MESSAGE = "internal error"
+
+
 def as_graphql_error(exc: ServiceError) -> GraphQLError:
     return GraphQLError(exc.message, extensions={"code": exc.code})
 
@@ -29,4 +32,10 @@ class ErrorCodes(SchemaExtension):
                 extensions["code"] = "GRAPHQL_VALIDATION_FAILED"
             else:
                 extensions["code"] = "INTERNAL"
+                if error.path is not None:
+                    # A resolver failed unexpectedly: the client gets no detail of it (no
+                    # message of ours, no stack trace); process_errors logged it in full.
+                    # (Errors without a path are the document's or its variables' and
+                    # describe the client's own input.)
+                    error.message = INTERNAL_MESSAGE
             error.extensions = extensions

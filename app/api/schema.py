@@ -21,6 +21,7 @@ from .context_schema import ContextMutation, ContextQuery
 from .context import principal, runtime
 from .document_cache import SmallDocumentParserCache, SmallDocumentValidationCache
 from .errors import ErrorCodes, as_graphql_error
+from .security import RefuseInvalidCredentials, limit_extensions
 
 
 def _scheduler_state(state, now: float) -> t.SchedulerState:
@@ -158,6 +159,15 @@ class Mutation(ContextMutation):
             principal(info), input.name, input.pool, input.priority_class.value, input.context_budget_tokens)
         return t.AgentRegistration(agent=t.Agent.of(agent), token=token)
 
+    @strawberry.mutation(description="Operator: a new token for the agent, shown once; the old one stops working.")
+    async def rotate_agent_token(self, info: Info, agent_id: strawberry.ID) -> t.AgentRegistration:
+        agent, token = await runtime(info).service.rotate_agent_token(principal(info), str(agent_id))
+        return t.AgentRegistration(agent=t.Agent.of(agent), token=token)
+
+    @strawberry.mutation(description="Operator: the agent's token stops working until a rotation.")
+    async def revoke_agent_token(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
+        return t.Agent.of(await runtime(info).service.revoke_agent_token(principal(info), str(agent_id)))
+
     @strawberry.mutation
     async def release_agent(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
         return t.Agent.of(await runtime(info).service.release_agent(principal(info), str(agent_id)))
@@ -166,7 +176,7 @@ class Mutation(ContextMutation):
     async def request_turn(self, info: Info, input: t.TurnRequestInput) -> t.Turn:
         return t.Turn.of(await runtime(info).service.request_turn(
             principal(info), input.estimated_tokens, input.max_output_tokens, input.wait_seconds,
-            streams=input.streams))
+            streams=input.streams, request_id=input.request_id))
 
     @strawberry.mutation
     async def heartbeat(self, info: Info, turn_id: strawberry.ID) -> t.Turn:
@@ -176,11 +186,13 @@ class Mutation(ContextMutation):
     async def complete_turn(self, info: Info, input: t.CompleteTurnInput) -> t.Turn:
         return t.Turn.of(await runtime(info).service.complete_turn(
             principal(info), str(input.turn_id), input.outcome.value, input.prompt_tokens,
-            input.completion_tokens, input.retry_after_seconds, input.rate_limit_headers))
+            input.completion_tokens, input.retry_after_seconds, input.rate_limit_headers,
+            request_id=input.request_id))
 
     @strawberry.mutation
-    async def cancel_turn(self, info: Info, turn_id: strawberry.ID) -> t.Turn:
-        return t.Turn.of(await runtime(info).service.cancel_turn(principal(info), str(turn_id)))
+    async def cancel_turn(self, info: Info, turn_id: strawberry.ID, request_id: str | None = None) -> t.Turn:
+        return t.Turn.of(await runtime(info).service.cancel_turn(principal(info), str(turn_id),
+                                                                 request_id=request_id))
 
     @strawberry.mutation
     async def hibernate_agent(self, info: Info, agent_id: strawberry.ID) -> t.Agent:
@@ -248,5 +260,12 @@ class AgentRMSchema(strawberry.Schema):
             super().process_errors(unexpected, execution_context)
 
 
-schema = AgentRMSchema(query=Query, mutation=Mutation, subscription=Subscription,
-                       extensions=[ErrorCodes, SmallDocumentParserCache, SmallDocumentValidationCache])
+def build_schema(*, introspection: bool = True) -> AgentRMSchema:
+    """The schema with its limits (app/api/security.py); introspection can be switched off
+    for production (AGENTRM_INTROSPECTION=0, read by app/bootstrap.py)."""
+    return AgentRMSchema(query=Query, mutation=Mutation, subscription=Subscription,
+                         extensions=[ErrorCodes, RefuseInvalidCredentials, *limit_extensions(introspection),
+                                     SmallDocumentParserCache, SmallDocumentValidationCache])
+
+
+schema = build_schema()

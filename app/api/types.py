@@ -221,6 +221,9 @@ class TurnRequestInput:
         "Promise to heartbeat as soon as the answer's first chunk arrives (then at least every "
         "lease/3). The grant then lasts only until an adaptive start deadline unless that "
         "heartbeat comes, so a provider call that never starts frees its lane in seconds."))
+    request_id: str | None = strawberry.field(default=None, description=(
+        "The client's id for this command: a retry with the same id returns the first answer "
+        "and appends nothing."))
 
 
 @strawberry.input
@@ -231,3 +234,6 @@ class CompleteTurnInput:
     completion_tokens: int | None = None
     retry_after_seconds: float | None = None
     rate_limit_headers: JSON | None = None
+    request_id: str | None = strawberry.field(default=None, description=(
+        "The client's id for this command: a retry with the same id returns the first answer "
+        "and appends nothing."))

@@ -249,7 +249,7 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
 def _reason(refusal: rules.Refusal) -> str:
     """A refused request's reason, as the log has always spelled it."""
     if refusal.kind == rules.TOO_BIG:
-        return f"reservation of {refusal.need} tokens exceeds the pool's tpm of {refusal.tpm}"
+        return f"reservation of {refusal.need} tokens exceeds the pool's tpm of {refusal.limit}"
     return {rules.UNKNOWN_AGENT: "unknown agent", rules.QUARANTINED: "agent quarantined"}[refusal.kind]
 
 

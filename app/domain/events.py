@@ -12,6 +12,11 @@ TURN_REQUESTED = "TurnRequested"              # stream turn-<id>
 HEARTBEAT_SENT = "HeartbeatSent"
 COMPLETION_REPORTED = "CompletionReported"
 CANCEL_REQUESTED = "CancelRequested"
+AGENT_TOKEN_ROTATED = "AgentTokenRotated"     # stream agent-<id>: a new token (its hash); the old one stops
+AGENT_TOKEN_REVOKED = "AgentTokenRevoked"     # stream agent-<id>: no token works until the next rotation
+
+# An agent's credentials: folded by the read model only (no scheduler answers them).
+TOKEN_EVENTS = frozenset({AGENT_TOKEN_ROTATED, AGENT_TOKEN_REVOKED})
 
 # The inputs a pool's scheduler answers; each carries `pool`.
 INPUTS = frozenset({AGENT_REGISTERED, AGENT_RELEASED, TURN_REQUESTED, HEARTBEAT_SENT,
@@ -211,6 +216,21 @@ class AgentWoken(Event):
 
 
 @event
+class AgentTokenRotated(Event):
+    TYPE = AGENT_TOKEN_ROTATED
+    agent_id: str
+    token_hash: str
+    at: float | None = None
+
+
+@event
+class AgentTokenRevoked(Event):
+    TYPE = AGENT_TOKEN_REVOKED
+    agent_id: str
+    at: float | None = None
+
+
+@event
 class TurnRequested(Event):
     TYPE = TURN_REQUESTED
     turn_id: str
@@ -220,6 +240,7 @@ class TurnRequested(Event):
     max_output_tokens: int | None = None
     at: float | None = None
     streams: bool | None = None
+    request_id: str | None = None      # the client's id for the command: a retry appends nothing
 
 
 @event
@@ -243,6 +264,7 @@ class CompletionReported(Event):
     completion_tokens: int | None = None
     retry_after_seconds: float | None = None
     rate_limit_headers: dict | None = None
+    request_id: str | None = None
 
 
 @event
@@ -253,6 +275,7 @@ class CancelRequested(Event):
     pool: str | None = None
     at: float | None = None
     reason: str | None = None
+    request_id: str | None = None
 
 
 # -- decisions: each carries `at` (the scheduler's now) and, when an input caused it, the

@@ -15,8 +15,8 @@ from . import events as ev
 @dataclass(frozen=True)
 class Refusal:
     kind: str
-    need: int = 0           # TOO_BIG: the reservation asked for
-    tpm: int = 0            # TOO_BIG: the pool's tokens per minute
+    need: int = 0           # TOO_BIG: the reservation asked for; QUEUE_FULL: turns it would make
+    limit: int = 0          # TOO_BIG: the pool's tokens per minute; QUEUE_FULL: the cap
     status: str = ""        # NOT_GRANTED: the turn's status
 
 
@@ -26,6 +26,7 @@ QUARANTINED = "QUARANTINED"
 TOO_BIG = "TOO_BIG"
 NOT_GRANTED = "NOT_GRANTED"
 NOT_QUARANTINED = "NOT_QUARANTINED"
+QUEUE_FULL = "QUEUE_FULL"
 
 
 def reservation(estimated_tokens: int, max_output_tokens: int | None) -> int:
@@ -35,7 +36,7 @@ def reservation(estimated_tokens: int, max_output_tokens: int | None) -> int:
 
 def reservation_refusal(need: int, tpm: int) -> Refusal | None:
     """A reservation larger than the pool's whole minute of tokens could never be admitted."""
-    return Refusal(TOO_BIG, need=need, tpm=tpm) if need > tpm else None
+    return Refusal(TOO_BIG, need=need, limit=tpm) if need > tpm else None
 
 
 def agent_refusal(agent_state: str | None) -> Refusal | None:
@@ -48,6 +49,12 @@ def agent_refusal(agent_state: str | None) -> Refusal | None:
 def report_refusal(turn_status: str | None) -> Refusal | None:
     """Heartbeats and completion reports are answered only for a turn that holds a lane."""
     return None if turn_status == ev.GRANTED else Refusal(NOT_GRANTED, status=turn_status or "")
+
+
+def queue_refusal(queued: int, cap: int) -> Refusal | None:
+    """Containment: an agent may have at most `cap` turns waiting at once, so one that floods
+    requests fills its own queue, not the pool's."""
+    return Refusal(QUEUE_FULL, need=queued + 1, limit=cap) if queued >= cap else None
 
 
 def release_refusal(agent_state: str | None) -> Refusal | None:

@@ -31,6 +31,10 @@ TURN_DOC = ("turn_id", "agent_id", "pool", "status", "level", "lane", "estimated
             "completion_tokens", "reserved_tokens", "version")
 
 
+# Turn inputs a client may retry with a requestId, and where the turn's document keeps it.
+_IDEMPOTENT_INPUTS = {ev.COMPLETION_REPORTED: "completion_request_id", ev.CANCEL_REQUESTED: "cancel_request_id"}
+
+
 def turn_doc(history: turn_history.TurnHistory) -> dict:
     return {name: getattr(history, name) for name in TURN_DOC}
 
@@ -139,6 +143,14 @@ class CoreModel:
             woken = ev.AgentWoken.from_dict(event.data)
             self.agents[agent_id].update(hibernated=False, last_active_at=woken.at)
             self._fold_context(agent_id, event)
+        elif event.type in (ev.AGENT_TOKEN_ROTATED, ev.AGENT_TOKEN_REVOKED):
+            # One token per agent: the old one stops working the moment this is folded.
+            doc = self.agents[agent_id]
+            if self.token_index.get(doc["token_hash"]) == agent_id:
+                del self.token_index[doc["token_hash"]]
+            doc["token_hash"] = event.data["token_hash"] if event.type == ev.AGENT_TOKEN_ROTATED else None
+            if doc["token_hash"]:
+                self.token_index[doc["token_hash"]] = agent_id
         else:
             return
         self.dirty.add(("agents", agent_id))
@@ -153,6 +165,13 @@ class CoreModel:
             if agent is not None:
                 agent["last_active_at"] = d.at
                 self.dirty.add(("agents", d.agent_id))
+        elif event.type in _IDEMPOTENT_INPUTS and isinstance(event.data.get("request_id"), str):
+            # The client's id of the first such command, so that a retry finds its answer
+            # (only when sent: documents of logs without ids are unchanged).
+            doc = self.turns.get(event.data.get("turn_id"))
+            if doc is not None:
+                doc.setdefault(_IDEMPOTENT_INPUTS[event.type], event.data["request_id"])
+                self.dirty.add(("turns", doc["turn_id"]))
 
     # -- views the API needs -------------------------------------------------------------
     def agent_view(self, agent_id: str) -> dict | None:
@@ -209,7 +228,8 @@ class CoreModel:
                 model.pools[key] = PoolState.from_dict(doc)
             elif projection == "agents":
                 model.agents[key] = doc
-                model.token_index[doc["token_hash"]] = key
+                if doc["token_hash"]:   # None once revoked
+                    model.token_index[doc["token_hash"]] = key
             elif projection == "turns":
                 model.turns[key] = doc
                 model.histories[key] = turn_from_doc(doc)

@@ -22,9 +22,19 @@ def _logged() -> list[dict]:
 
 
 def test_every_event_type_has_a_class_registered_under_its_name():
-    assert set(ev.registered()) == ALL_TYPES
+    assert set(ev.registered()) == ALL_TYPES | ev.TOKEN_EVENTS   # the token events came after the recordings
     for name, cls in ev.registered().items():
         assert cls.TYPE == name and ev.event_class(name) is cls
+
+
+@pytest.mark.parametrize("type_, data", [
+    (ev.AGENT_TOKEN_ROTATED, {"agent_id": "a", "token_hash": "ab" * 32, "at": 1.5}),
+    (ev.AGENT_TOKEN_REVOKED, {"agent_id": "a", "at": 2.5}),
+])
+def test_the_token_events_round_trip_and_require_their_fields(type_, data):
+    assert ev.parse(type_, data).to_dict() == data
+    with pytest.raises(ev.EventError):
+        ev.parse(type_, {"at": 1.0})
 
 
 def test_every_recorded_event_round_trips_to_the_same_json():
