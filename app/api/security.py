@@ -1,8 +1,8 @@
 """What the API refuses before any resolver runs: invalid credentials, documents too deep or
 too large, request bodies over the cap, and (when switched off) introspection.
 
-Why these numbers. Our own clients' documents are a few hundred tokens and at most four
-levels deep (`scheduler { levels { queued { turnId } } }`); the console's largest is under
+Why these numbers. Our own clients' documents are a few hundred tokens and at most three
+levels below the root field (`scheduler { levels { queued { turnId } } }`, depth 3 as strawberry counts); the console's largest is under
 a thousand tokens. Depth 12, 2,000 tokens and 20 aliases leave room for any honest tool
 and cut the cheap amplification attacks (deeply nested or aliased selections, a
 megabyte of tokens to parse). Introspection is not counted in depth (strawberry's depth
