@@ -2,8 +2,8 @@
 too large, request bodies over the cap, and (when switched off) introspection.
 
 Why these numbers. Our own clients' documents are a few hundred tokens and at most three
-levels below the root field (`scheduler { levels { queued { turnId } } }`, depth 3 as strawberry counts); the console's largest is under
-a thousand tokens. Depth 12, 2,000 tokens and 20 aliases leave room for any honest tool
+levels below the root field (`scheduler { levels { queued { turnId } } }`, depth 3 as
+strawberry counts). Depth 12, 2,000 tokens and 20 aliases leave room for any honest tool
 and cut the cheap amplification attacks (deeply nested or aliased selections, a
 megabyte of tokens to parse). Introspection is not counted in depth (strawberry's depth
 limiter skips `__` fields), so GraphiQL and code generators keep working while it is on.
