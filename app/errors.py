@@ -31,3 +31,8 @@ class Unauthenticated(ServiceError):
 
 class Unavailable(ServiceError):
     code = "UNAVAILABLE"
+
+
+class Deadlock(ServiceError):
+    """A resource request refused because waiting would close a cycle of agents."""
+    code = "DEADLOCK"

@@ -71,6 +71,9 @@ class Service:
         # take it, so a resume point's digest describes the context its event follows and a
         # wake cannot interleave with an append or an idle hibernation of the same agent.
         self._agent_locks: dict[str, asyncio.Lock] = {}
+        # The access manager's pool check of a turn request (set by the runtime): an async
+        # callable (principal, agent view) that records a refusal and raises Forbidden.
+        self.pool_guard = None
 
     def agent_lock(self, agent_id: str) -> asyncio.Lock:
         return self._agent_locks.setdefault(agent_id, asyncio.Lock())
@@ -258,6 +261,8 @@ class Service:
                            f"{agent['pool']!r} tpm of {settings.tpm}; it could never be admitted")
         if agent["state"] == ev.QUARANTINED:
             raise Forbidden("agent is quarantined after repeated reaps; an operator must release it")
+        if self.pool_guard is not None:
+            await self.pool_guard(principal, agent)
         if agent["hibernated"]:
             await self.set_hibernated(principal, agent["agent_id"], False, {"reason": "turn requested"})
         turn_id = self.ids()
