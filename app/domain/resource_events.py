@@ -60,7 +60,9 @@ class ResourceDefined(Event):
 @event
 class ResourceAcquireRequested(Event):
     """`level` is the agent's MLFQ level in its pool's scheduler when it asked: the order
-    among waiters, recorded so that replay does not depend on the scheduler's later state."""
+    among waiters, recorded so that replay does not depend on the scheduler's later state.
+    `wait_seconds`: how long the caller stays blocked in the request; its waiting lease
+    runs that much longer (a caller blocked in the call cannot heartbeat)."""
     TYPE = RESOURCE_ACQUIRE_REQUESTED
     lease_id: str
     agent_id: str
@@ -68,6 +70,7 @@ class ResourceAcquireRequested(Event):
     mode: str
     level: int
     at: float
+    wait_seconds: float | None = None
 
 
 @event

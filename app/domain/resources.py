@@ -24,7 +24,8 @@ hold batch waiters back, exactly as the scheduler's levels do with turns, and a 
 bounds how long any hold blocks.
 
 Leases. Every request is a lease, waiting or held, that expires `lease_seconds` after it
-was granted or last heartbeated (a waiting one after it asked or last heartbeated). An
+was granted or last heartbeated (a waiting one after it asked, plus the time the caller
+said it would stay blocked in the request, or after its last heartbeat). An
 expired lease is reaped, as a turn is, and the waiters behind it proceed. A waiter must
 heartbeat too: a dead agent's request would otherwise sit in the queue and in the
 wait-for graph for ever.
@@ -301,7 +302,7 @@ def _on_acquire(step: _Step, e: rev.ResourceAcquireRequested) -> None:
         return
     seq = state.next_seq
     lease = LeaseState(e.lease_id, e.agent_id, e.resource, e.mode, e.level, seq, rev.WAITING,
-                       e.at, step.now + definition.lease_seconds)
+                       e.at, step.now + float(e.wait_seconds or 0.0) + definition.lease_seconds)
     common = dict(lease_id=e.lease_id, agent_id=e.agent_id, resource=e.resource, mode=e.mode,
                   level=e.level, seq=seq, requested_at=e.at)
     ahead = [x for x in state.waiters(e.resource) if x.order < lease.order]

@@ -115,6 +115,8 @@ class ResourceService:
         # The agent's MLFQ level as its pool's scheduler has it now: the order among waiters.
         data = {"lease_id": lease_id, "agent_id": agent["agent_id"], "resource": name, "mode": mode,
                 "level": agent["level"], "at": self.service.clock()}
+        if wait > 0:
+            data["wait_seconds"] = wait
         await self.service._append([NewEvent(lease_stream(lease_id), rev.RESOURCE_ACQUIRE_REQUESTED, data,
                                              self.service._meta(principal, lease_id))],
                                    {lease_stream(lease_id): NO_STREAM})
