@@ -64,7 +64,8 @@ class _Check:
         lease = d.get("lease_id")
         if r.type in (rev.RESOURCE_WAITING, rev.RESOURCE_GRANTED):
             if lease in self.finished or self.live.get(lease) == rev.HELD:
-                return f"lease {lease} admitted again after it was {'finished' if lease in self.finished else 'granted'}"
+                state = "finished" if lease in self.finished else "granted"
+                return f"lease {lease} admitted again after it was {state}"
             if lease not in self.live:
                 problem = self._access(lease, d)
                 if problem:
