@@ -9,6 +9,7 @@ from typing import Any
 from app.auth import Principal, require, require_operator
 from app.domain import resource_events as rev
 from app.domain.access import POOL_PREFIX, valid_pattern
+from app.domain.resources import describe_cycle
 from app.domain.streams import access_stream, lease_stream, resource_stream
 from app.errors import BadInput, Conflict, Deadlock, Forbidden, NotFound, Unavailable
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent
@@ -129,9 +130,20 @@ class ResourceService:
         if wait > 0 and doc["status"] == rev.WAITING:
             await projector.wait_until(lambda: self.model.leases[lease_id]["status"] != rev.WAITING, wait)
         if doc["status"] == rev.REFUSED:
-            error = {rev.FORBIDDEN: Forbidden, rev.DEADLOCK: Deadlock}.get(doc["reason"], NotFound)
-            raise error(doc["message"])
+            if doc["reason"] == rev.DEADLOCK:
+                raise Deadlock(self._cycle_message(doc))
+            raise (Forbidden if doc["reason"] == rev.FORBIDDEN else NotFound)(doc["message"])
         return doc
+
+    def _cycle_message(self, doc: dict) -> str:
+        """The refusal's cycle with the agents' names beside their ids (the log keeps ids)."""
+        names = {}
+        for step in doc["cycle"]:
+            for agent_id in (step["agent_id"], step["waits_for"]):
+                view = self.service.model.agent_view(agent_id)
+                names[agent_id] = f"{view['name']} ({agent_id})" if view else agent_id
+        return (f"acquiring {doc['resource']} ({doc['mode']}) would deadlock: "
+                f"{describe_cycle(doc['cycle'], names)}; refused instead of waiting for ever")
 
     async def heartbeat(self, principal: Principal | None, lease_id: str) -> dict:
         doc = await self.service.fresh(self._own_lease, principal, lease_id)
