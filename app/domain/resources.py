@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import resource_events as rev
 from .access import AccessPolicy
-from .events import parse
+from .events import EventError, parse
 
 # As for turns (decide.REAP_GRACE_S): an input stamped before the deadline may still be on
 # its way through the log when the deadline comes.
@@ -171,26 +171,35 @@ def apply_event(state: ResourceState, e) -> ResourceState:
 
 # -- the wait-for graph ------------------------------------------------------------------
 
-def blockers(state: ResourceState, lease: LeaseState) -> list[LeaseState]:
-    """The leases that keep waiting `lease` from being granted: holders it does not fit
-    beside, and every waiter ahead of it."""
-    holders = state.holders(lease.resource)
-    if lease.mode == rev.EXCLUSIVE:
-        blocking = list(holders)
-    elif len(holders) >= state.resources[lease.resource].capacity:
+def _blocking(lease: LeaseState, holders: list[LeaseState], waiters: list[LeaseState],
+              capacity: int) -> list[LeaseState]:
+    if lease.mode == rev.EXCLUSIVE or len(holders) >= capacity:
         blocking = list(holders)
     else:
         blocking = [x for x in holders if x.mode == rev.EXCLUSIVE]
-    ahead = [x for x in state.waiters(lease.resource) if x.order < lease.order]
-    return blocking + ahead
+    return blocking + [x for x in waiters if x.order < lease.order]
+
+
+def blockers(state: ResourceState, lease: LeaseState) -> list[LeaseState]:
+    """The leases that keep waiting `lease` from being granted: holders it does not fit
+    beside, and every waiter ahead of it."""
+    return _blocking(lease, state.holders(lease.resource), state.waiters(lease.resource),
+                     state.resources[lease.resource].capacity)
 
 
 def wait_for_graph(state: ResourceState) -> dict[str, list[tuple[str, str]]]:
     """agent -> [(agent it waits for, resource)], each edge once, in a stable order."""
+    holders: dict[str, list[LeaseState]] = {}
+    waiters: dict[str, list[LeaseState]] = {}
+    for x in state.leases.values():
+        (holders if x.status == rev.HELD else waiters).setdefault(x.resource, []).append(x)
+    for queue in waiters.values():
+        queue.sort(key=lambda x: x.order)
     graph: dict[str, list[tuple[str, str]]] = {}
-    for lease in sorted((x for x in state.leases.values() if x.status == rev.WAITING), key=lambda x: x.seq):
+    for lease in sorted((x for q in waiters.values() for x in q), key=lambda x: x.seq):
         edges = graph.setdefault(lease.agent_id, [])
-        for other in blockers(state, lease):
+        for other in _blocking(lease, holders.get(lease.resource, []), waiters[lease.resource],
+                               state.resources[lease.resource].capacity):
             edge = (other.agent_id, lease.resource)
             if edge not in edges:
                 edges.append(edge)
@@ -198,24 +207,31 @@ def wait_for_graph(state: ResourceState) -> dict[str, list[tuple[str, str]]]:
 
 
 def find_cycle(graph: dict[str, list[tuple[str, str]]], start: str) -> list[dict] | None:
-    """A cycle through `start` as [{agent_id, waits_for, resource}], or None."""
-    path: list[tuple[str, str, str]] = []
-    seen: set[str] = set()
-
-    def visit(node: str) -> bool:
-        for nxt, resource in graph.get(node, ()):
-            path.append((node, nxt, resource))
-            if nxt == start:
-                return True
-            if nxt not in seen:
-                seen.add(nxt)
-                if visit(nxt):
-                    return True
-            path.pop()
-        return False
-
-    if visit(start):
-        return [{"agent_id": a, "waits_for": b, "resource": r} for a, b, r in path]
+    """A cycle through `start` as [{agent_id, waits_for, resource}], or None. Depth-first,
+    with an explicit stack (a chain of waiting agents may be longer than Python's recursion
+    limit); each agent is expanded once."""
+    path: list[tuple[str, str, str]] = []          # the edges from start to the current node
+    stack = [iter(graph.get(start, ()))]
+    nodes = [start]
+    seen = {start}
+    while stack:
+        step = next(stack[-1], None)
+        if step is None:
+            stack.pop()
+            nodes.pop()
+            if path:
+                path.pop()
+            continue
+        nxt, resource = step
+        if nxt == start:
+            path.append((nodes[-1], nxt, resource))
+            return [{"agent_id": a, "waits_for": b, "resource": r} for a, b, r in path]
+        if nxt in seen:
+            continue
+        seen.add(nxt)
+        path.append((nodes[-1], nxt, resource))
+        nodes.append(nxt)
+        stack.append(iter(graph.get(nxt, ())))
     return None
 
 
@@ -247,7 +263,7 @@ def decide(state: ResourceState, inputs: Iterable[tuple[str, dict, int | None]],
     `state` is advanced as the decisions are made (pass a copy to keep it)."""
     now = max(now, state.clock)
     step = _Step(state, now)
-    typed = [(parse(t, d), cause) for t, d, cause in inputs if t in rev.RESOURCE_INPUTS]
+    typed = [(e, cause) for e, cause in ((_typed(t, d), cause) for t, d, cause in inputs) if e is not None]
     _reap(step, [e for e, _cause in typed])
     for e, cause in typed:
         step.cause = cause
@@ -261,6 +277,17 @@ def decide(state: ResourceState, inputs: Iterable[tuple[str, dict, int | None]],
             _on_release(step, e)
     _dispatch(step)
     return step.out
+
+
+def _typed(type_: str | None, data: dict | None):
+    """The typed input, or None for a type the manager does not answer or data that is not
+    that type (a forged input must not wedge the writer: it changes nothing)."""
+    if type_ not in rev.RESOURCE_INPUTS:
+        return None
+    try:
+        return parse(type_, data or {})
+    except EventError:
+        return None
 
 
 def next_deadline(state: ResourceState) -> float | None:

@@ -304,3 +304,23 @@ def test_random_workloads_keep_exclusive_holds_apart_and_never_deadlock(steps):
     for r in log.records:
         apply(replayed, r.type, r.data)
     assert replayed.to_dict() == json.loads(json.dumps(log.state.to_dict()))
+
+
+def test_a_cycle_longer_than_the_recursion_limit_is_found():
+    n = 5000
+    graph = {f"a{i}": [(f"a{i + 1}", f"r{i + 1}")] for i in range(n)}
+    graph[f"a{n}"] = [("a0", "r0")]
+    cycle = find_cycle(graph, "a0")
+    assert len(cycle) == n + 1 and cycle[-1] == {"agent_id": f"a{n}", "waits_for": "a0", "resource": "r0"}
+    graph[f"a{n}"] = [("a7", "r7")]          # a cycle that does not pass through a0
+    assert find_cycle(graph, "a0") is None
+
+
+def test_a_malformed_input_changes_nothing_and_does_not_stop_the_core():
+    log = Log()
+    log.define("x")
+    before = log.state.to_dict()
+    assert log.input(lease_stream("bad"), rev.RESOURCE_ACQUIRE_REQUESTED, {"lease_id": "bad"}) == []
+    assert log.state.to_dict() == before
+    _lease, granted = log.acquire("a", "x")
+    assert granted.TYPE == rev.RESOURCE_GRANTED
