@@ -51,12 +51,12 @@ class Runtime:
         self.service = Service(self.store, self.projector)
         self.resources = ResourceService(self.service)
         self.service.pool_guard = self.resources.check_pool
+        self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)
         await _create_default_pool(self.service, default_pool)
         from app.context.service import ContextService
         self.context = ContextService(self.service, hibernate_idle_seconds=self.hibernate_idle_seconds)
         await self.context.start()
         self.supervisor = SchedulerSupervisor(self.store, self.projector, self.url, wakeups=self.listener)
-        self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)
         if self.run_schedulers:
             await self.supervisor.start()
             await self.resource_manager.start()
@@ -88,11 +88,11 @@ class MemoryRuntime:
         self.service = Service(self.store, self.projector, clock=self.clock)
         self.resources = ResourceService(self.service)
         self.service.pool_guard = self.resources.check_pool
+        self.resource_manager = ResourceManager(self.store, clock=self.clock, leadership=AlwaysLeads(),
+                                                wakeups=self.store)
         await _create_default_pool(self.service, default_pool)
         self.supervisor = SchedulerSupervisor(self.store, self.projector, clock=self.clock,
                                               leadership=AlwaysLeads(), wakeups=self.store)
-        self.resource_manager = ResourceManager(self.store, clock=self.clock, leadership=AlwaysLeads(),
-                                                wakeups=self.store)
         if hasattr(self.clock, "on_advance"):
             self.clock.on_advance(self.supervisor.tick)
             self.clock.on_advance(self.resource_manager.tick)

@@ -61,6 +61,10 @@ def _new_id() -> str:
 
 
 class Service:
+    # The access manager's pool check of a turn request (set by the runtime): an async
+    # callable (principal, agent view) that records a refusal and raises Forbidden.
+    pool_guard = None
+
     def __init__(self, store: EventLog, projector: Projector, *, clock: Clock = time.time,
                  ids: Ids = _new_id):
         self.store = store
@@ -71,9 +75,6 @@ class Service:
         # take it, so a resume point's digest describes the context its event follows and a
         # wake cannot interleave with an append or an idle hibernation of the same agent.
         self._agent_locks: dict[str, asyncio.Lock] = {}
-        # The access manager's pool check of a turn request (set by the runtime): an async
-        # callable (principal, agent view) that records a refusal and raises Forbidden.
-        self.pool_guard = None
 
     def agent_lock(self, agent_id: str) -> asyncio.Lock:
         return self._agent_locks.setdefault(agent_id, asyncio.Lock())

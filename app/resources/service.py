@@ -13,6 +13,7 @@ from app.domain.resources import describe_cycle
 from app.domain.streams import access_stream, lease_stream, resource_stream
 from app.errors import BadInput, Conflict, Deadlock, Forbidden, NotFound, Unavailable
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent
+from app.resources.replies import LeaseReplies, answers_acquire, answers_heartbeat, ends_lease, ends_wait
 from app.service import DECISION_TIMEOUT, MAX_WAIT_SECONDS, Service, _check_float, _check_int
 
 MAX_CAPACITY = 100_000
@@ -36,6 +37,7 @@ def _check_mode(mode: Any) -> str:
 class ResourceService:
     def __init__(self, service: Service):
         self.service = service
+        self.replies = LeaseReplies(service.projector.subscribe)
 
     @property
     def model(self):
@@ -118,17 +120,18 @@ class ResourceService:
                 "level": agent["level"], "at": self.service.clock()}
         if wait > 0:
             data["wait_seconds"] = wait
-        await self.service._append([NewEvent(lease_stream(lease_id), rev.RESOURCE_ACQUIRE_REQUESTED, data,
-                                             self.service._meta(principal, lease_id))],
-                                   {lease_stream(lease_id): NO_STREAM})
-        projector = self.service.projector
-        await projector.wait_until(lambda: self.model.leases[lease_id]["status"] is not None, DECISION_TIMEOUT)
-        doc = self.model.leases[lease_id]
-        if doc["status"] is None:
-            raise Unavailable(f"the resource manager has not answered lease {lease_id} yet; "
-                              "query it again (the request is recorded)")
-        if wait > 0 and doc["status"] == rev.WAITING:
-            await projector.wait_until(lambda: self.model.leases[lease_id]["status"] != rev.WAITING, wait)
+        async with self.replies.expect(lease_id, answers_acquire) as answered, \
+                self.replies.expect(lease_id, ends_wait) as wait_ended:
+            await self.service._append([NewEvent(lease_stream(lease_id), rev.RESOURCE_ACQUIRE_REQUESTED, data,
+                                                 self.service._meta(principal, lease_id))],
+                                       {lease_stream(lease_id): NO_STREAM})
+            answer = await answered.wait(DECISION_TIMEOUT)
+            if answer is None:
+                raise Unavailable(f"the resource manager has not answered lease {lease_id} yet; "
+                                  "query it again (the request is recorded)")
+            if wait > 0 and isinstance(answer, rev.ResourceWaiting):
+                await wait_ended.wait(wait)
+        doc = self.lease_view(lease_id)
         if doc["status"] == rev.REFUSED:
             if doc["reason"] == rev.DEADLOCK:
                 raise Deadlock(self._cycle_message(doc))
@@ -149,23 +152,21 @@ class ResourceService:
         doc = await self.service.fresh(self._own_lease, principal, lease_id)
         if doc["status"] not in rev.LIVE:
             raise Conflict(f"lease {lease_id} is {doc['status']}; only a WAITING or HELD lease takes heartbeats")
-        return await self._input_and_wait(principal, doc, rev.RESOURCE_HEARTBEAT_SENT,
-                                          lambda d, before: d["version"] > before)
+        return await self._input_and_wait(principal, doc, rev.RESOURCE_HEARTBEAT_SENT, answers_heartbeat)
 
     async def release(self, principal: Principal | None, lease_id: str) -> dict:
         doc = await self.service.fresh(lambda: self._own_lease(principal, lease_id, operator_ok=True))
         if doc["status"] not in rev.LIVE:
             raise Conflict(f"lease {lease_id} is already {doc['status']}")
-        return await self._input_and_wait(principal, doc, rev.RESOURCE_RELEASE_REQUESTED,
-                                          lambda d, _before: d["finished_at"] is not None)
+        return await self._input_and_wait(principal, doc, rev.RESOURCE_RELEASE_REQUESTED, ends_lease)
 
-    async def _input_and_wait(self, principal: Principal, doc: dict, type_: str, settled) -> dict:
-        lease_id, before = doc["lease_id"], doc["version"]
+    async def _input_and_wait(self, principal: Principal, doc: dict, type_: str, answers) -> dict:
+        lease_id = doc["lease_id"]
         data = {"lease_id": lease_id, "agent_id": doc["agent_id"], "at": self.service.clock()}
-        await self.service._append([NewEvent(lease_stream(lease_id), type_, data,
-                                             self.service._meta(principal, lease_id))])
-        await self.service.projector.wait_until(lambda: settled(self.model.leases[lease_id], before),
-                                                DECISION_TIMEOUT)
+        async with self.replies.expect(lease_id, answers) as answered:
+            await self.service._append([NewEvent(lease_stream(lease_id), type_, data,
+                                                 self.service._meta(principal, lease_id))])
+            await answered.wait(DECISION_TIMEOUT)
         return self.lease_view(lease_id)
 
     # -- access ---------------------------------------------------------------------------
