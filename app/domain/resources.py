@@ -92,15 +92,32 @@ class ResourceState:
     clock: float = 0.0
     inputs_through: int = 0          # the last input position a decision answered
     version: int = -1                # the decisions stream's version (the writer's expected version)
+    # Live lease ids per resource: derived from `leases` (never serialised), so that a
+    # resource's holders and waiters cost its own leases, not every live lease.
+    by_resource: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def add_lease(self, lease: LeaseState) -> None:
+        self.leases[lease.lease_id] = lease
+        self.by_resource.setdefault(lease.resource, set()).add(lease.lease_id)
+
+    def drop_lease(self, lease_id: str) -> None:
+        lease = self.leases.pop(lease_id, None)
+        if lease is not None:
+            ids = self.by_resource.get(lease.resource)
+            if ids is not None:
+                ids.discard(lease_id)
+                if not ids:
+                    del self.by_resource[lease.resource]
 
     # -- queries ------------------------------------------------------------------------
+    def _live(self, name: str, status: str) -> list[LeaseState]:
+        return [x for x in map(self.leases.__getitem__, self.by_resource.get(name, ())) if x.status == status]
+
     def holders(self, name: str) -> list[LeaseState]:
-        return sorted((x for x in self.leases.values() if x.resource == name and x.status == rev.HELD),
-                      key=lambda x: (x.granted_at, x.seq))
+        return sorted(self._live(name, rev.HELD), key=lambda x: (x.granted_at, x.seq))
 
     def waiters(self, name: str) -> list[LeaseState]:
-        return sorted((x for x in self.leases.values() if x.resource == name and x.status == rev.WAITING),
-                      key=lambda x: x.order)
+        return sorted(self._live(name, rev.WAITING), key=lambda x: x.order)
 
     def fits(self, name: str, mode: str, holders: list[LeaseState] | None = None) -> bool:
         held = self.holders(name) if holders is None else holders
@@ -117,10 +134,12 @@ class ResourceState:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ResourceState":
-        return cls(resources={k: ResourceDef(**v) for k, v in d["resources"].items()},
-                   leases={k: LeaseState(**v) for k, v in d["leases"].items()},
-                   policy=AccessPolicy.from_dict(d["policy"]), next_seq=d["next_seq"], clock=d["clock"],
-                   inputs_through=d["inputs_through"], version=d["version"])
+        state = cls(resources={k: ResourceDef(**v) for k, v in d["resources"].items()},
+                    policy=AccessPolicy.from_dict(d["policy"]), next_seq=d["next_seq"], clock=d["clock"],
+                    inputs_through=d["inputs_through"], version=d["version"])
+        for v in d["leases"].values():
+            state.add_lease(LeaseState(**v))
+        return state
 
     def copy(self) -> "ResourceState":
         return ResourceState.from_dict(json.loads(json.dumps(self.to_dict())))
@@ -151,21 +170,22 @@ def apply_event(state: ResourceState, e) -> ResourceState:
     if e.cause is not None:
         state.inputs_through = max(state.inputs_through, e.cause)
     if isinstance(e, rev.ResourceWaiting):
-        state.leases[e.lease_id] = LeaseState(e.lease_id, e.agent_id, e.resource, e.mode, e.level, e.seq,
-                                              rev.WAITING, e.requested_at, e.lease_expires_at)
+        state.add_lease(LeaseState(e.lease_id, e.agent_id, e.resource, e.mode, e.level, e.seq,
+                                   rev.WAITING, e.requested_at, e.lease_expires_at))
         state.next_seq = max(state.next_seq, e.seq + 1)
     elif isinstance(e, rev.ResourceGranted):
         lease = state.leases.get(e.lease_id)
         if lease is None:
-            lease = state.leases[e.lease_id] = LeaseState(e.lease_id, e.agent_id, e.resource, e.mode, e.level,
-                                                          e.seq, rev.HELD, e.requested_at, e.lease_expires_at)
+            lease = LeaseState(e.lease_id, e.agent_id, e.resource, e.mode, e.level, e.seq, rev.HELD,
+                               e.requested_at, e.lease_expires_at)
+            state.add_lease(lease)
         lease.status, lease.granted_at, lease.lease_expires_at = rev.HELD, e.at, e.lease_expires_at
         state.next_seq = max(state.next_seq, e.seq + 1)
     elif isinstance(e, rev.ResourceLeaseExtended):
         if e.lease_id in state.leases:
             state.leases[e.lease_id].lease_expires_at = e.lease_expires_at
     elif isinstance(e, (rev.ResourceReleased, rev.ResourceReaped)):
-        state.leases.pop(e.lease_id, None)
+        state.drop_lease(e.lease_id)
     return state  # a refusal takes no place in a queue: nothing to fold
 
 
@@ -204,6 +224,26 @@ def wait_for_graph(state: ResourceState) -> dict[str, list[tuple[str, str]]]:
             if edge not in edges:
                 edges.append(edge)
     return graph
+
+
+class _WaitsFor:
+    """The wait-for graph's edges computed only for the agents a search reaches (a request
+    that closes no cycle usually reaches few), with the same edges as wait_for_graph."""
+
+    def __init__(self, state: ResourceState):
+        self.state = state
+        self.waiting: dict[str, list[LeaseState]] = {}
+        for x in sorted((x for x in state.leases.values() if x.status == rev.WAITING), key=lambda x: x.seq):
+            self.waiting.setdefault(x.agent_id, []).append(x)
+
+    def get(self, agent_id: str, default=()) -> list[tuple[str, str]]:
+        edges: list[tuple[str, str]] = []
+        for lease in self.waiting.get(agent_id, ()):
+            for other in blockers(self.state, lease):
+                edge = (other.agent_id, lease.resource)
+                if edge not in edges:
+                    edges.append(edge)
+        return edges or list(default)
 
 
 def find_cycle(graph: dict[str, list[tuple[str, str]]], start: str) -> list[dict] | None:
@@ -338,12 +378,12 @@ def _on_acquire(step: _Step, e: rev.ResourceAcquireRequested) -> None:
                   rule=verdict.rule)
         return
     # Would it close a cycle? Try it in the graph, take it out again.
-    state.leases[e.lease_id] = lease
+    state.add_lease(lease)
     try:
-        cycle = find_cycle(wait_for_graph(state), e.agent_id)
+        cycle = find_cycle(_WaitsFor(state), e.agent_id)
         blocked_by = sorted({x.agent_id for x in blockers(state, lease)})
     finally:
-        del state.leases[e.lease_id]
+        state.drop_lease(e.lease_id)
     if cycle is not None:
         _refuse(step, e, rev.DEADLOCK, f"acquiring {e.resource} ({e.mode}) would deadlock: "
                 + describe_cycle(cycle), cycle=cycle)

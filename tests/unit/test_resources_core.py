@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from app.audit import Record
 from app.audit.resource_verify import verify_resources
 from app.domain import resource_events as rev
-from app.domain.resources import REAP_GRACE_S, ResourceState, apply, decide, find_cycle, wait_for_graph
+from app.domain.resources import (
+    REAP_GRACE_S,
+    ResourceState,
+    _WaitsFor,
+    apply,
+    decide,
+    find_cycle,
+    wait_for_graph,
+)
 from app.domain.streams import RESOURCE_DECISIONS_STREAM, access_stream, lease_stream, resource_stream
 
 
@@ -298,6 +306,8 @@ def test_random_workloads_keep_exclusive_holds_apart_and_never_deadlock(steps):
             assert not waiters or not log.state.fits(name, waiters[0].mode)
         graph = wait_for_graph(log.state)
         assert all(find_cycle(graph, agent) is None for agent in graph)
+        lazy = _WaitsFor(log.state)       # the graph decide searches: the same edges
+        assert {agent: lazy.get(agent) for agent in graph} == graph
     report = verify_resources(log.records)
     assert report.ok, report.first
     replayed = ResourceState()
