@@ -397,8 +397,9 @@ def _on_heartbeat(step: _Step, e: rev.ResourceHeartbeatSent) -> None:
     if lease is None or lease.agent_id != e.agent_id:
         return
     definition = step.state.resources[lease.resource]
+    # Never shortens: a waiting lease may run longer (the time its caller stays blocked).
     step.emit(rev.ResourceLeaseExtended, lease_id=lease.lease_id, agent_id=lease.agent_id,
-              lease_expires_at=step.now + definition.lease_seconds)
+              lease_expires_at=max(lease.lease_expires_at, step.now + definition.lease_seconds))
 
 
 def _on_release(step: _Step, e: rev.ResourceReleaseRequested) -> None:

@@ -334,3 +334,19 @@ def test_a_malformed_input_changes_nothing_and_does_not_stop_the_core():
     assert log.state.to_dict() == before
     _lease, granted = log.acquire("a", "x")
     assert granted.TYPE == rev.RESOURCE_GRANTED
+
+
+def test_a_heartbeat_never_shortens_the_lease_of_a_caller_blocked_in_its_request():
+    log = Log()
+    log.define("x", lease=10.0)
+    log.acquire("a", "x")
+    lease_id = "L2"
+    log.input(lease_stream(lease_id), rev.RESOURCE_ACQUIRE_REQUESTED,
+              {"lease_id": lease_id, "agent_id": "b", "resource": "x", "mode": rev.EXCLUSIVE, "level": 0,
+               "at": log.now, "wait_seconds": 60.0})
+    assert log.state.leases[lease_id].lease_expires_at == log.now + 70.0
+    log.heartbeat("b", lease_id)
+    assert log.state.leases[lease_id].lease_expires_at == log.now + 70.0
+    log.tick(65.0)
+    log.heartbeat("b", lease_id)
+    assert log.state.leases[lease_id].lease_expires_at == log.now + 10.0
