@@ -36,3 +36,8 @@ class Unavailable(ServiceError):
 class LimitExceeded(ServiceError):
     """A per-agent or per-request cap (retry later, or ask for less)."""
     code = "LIMIT_EXCEEDED"
+
+
+class Deadlock(ServiceError):
+    """A resource request refused because waiting would close a cycle of agents."""
+    code = "DEADLOCK"

@@ -16,6 +16,8 @@ from app.errors import Conflict
 from app.eventstore.listener import LogListener
 from app.eventstore.store import EventStore, create_pool
 from app.projections.runner import Projector
+from app.resources.manager import ResourceManager
+from app.resources.service import ResourceService
 from app.scheduler.loop import SchedulerSupervisor
 from app.service import Service
 
@@ -48,6 +50,9 @@ class Runtime:
         self.store.on_append(self.projector.offer)
         self.service = Service(self.store, self.projector,
                                max_queued_per_agent=bootstrap.max_queued_turns_per_agent())
+        self.resources = ResourceService(self.service)
+        self.service.pool_guard = self.resources.check_pool
+        self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)
         await _create_default_pool(self.service, default_pool)
         from app.context.service import ContextService
         self.context = ContextService(self.service, hibernate_idle_seconds=self.hibernate_idle_seconds)
@@ -55,10 +60,12 @@ class Runtime:
         self.supervisor = SchedulerSupervisor(self.store, self.url, wakeups=self.listener)
         if self.run_schedulers:
             await self.supervisor.start()
+            await self.resource_manager.start()
         return self
 
     async def stop(self) -> None:
         await self.context.stop()
+        await self.resource_manager.stop()
         await self.supervisor.stop()
         await self.projector.stop()
         await self.listener.stop()
@@ -80,14 +87,21 @@ class MemoryRuntime:
         await self.projector.start()
         self.store.on_append(self.projector.offer)
         self.service = Service(self.store, self.projector, clock=self.clock)
+        self.resources = ResourceService(self.service)
+        self.service.pool_guard = self.resources.check_pool
+        self.resource_manager = ResourceManager(self.store, clock=self.clock, leadership=AlwaysLeads(),
+                                                wakeups=self.store)
         await _create_default_pool(self.service, default_pool)
         self.supervisor = SchedulerSupervisor(self.store, clock=self.clock,
                                               leadership=AlwaysLeads(), wakeups=self.store)
         if hasattr(self.clock, "on_advance"):
             self.clock.on_advance(self.supervisor.tick)
+            self.clock.on_advance(self.resource_manager.tick)
         await self.supervisor.start()
+        await self.resource_manager.start()
         return self
 
     async def stop(self) -> None:
+        await self.resource_manager.stop()
         await self.supervisor.stop()
         await self.projector.stop()

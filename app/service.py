@@ -66,6 +66,10 @@ def _new_id() -> str:
 
 
 class Service:
+    # The access manager's pool check of a turn request (set by the runtime): an async
+    # callable (principal, agent view) that records a refusal and raises Forbidden.
+    pool_guard = None
+
     def __init__(self, store: EventLog, projector: Projector, *, clock: Clock = time.time,
                  ids: Ids = _new_id, max_queued_per_agent: int = MAX_QUEUED_PER_AGENT):
         self.max_queued_per_agent = max_queued_per_agent
@@ -304,6 +308,8 @@ class Service:
                                           self.max_queued_per_agent):
             raise LimitExceeded(f"agent has {refusal.need - 1} turns queued or on their way, the most "
                                 f"one agent may have waiting is {refusal.limit}; finish or cancel some first")
+        if self.pool_guard is not None:
+            await self.pool_guard(principal, agent)
         if agent["hibernated"]:
             await self.set_hibernated(principal, agent["agent_id"], False, {"reason": "turn requested"})
         data = {"turn_id": turn_id, "agent_id": agent["agent_id"], "pool": agent["pool"],

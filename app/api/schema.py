@@ -18,6 +18,7 @@ from app.replies import changes_turn
 from . import types as t
 from .audit_schema import AuditQuery
 from .context_schema import ContextMutation, ContextQuery
+from .resources_schema import ResourceMutation, ResourceQuery
 from .context import principal, runtime
 from .document_cache import SmallDocumentParserCache, SmallDocumentValidationCache
 from .errors import ErrorCodes, as_graphql_error
@@ -52,7 +53,7 @@ def _check_pool_visible(info: Info, pool: str) -> None:
 
 
 @strawberry.type
-class Query(AuditQuery, ContextQuery):
+class Query(AuditQuery, ContextQuery, ResourceQuery):
     @strawberry.field
     def me(self, info: Info) -> t.Agent | None:
         who = principal(info)
@@ -133,7 +134,7 @@ class Query(AuditQuery, ContextQuery):
 
 
 @strawberry.type
-class Mutation(ContextMutation):
+class Mutation(ContextMutation, ResourceMutation):
     @strawberry.mutation
     async def create_pool(self, info: Info, input: t.PoolInput) -> t.Pool:
         defaults = PoolSettings()

@@ -19,6 +19,9 @@ from app.domain.state import PoolState
 from app.domain.streams import pool_stream, turn_stream
 
 from . import Record, load_records, workload_records
+from .access import access_story, render_access
+from .resource_verify import CATEGORIES as RESOURCE_CATEGORIES
+from .resource_verify import verify_resources
 from .explain import explain_turn, when
 from .export import export
 from .verify import verify
@@ -220,9 +223,38 @@ async def _verify(url: str, args) -> int:
     if report.ok:
         print("all invariants hold: lanes within capacity, no double grant or completion, grants within "
               "the rate budget, reaps after lease expiry, demotions after exhausted allotments")
+    else:
+        print(f"VIOLATION at {report.first}")
+        return 1
+    if args.pool:
         return 0
-    print(f"VIOLATION at {report.first}")
+    async with _store(url) as store:
+        resource_records = await _resource_records(store)
+    resources = verify_resources(resource_records)
+    print(f"checked {resources.decisions_checked} resource decisions ({resources.grants_checked} grants)")
+    if resources.ok:
+        print("all resource invariants hold: exclusive holds never overlap, shared holds within capacity, "
+              "no double grant, reaps after lease expiry, admissions allowed by the access policy")
+        return 0
+    print(f"VIOLATION at {resources.first}")
     return 1
+
+
+async def _resource_records(store) -> list[Record]:
+    out, after = [], 0
+    while True:
+        page = await store.read(after, 5000, categories=RESOURCE_CATEGORIES)
+        out += [Record(e.position, e.stream, e.version, e.type, e.data) for e in page]
+        if len(page) < 5000:
+            return out
+        after = page[-1].position
+
+
+async def _access(url: str, args) -> int:
+    async with _store(url) as store:
+        story = access_story(await _resource_records(store), args.agent)
+    print(json.dumps(story, indent=2) if args.json else render_access(story))
+    return 0
 
 
 # -- argparse wiring -------------------------------------------------------------------------
@@ -278,9 +310,16 @@ def add_commands(subparsers) -> None:
     explain.add_argument("--turn", required=True)
     explain.set_defaults(func=_runner(_explain))
 
-    ver = asub.add_parser("verify", help="check the scheduler's invariants over the whole log")
-    ver.add_argument("--pool")
+    ver = asub.add_parser("verify", help="check the scheduler's and the resource manager's invariants "
+                                         "over the whole log")
+    ver.add_argument("--pool", help="only this pool's decisions (the resource check is skipped)")
     ver.set_defaults(func=_runner(_verify))
+
+    acc = asub.add_parser("access", help="what an agent could reach (grants) and what it did (acquires, "
+                                         "refusals with the rule that refused)")
+    acc.add_argument("--agent", required=True)
+    acc.add_argument("--json", action="store_true")
+    acc.set_defaults(func=_runner(_access))
 
 
 def main(argv: list[str] | None = None) -> int:

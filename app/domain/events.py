@@ -457,3 +457,7 @@ CONTEXT_APPENDED = "ContextAppended"          # one message into the hot tier
 CONTEXT_COMPACTED = "ContextCompacted"        # a hot span moved to warm (summary, facts) and cold
 # What the context fold reads: its own events and the hibernation pair that parks and wakes it.
 CONTEXT_EVENTS = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})
+
+# The resource and access managers' events register themselves on import; imported here so
+# that every reader of the registry sees them whatever it imported first.
+from app.domain import resource_events as _resource_events  # noqa: E402,F401

@@ -37,3 +37,21 @@ def turn_stream(turn_id: str) -> str:
 
 def context_stream(agent_id: str) -> str:
     return stream_name(CONTEXT, agent_id)
+
+
+# -- resource and access managers -------------------------------------------------------
+RESOURCE, LEASE, RESOURCES, ACCESS = "resource", "lease", "resources", "access"
+# The resource manager's own stream: its decisions and nothing else.
+RESOURCE_DECISIONS_STREAM = stream_name(RESOURCES, "decisions")
+
+
+def resource_stream(name: str) -> str:
+    return stream_name(RESOURCE, name)
+
+
+def lease_stream(lease_id: str) -> str:
+    return stream_name(LEASE, lease_id)
+
+
+def access_stream(agent_id: str) -> str:
+    return stream_name(ACCESS, agent_id)

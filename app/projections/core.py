@@ -20,7 +20,10 @@ from app.domain.state import PoolState
 from app.domain.streams import id_of
 from app.eventstore.model import RecordedEvent, category_of
 
-PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context")
+from .resources import ResourceModel
+
+PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context", "resources", "leases")
+_RESOURCE_CATEGORIES = frozenset({"resource", "lease", "access", "resources"})
 
 _NEEDS_CONTEXT = frozenset({ctx.CONTEXT_APPENDED, ctx.CONTEXT_COMPACTED, ev.AGENT_WOKEN})
 
@@ -53,6 +56,7 @@ class CoreModel:
     histories: dict[str, turn_history.TurnHistory] = field(default_factory=dict)
     token_index: dict[str, str] = field(default_factory=dict)
     contexts: dict[str, ctx.AgentContext] = field(default_factory=dict)
+    resources: ResourceModel = field(default_factory=ResourceModel)
     dirty: set[tuple[str, str]] = field(default_factory=set)
 
     # -- the fold -----------------------------------------------------------------------
@@ -69,6 +73,8 @@ class CoreModel:
             self._fold_turn_input(event)
         elif category == "context":
             self._fold_context(event.data["agent_id"], event)
+        elif category in _RESOURCE_CATEGORIES:
+            self.resources.fold(event.stream, event.type, event.data, self.dirty)
 
     def context_of(self, agent_id: str) -> ctx.AgentContext:
         return self.contexts.get(agent_id) or ctx.new_context(agent_id)
@@ -202,6 +208,8 @@ class CoreModel:
         if projection == "context":
             context = self.contexts.get(key)
             return ctx.state_to_dict(context) if context else None
+        if projection in ("resources", "leases"):
+            return self.resources.doc(projection, key)
         raise KeyError(projection)
 
     def all_docs(self) -> dict[tuple[str, str], dict]:
@@ -216,6 +224,7 @@ class CoreModel:
             out[("turns", key)] = doc
         for key, context in self.contexts.items():
             out[("context", key)] = ctx.state_to_dict(context)
+        out.update(self.resources.docs())
         return out
 
     @classmethod
@@ -235,6 +244,8 @@ class CoreModel:
                 model.histories[key] = turn_from_doc(doc)
             elif projection == "context":
                 model.contexts[key] = ctx.state_from_dict(doc)
+            elif projection in ("resources", "leases"):
+                model.resources.load(projection, key, doc)
         return model
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from app.auth import OPERATOR
 from app.domain import events as ev
 from app.domain.streams import turn_stream
 from app.errors import BadInput, Conflict, LimitExceeded

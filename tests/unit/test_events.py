@@ -9,6 +9,7 @@ import json
 import pytest
 
 from app.domain import events as ev
+from app.domain import resource_events as rev
 from app.domain.apply import apply, new_pool
 from app.domain.decide import decide
 from app.domain.settings import PoolSettings
@@ -22,7 +23,7 @@ def _logged() -> list[dict]:
 
 
 def test_every_event_type_has_a_class_registered_under_its_name():
-    assert set(ev.registered()) == ALL_TYPES | ev.TOKEN_EVENTS   # the token events came after the recordings
+    assert set(ev.registered()) == ALL_TYPES | ev.TOKEN_EVENTS | rev.RESOURCE_TYPES   # the token events came after the recordings
     for name, cls in ev.registered().items():
         assert cls.TYPE == name and ev.event_class(name) is cls
 
