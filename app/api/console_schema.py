@@ -22,7 +22,7 @@ from app.audit import load_records
 from app.audit.verify import verify
 from app.auth import require_operator
 from app.domain.streams import pool_stream
-from app.errors import NotFound
+from app.errors import BadInput, NotFound
 from app.projections.context_archive import archived_context
 
 from . import types as t
@@ -150,8 +150,9 @@ class ConsoleQuery:
         """An agent's most recent turns, newest first."""
         require_operator(principal(info))
         rt = runtime(info)
+        if not 1 <= limit <= _RECENT_TURNS_MAX:
+            raise BadInput(f"limit must be between 1 and {_RECENT_TURNS_MAX}")
         rt.service.agent_view(str(agent_id))  # NotFound for an unknown agent
-        limit = max(1, min(limit, _RECENT_TURNS_MAX))
         mine = [d for d in rt.projector.model.turns.values() if d["agent_id"] == str(agent_id)]
         mine.sort(key=lambda d: d["requested_at"], reverse=True)
         return [t.Turn.of(d) for d in mine[:limit]]

@@ -42,6 +42,8 @@ if not (ROOT / "frontend" / "dist" / "index.html").exists():
 pytestmark = pytest.mark.timeout(180)
 expect.set_options(timeout=20_000)
 
+FILLER = ("We looked at the logs again and walked through the retry path, the cache warmup and the "
+          "deployment checklist; nothing conclusive yet, so we keep reading the traces step by step. ")
 APPEND = """mutation($role: String!, $content: String!, $pinned: Boolean!) {
   appendContext(input: {role: $role, content: $content, pinned: $pinned}) { messages } }"""
 STREAMS_REQUEST = """mutation($est: Int!) { requestTurn(input: {estimatedTokens: $est, maxOutputTokens: 100,
@@ -231,26 +233,41 @@ async def test_what_if_and_verify_from_the_replay_view(page, console, operator):
 
 
 async def test_an_agents_context_view_opens(page, console, operator):
-    agent_id, agent = await agent_client(console, operator, "remembers")
-    async with agent:
-        await agent(APPEND, role="system", content="Always answer in French.", pinned=True)
-        await agent(APPEND, role="user", content="The deploy key lives in /etc/deploy/key.pem", pinned=False)
-        await agent(APPEND, role="assistant", content="Noted: /etc/deploy/key.pem", pinned=False)
+    # Enough to pass the compaction watermark of a 1,024-token budget: hot spans move to
+    # warm (summaries, key facts) and cold, and the later deadline supersedes the first.
+    agent_id, token = await register(operator, "remembers", POOL, "INTERACTIVE", budget=1024)
+    await admitted(operator, agent_id)
+    async with GraphQLClient(console.server, token) as agent:
+        await agent(APPEND, role="system", content="You must never delete files under /srv/data.", pinned=True)
+        await agent(APPEND, role="user", content="The deadline is 2026-12-15 for ticket PAY-4411.", pinned=False)
+        for i in range(12):
+            await agent(APPEND, role="assistant", content=f"Step {i}. " + FILLER, pinned=False)
+        await agent(APPEND, role="user", content="Update: the deadline is 2027-01-20 for ticket PAY-4411.", pinned=False)
+        for i in range(12):
+            stats = (await agent(APPEND, role="assistant", content=f"Later step {i}. " + FILLER, pinned=False))
+    assert stats["appendContext"]["messages"] == 27
     await open_console(page, console, "agents")
     table = page.get_by_test_id("agent-table")
     await page.get_by_label("filter agents").fill("remembers")
     await expect(table.get_by_test_id("agent-count")).to_contain_text("1 of")
     await table.get_by_role("link", name="remembers").click()
     tiers = page.get_by_test_id("context-tiers")
-    await expect(tiers.locator(".pinned")).to_contain_text("Always answer in French.")
-    await expect(tiers.get_by_test_id("hot-messages").locator("li")).to_have_count(2)
-    await expect(tiers.locator('tr[data-tier="hot"]')).to_contain_text("2")
+    await expect(tiers.locator(".pinned")).to_contain_text("You must never delete files under /srv/data.")
+    await expect(tiers.locator('[data-superseded="true"]', has_text="2026-12-15")).to_contain_text("superseded")
+    await expect(tiers.locator('[data-superseded="false"]', has_text="2027-01-20")).to_be_visible()
+    await expect(tiers.locator(".summaries li").first).to_be_visible()
+    await expect(tiers.locator('tr[data-tier="cold"]')).not_to_contain_text("0 messages")
+    await expect(tiers.get_by_test_id("hot-messages").locator("li").first).to_contain_text("Later step")
+    # The budgeted view: a bad budget is refused with the server's reason, a good one shown.
+    await page.get_by_label("budget tokens").fill("40")
+    await page.get_by_role("button", name="View").click()
+    await expect(page.get_by_test_id("context-view-tool").locator(".error")).to_contain_text("budgetTokens must be")
     await page.get_by_label("budget tokens").fill("300")
-    await page.get_by_label("query").fill("deploy key")
+    await page.get_by_label("query").fill("deadline")
     await page.get_by_role("button", name="View").click()
     view = page.get_by_test_id("context-view")
     await expect(view).to_contain_text("of 300 tokens")
-    await expect(view).to_contain_text("Always answer in French.")
+    await expect(view).to_contain_text("/srv/data")
     await page.screenshot(path=str(SHOTS / "agent-detail.png"), full_page=True)
 
 

@@ -61,7 +61,6 @@ export class LiveFeed {
     this.options.onState(this.attempt === 0 && !this.everConnected
       ? { kind: "connecting" } : { kind: "reconnecting", attempt: this.attempt, reason: "connecting" });
     const from = this.lastPosition;
-    let announced = false;
     this.unsubscribe = this.client.subscribe<{ events: LogEvent }>(
       { query: EVENTS_SUBSCRIPTION, variables: { after: from } },
       {
@@ -72,9 +71,6 @@ export class LiveFeed {
           }
           const event = result.data?.events;
           if (!event) return;
-          if (!announced) {
-            announced = true;
-          }
           if (event.position <= this.lastPosition) return; // never twice
           this.lastPosition = event.position;
           this.options.onEvents([event]);
@@ -109,7 +105,9 @@ export class LiveFeed {
 }
 
 function isAuthClose(err: unknown): boolean {
-  // graphql-transport-ws closes with 4403 Forbidden when connection_init is refused.
+  // A refused subscription arrives as GraphQL errors (UNAUTHENTICATED); a refused
+  // connection_init as close code 4403.
+  if (Array.isArray(err)) return classify(err).kind === "unauthenticated";
   return typeof err === "object" && err !== null && "code" in err && (err as CloseEvent).code === 4403;
 }
 

@@ -17,7 +17,7 @@ export function AgentDetail({ store, agentId, onTurn }: { store: LiveStore; agen
   const [tiers, setTiers] = useState<ContextTiers | null>(null);
   const [turns, setTurns] = useState<Turn[]>([]);
   const [error, setError] = useState<string | null>(null);
-  const touched = lastPositionOf(store, agentId);
+  const touched = store.lastPositionOfAgent.get(agentId) ?? 0;
   useEffect(() => {
     let gone = false;
     Promise.all([
@@ -65,9 +65,3 @@ export function AgentDetail({ store, agentId, onTurn }: { store: LiveStore; agen
   );
 }
 
-function lastPositionOf(store: LiveStore, agentId: string): number {
-  for (let i = store.events.length - 1; i >= 0; i--) {
-    if (store.events[i].data.agent_id === agentId) return store.events[i].position;
-  }
-  return 0;
-}

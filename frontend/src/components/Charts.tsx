@@ -1,7 +1,7 @@
 import { useMemo } from "preact/hooks";
 import type { AlignedData } from "uplot";
 import type { LiveStore } from "../state/store";
-import { CLASSES } from "../state/series";
+import { BUCKET_S, CLASSES } from "../state/series";
 import { useStore } from "../state/useStore";
 import { TimeChart, type Line } from "./TimeChart";
 
@@ -28,12 +28,13 @@ export function Charts({ store }: { store: LiveStore }) {
   ]);
   return (
     <section class="panel charts" data-testid="charts">
-      <h2>Over time</h2>
+      <h2>Over time <small>queues and lanes of pool {store.pool}, sampled as they change; latency, 429s,
+        pauses and goodput of all pools per {BUCKET_S} s</small></h2>
       <div class="chart-grid">
         <TimeChart title="queue depth per level" lines={levelLines} data={queue} stepped />
         <TimeChart title="lanes occupied" lines={[{ label: "busy", color: "#2ca02c" }, { label: "lanes", color: "#999" }]} data={lanes} stepped />
         <TimeChart title="latency per class (s)" lines={latencyLines} data={latency} />
-        <TimeChart title="429s and pauses per 10 s" lines={[{ label: "429s", color: "#d62728" }, { label: "pauses", color: "#9467bd" }]} data={pushback} />
+        <TimeChart title={`429s and pauses per ${BUCKET_S} s`} lines={[{ label: "429s", color: "#d62728" }, { label: "pauses", color: "#9467bd" }]} data={pushback} />
         <TimeChart title="goodput" lines={[{ label: "ok turns/min", color: "#2ca02c" }, { label: "tokens/s", color: "#17becf" }]} data={goodput} />
       </div>
     </section>

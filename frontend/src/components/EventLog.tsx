@@ -5,6 +5,7 @@ import { VirtualList } from "./VirtualList";
 
 interface Props {
   events: LogEvent[];
+  types: Set<string>;
   name: (agentId: string) => string;
   onTurn: (turnId: string) => void;
   height?: number;
@@ -21,11 +22,11 @@ function agentOf(e: LogEvent): string | null {
 }
 
 /** The scrolling log, newest at the bottom, filterable by type, agent (id or name) and turn. */
-export function EventLog({ events, name, onTurn, height = 320 }: Props) {
+export function EventLog({ events, types: seen, name, onTurn, height = 320 }: Props) {
   const [type, setType] = useState("");
   const [agent, setAgent] = useState("");
   const [turn, setTurn] = useState("");
-  const types = useMemo(() => [...new Set(events.map((e) => e.type))].sort(), [events.length > 0 && events[events.length - 1].position]);
+  const types = useMemo(() => [...seen].sort(), [seen.size]);
   const shown = useMemo(() => {
     const a = agent.trim().toLowerCase();
     const t = turn.trim();
@@ -39,7 +40,7 @@ export function EventLog({ events, name, onTurn, height = 320 }: Props) {
       }
       return true;
     });
-  }, [events, events.length, type, agent, turn]);
+  }, [events, events.length ? events[events.length - 1].position : 0, type, agent, turn]);
   return (
     <section class="panel" data-testid="event-log">
       <h2>Event log <small data-testid="event-count">{shown.length} of {events.length}</small></h2>

@@ -24,7 +24,7 @@ export function LiveView({ store, onTurn }: { store: LiveStore; onTurn: (turnId:
           <Happenings items={store.happenings} name={name} />
         </div>
       ) : <p>loading the scheduler…</p>}
-      <EventLog events={store.events} name={name} onTurn={onTurn} />
+      <EventLog events={store.events} types={store.eventTypes} name={name} onTurn={onTurn} />
     </div>
   );
 }

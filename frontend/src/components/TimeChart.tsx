@@ -23,7 +23,8 @@ export function TimeChart({ title, lines, data, width = 520, height = 200, stepp
   useEffect(() => {
     const opts: Options = {
       title, width, height,
-      scales: { x: { time: true } },
+      // One point (or none) would make uPlot span years; show a minute around it instead.
+      scales: { x: { time: true, range: (_u, min, max) => (min === max ? [min - 30, max + 30] : [min, max]) } },
       series: [{}, ...lines.map((l) => ({
         label: l.label, stroke: l.color, width: 1.5, spanGaps: true,
         ...(stepped ? { paths: uPlot.paths.stepped!({ align: 1 }) } : {}),

@@ -20,13 +20,15 @@ export function VirtualList<T>({ items, rowHeight, height, row, header, follow, 
   const [top, setTop] = useState(0);
   const atBottom = useRef(true);
 
+  // After every render (a capped log keeps its length while its rows change), stay at
+  // the tail if the reader was there.
   useLayoutEffect(() => {
     const el = box.current;
     if (follow && el && atBottom.current) {
       el.scrollTop = el.scrollHeight;
-      setTop(el.scrollTop);
+      if (el.scrollTop !== top) setTop(el.scrollTop);
     }
-  }, [items.length, follow]);
+  });
 
   const first = Math.max(0, Math.floor(top / rowHeight) - OVERSCAN);
   const last = Math.min(items.length, Math.ceil((top + height) / rowHeight) + OVERSCAN);

@@ -80,6 +80,11 @@ export class Series {
     if (this.samples.length > MAX_SAMPLES) this.samples.splice(0, this.samples.length - MAX_SAMPLES);
   }
 
+  /** Another pool: its state samples start afresh (the event-derived buckets are fleet-wide). */
+  resetSamples(): void {
+    this.samples.length = 0;
+  }
+
   private bucket(t: number): Bucket {
     const key = Math.floor(t / BUCKET_S) * BUCKET_S;
     let b = this.buckets.get(key);

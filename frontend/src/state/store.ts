@@ -83,6 +83,8 @@ export class LiveStore {
   received = 0;            // events delivered by the subscription since the start
   firstPosition = 0;       // the subscription started after this position
   readonly series = new Series();
+  readonly eventTypes = new Set<string>();
+  readonly lastPositionOfAgent = new Map<string, number>(); // what a detail view re-reads on
   error: string | null = null;
 
   // Names and classes of agents registered since the fleet was last read, from their
@@ -149,6 +151,7 @@ export class LiveStore {
   setPool(pool: string): void {
     this.pool = pool;
     this.scheduler = null;
+    this.series.resetSamples();
     this.schedulerRefresh.request();
     this.fleetRefresh.request();
     this.changed();
@@ -172,6 +175,8 @@ export class LiveStore {
           name: String(e.data.name), priorityClass: e.data.priority_class as PriorityClass });
       }
       this.series.fold(e, this.classOf);
+      this.eventTypes.add(e.type);
+      if (typeof e.data.agent_id === "string") this.lastPositionOfAgent.set(e.data.agent_id, e.position);
       if (isHappening(e)) this.happenings.push(e);
       if (e.stream.startsWith("agent-") || HAPPENING_TYPES.has(e.type) || e.type === "TurnCompleted") fleetChanged = true;
     }
