@@ -318,9 +318,21 @@ async def test_a_quarantined_agent_is_released_from_the_table(page, console, ope
 
 async def test_live_view_and_charts_screenshots(page, console, operator):
     await open_console(page, console)
-    _, agent = await agent_client(console, operator, "pictured", "INTERACTIVE")
+    # A little work of every class, one call answered 429 (which pauses the pool), so
+    # the charts have something to draw.
+    agents = [await agent_client(console, operator, f"worker-{c.lower()}", c)
+              for c in ("INTERACTIVE", "BATCH", "BACKGROUND")]
+    for _, agent in agents:
+        async with agent:
+            for i in range(3):
+                turn = (await agent(REQUEST, est=400 * (i + 1), out=100, wait=30.0))["requestTurn"]
+                await agent(COMPLETE, id=turn["id"], outcome="OK", p=400 * (i + 1), c=80, retry=None, headers=None)
+    _, agent = agents[0]
     async with agent:
-        turn = (await agent(REQUEST, est=800, out=100, wait=10.0))["requestTurn"]
+        turn = (await agent(REQUEST, est=100, out=10, wait=30.0))["requestTurn"]
+        await agent(COMPLETE, id=turn["id"], outcome="RATE_LIMITED", p=0, c=0, retry=1.0, headers=None)
+        await expect(page.locator('[data-testid="happenings"] li[data-type="PoolPaused"]').first).to_be_visible()
+        turn = (await agent(REQUEST, est=800, out=100, wait=30.0))["requestTurn"]
         await expect(page.locator(f'[data-testid="lanes"] [data-turn="{turn["id"]}"]')).to_be_visible()
         await page.screenshot(path=str(SHOTS / "live.png"), full_page=True)
         await agent(COMPLETE, id=turn["id"], outcome="OK", p=800, c=60, retry=None, headers=None)

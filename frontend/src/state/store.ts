@@ -190,7 +190,9 @@ export class LiveStore {
 
   async loadScheduler(): Promise<void> {
     try {
-      const { scheduler } = await gql<{ scheduler: SchedulerState }>(SCHEDULER, { pool: this.pool });
+      const pool = this.pool;
+      const { scheduler } = await gql<{ scheduler: SchedulerState }>(SCHEDULER, { pool });
+      if (pool !== this.pool) return; // the operator switched pools meanwhile
       this.scheduler = scheduler;
       this.series.sample(scheduler, Date.now() / 1000);
       this.error = null;
