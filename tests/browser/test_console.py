@@ -355,6 +355,20 @@ async def log_positions(operator) -> list[int]:
         after = page[-1]["position"]
 
 
+async def test_logging_in_while_the_server_is_down_says_it_is_unreachable(page, console):
+    await open_console(page, console)
+    await page.get_by_role("button", name="Log out").click()
+    await console.stop()
+    try:
+        await page.get_by_label("operator token").fill(OPERATOR_TOKEN)
+        await page.get_by_role("button", name="Log in").click()
+        await expect(page.get_by_test_id("login-error")).to_contain_text("server is unreachable")
+    finally:
+        await console.start()
+    await page.get_by_role("button", name="Log in").click()
+    await expect(page.get_by_test_id("link-status")).to_have_attribute("data-state", "live")
+
+
 async def test_the_server_going_away_and_back_resumes_the_live_view_without_a_gap(page, console):
     await open_console(page, console)
     status = page.get_by_test_id("link-status")
