@@ -32,14 +32,32 @@ export interface SchedulerState {
   rateLimit: RateLimit;
 }
 
-const SCHEDULER_FIELDS = `pool position
-  lanes { index turnId agentId grantedAt leaseExpiresAt awaitingFirstChunk }
+/** Fields the server has beyond these (see capabilities.ts) ride along, shown as they come. */
+export type Extras = Record<string, unknown>;
+
+function schedulerFields(schedulerExtras: string[], laneExtras: string[]): string {
+  return `pool position ${schedulerExtras.join(" ")}
+  lanes { index turnId agentId grantedAt leaseExpiresAt awaitingFirstChunk ${laneExtras.join(" ")} }
   levels { level queued { turnId agentId queuedAt estimatedTokens } }
   rateLimit { rpm tpm availableRequests availableTokens pausedUntil rateFactor }`;
+}
 
-export const SCHEDULER = `query Scheduler($pool: String!) { scheduler(pool: $pool) { ${SCHEDULER_FIELDS} } }`;
-export const SCHEDULER_AT = `query SchedulerAt($pool: String!, $position: Int!) {
-  schedulerAt(pool: $pool, position: $position) { ${SCHEDULER_FIELDS} } }`;
+export function schedulerQuery(schedulerExtras: string[] = [], laneExtras: string[] = []): string {
+  return `query Scheduler($pool: String!) { scheduler(pool: $pool) { ${schedulerFields(schedulerExtras, laneExtras)} } }`;
+}
+
+export function schedulerAtQuery(schedulerExtras: string[] = [], laneExtras: string[] = []): string {
+  return `query SchedulerAt($pool: String!, $position: Int!) {
+  schedulerAt(pool: $pool, position: $position) { ${schedulerFields(schedulerExtras, laneExtras)} } }`;
+}
+
+export interface Resource {
+  name: string;
+  capacity: number;
+  holders: { agentId: string; mode: string }[];
+  waiters: { agentId: string; mode: string }[];
+}
+export const RESOURCES = `query Resources { resources { name capacity holders { agentId mode } waiters { agentId mode } } }`;
 
 export type PriorityClass = "INTERACTIVE" | "BATCH" | "BACKGROUND";
 export type AgentStateName = "ACTIVE" | "HIBERNATED" | "QUARANTINED";

@@ -6,6 +6,7 @@ import { useNow } from "./hooks";
 import { Lanes } from "./Lanes";
 import { MlfqLevels } from "./MlfqLevels";
 import { RateBudget } from "./RateBudget";
+import { Resources } from "./Resources";
 
 /** The live queue: lanes, MLFQ levels, rate budget, interventions, the event log. */
 export function LiveView({ store, onTurn }: { store: LiveStore; onTurn: (turnId: string) => void }) {
@@ -18,10 +19,12 @@ export function LiveView({ store, onTurn }: { store: LiveStore; onTurn: (turnId:
       {store.error && <p class="error banner">{store.error}</p>}
       {s ? (
         <div class="grid">
-          <Lanes state={s} name={name} now={now} onTurn={onTurn} />
+          <Lanes state={s} name={name} now={now} onTurn={onTurn}
+                 extras={store.capabilities.schedulerExtras} laneExtras={store.capabilities.laneExtras} />
           <RateBudget rate={s.rateLimit} now={now} />
           <MlfqLevels state={s} name={name} classOf={store.classOf} now={now} />
           <Happenings items={store.happenings} name={name} />
+          {store.resources && <Resources resources={store.resources} name={name} />}
         </div>
       ) : <p>loading the scheduler…</p>}
       <EventLog events={store.events} types={store.eventTypes} name={name} onTurn={onTurn} />

@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { gql } from "../api/gql";
 import {
-  CONTEXT_AT, EVENTS_PAGE, SCHEDULER_AT,
+  CONTEXT_AT, EVENTS_PAGE, schedulerAtQuery,
   type ContextView, type LogEvent, type SchedulerState,
 } from "../api/queries";
 import type { LiveStore } from "../state/store";
@@ -35,7 +35,9 @@ export function ReplayScrubber({ store, initial }: { store: LiveStore; initial: 
     const timer = window.setTimeout(async () => {
       try {
         const [s, e] = await Promise.all([
-          gql<{ schedulerAt: SchedulerState }>(SCHEDULER_AT, { pool: store.pool, position }),
+          gql<{ schedulerAt: SchedulerState }>(
+            schedulerAtQuery(store.capabilities.schedulerExtras, store.capabilities.laneExtras),
+            { pool: store.pool, position }),
           gql<{ events: LogEvent[] }>(EVENTS_PAGE, { after: Math.max(0, position - 1), limit: 1 }),
         ]);
         const c = agentId
@@ -87,7 +89,8 @@ export function ReplayScrubber({ store, initial }: { store: LiveStore; initial: 
       )}
       {state && (
         <div class="grid" data-testid="replay-state" data-position={state.position}>
-          <Lanes state={state} name={name} now={null} />
+          <Lanes state={state} name={name} now={null}
+                 extras={store.capabilities.schedulerExtras} laneExtras={store.capabilities.laneExtras} />
           <MlfqLevels state={state} name={name} classOf={cls} now={null} />
           <RateBudget rate={state.rateLimit} now={null} />
         </div>

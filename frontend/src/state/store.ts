@@ -5,9 +5,10 @@
 // times a second; the console never re-implements the scheduler's rules.
 import { ApiError, gql } from "../api/gql";
 import { LiveFeed, type LinkState } from "../api/live";
+import { loadCapabilities, NONE, type Capabilities } from "../api/capabilities";
 import {
-  FLEET, POOLS, SCHEDULER,
-  type Agent, type AgentActivity, type LogEvent, type Pool, type PriorityClass, type SchedulerState,
+  FLEET, POOLS, RESOURCES, schedulerQuery,
+  type Agent, type AgentActivity, type LogEvent, type Pool, type PriorityClass, type Resource, type SchedulerState,
 } from "../api/queries";
 import { Series } from "./series";
 
@@ -16,6 +17,7 @@ const BACKFILL = 2_000;         // events read back at start, so the log and cha
 const MAX_HAPPENINGS = 200;
 const SCHEDULER_MIN_INTERVAL_MS = 250;
 const FLEET_MIN_INTERVAL_MS = 2_000;
+const RESOURCES_MIN_INTERVAL_MS = 500;
 
 // What the "as it happens" feed shows: the scheduler's interventions and the provider's pushback.
 export const HAPPENING_TYPES = new Set([
@@ -74,6 +76,8 @@ export class LiveStore {
   pool = "default";
   pools: Pool[] = [];
   scheduler: SchedulerState | null = null;
+  capabilities: Capabilities = NONE;
+  resources: Resource[] | null = null;     // null: this server has no resources query
   agents = new Map<string, Agent>();
   activity = new Map<string, AgentActivity>();
   events: LogEvent[] = [];
@@ -96,6 +100,8 @@ export class LiveStore {
   private feed: LiveFeed | null = null;
   private schedulerRefresh = new Coalescer(() => this.loadScheduler(), SCHEDULER_MIN_INTERVAL_MS);
   private fleetRefresh = new Coalescer(() => this.loadFleet(), FLEET_MIN_INTERVAL_MS);
+  private resourcesRefresh = new Coalescer(() => this.loadResources(), RESOURCES_MIN_INTERVAL_MS);
+  private schedulerDocument = schedulerQuery();
   version = 0;
 
   subscribe(listener: Listener): () => void {
@@ -118,11 +124,13 @@ export class LiveStore {
 
   /** Loads the snapshot, then follows the log live from a little before its head. */
   async start(): Promise<void> {
+    this.capabilities = await loadCapabilities();
+    this.schedulerDocument = schedulerQuery(this.capabilities.schedulerExtras, this.capabilities.laneExtras);
     const { pools, logHead } = await gql<{ pools: Pool[]; logHead: number }>(POOLS);
     this.pools = pools;
     if (!pools.some((p) => p.name === this.pool) && pools.length) this.pool = pools[0].name;
     this.head = logHead;
-    await Promise.all([this.loadScheduler(), this.loadFleet()]);
+    await Promise.all([this.loadScheduler(), this.loadFleet(), this.loadResources()]);
     this.firstPosition = Math.max(0, logHead - BACKFILL);
     this.feed = new LiveFeed({
       after: this.firstPosition,
@@ -133,6 +141,7 @@ export class LiveStore {
         if (state.kind === "live" && state.resumedFrom !== null) {
           this.schedulerRefresh.request();
           this.fleetRefresh.request();
+          this.resourcesRefresh.request();
         }
         this.changed();
       },
@@ -145,6 +154,7 @@ export class LiveStore {
     this.feed?.stop();
     this.schedulerRefresh.cancel();
     this.fleetRefresh.cancel();
+    this.resourcesRefresh.cancel();
     if (this.frame !== undefined) cancelAnimationFrame(this.frame);
   }
 
@@ -167,6 +177,7 @@ export class LiveStore {
     const batch = this.pending;
     this.pending = [];
     let fleetChanged = false;
+    let resourcesChanged = false;
     for (const e of batch) {
       this.received += 1;
       this.head = Math.max(this.head, e.position);
@@ -176,6 +187,7 @@ export class LiveStore {
       }
       this.series.fold(e, this.classOf);
       this.eventTypes.add(e.type);
+      if (e.stream.startsWith("resource-") || e.type.includes("Resource")) resourcesChanged = true;
       if (typeof e.data.agent_id === "string") this.lastPositionOfAgent.set(e.data.agent_id, e.position);
       if (isHappening(e)) this.happenings.push(e);
       if (e.stream.startsWith("agent-") || HAPPENING_TYPES.has(e.type) || e.type === "TurnCompleted") fleetChanged = true;
@@ -185,13 +197,14 @@ export class LiveStore {
     if (this.happenings.length > MAX_HAPPENINGS) this.happenings.splice(0, this.happenings.length - MAX_HAPPENINGS);
     this.schedulerRefresh.request();
     if (fleetChanged) this.fleetRefresh.request();
+    if (resourcesChanged && this.capabilities.resources) this.resourcesRefresh.request();
     this.changed();
   }
 
   async loadScheduler(): Promise<void> {
     try {
       const pool = this.pool;
-      const { scheduler } = await gql<{ scheduler: SchedulerState }>(SCHEDULER, { pool });
+      const { scheduler } = await gql<{ scheduler: SchedulerState }>(this.schedulerDocument, { pool });
       if (pool !== this.pool) return; // the operator switched pools meanwhile
       this.scheduler = scheduler;
       this.series.sample(scheduler, Date.now() / 1000);
@@ -208,6 +221,12 @@ export class LiveStore {
     const { agents, agentActivity } = await gql<{ agents: Agent[]; agentActivity: AgentActivity[] }>(FLEET, {});
     this.agents = new Map(agents.map((a) => [a.id, a]));
     this.activity = new Map(agentActivity.map((a) => [a.agentId, a]));
+    this.changed();
+  }
+
+  async loadResources(): Promise<void> {
+    if (!this.capabilities.resources) return;
+    this.resources = (await gql<{ resources: Resource[] }>(RESOURCES)).resources;
     this.changed();
   }
 
