@@ -13,10 +13,10 @@ interface Row {
   activity: AgentActivity | undefined;
 }
 
-type Key = "name" | "priorityClass" | "level" | "state" | "turns" | "tokens" | "reaps" | "lastActivityAt";
+type Key = "name" | "pool" | "priorityClass" | "level" | "state" | "turns" | "tokens" | "reaps" | "lastActivityAt";
 
 const COLUMNS: { key: Key; label: string }[] = [
-  { key: "name", label: "name" }, { key: "priorityClass", label: "class" }, { key: "level", label: "level" },
+  { key: "name", label: "name" }, { key: "pool", label: "pool" }, { key: "priorityClass", label: "class" }, { key: "level", label: "level" },
   { key: "state", label: "state" }, { key: "turns", label: "turns" }, { key: "tokens", label: "tokens" },
   { key: "reaps", label: "reaps" }, { key: "lastActivityAt", label: "last activity" },
 ];
@@ -81,6 +81,7 @@ export function AgentTable({ store }: { store: LiveStore }) {
         row={({ agent, activity }) => (
           <div class="row agent" key={agent.id} data-agent={agent.id}>
             <a href={href.agent(agent.id)}>{agent.name}</a>
+            <span>{agent.pool}</span>
             <span>{agent.priorityClass.toLowerCase()}</span>
             <span>L{agent.level}</span>
             <span class={`state-${agent.state}`}>{agent.state.toLowerCase()}</span>
