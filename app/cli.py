@@ -19,7 +19,7 @@ def cmd_serve(args) -> int:
     config.ServeSettings(database_url=url, demo=not args.no_demo).export()  # for the workers
     token = config.operator_token()
     # The token rides in the URL fragment, which browsers never send to the server; the
-    # console keeps it in local storage. Whoever runs `serve` is the operator anyway.
+    # console keeps it for the browser session only. Whoever runs `serve` is the operator anyway.
     print(f"AgentRM on http://{args.host}:{args.port}/  (GraphQL at /graphql)\n"
           f"console:  http://{args.host}:{args.port}/#token={token}\n"
           f"operator token: `agentrm token` (stored in {config.data_dir()})", flush=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
@@ -19,7 +20,8 @@ from app.runtime import Runtime
 from .schema import build_schema, schema
 from .security import MAX_BODY_BYTES
 
-FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
+# The console's built assets (`npm run build` in frontend/, which `make setup` runs).
+CONSOLE = Path(__file__).resolve().parents[2] / "frontend" / "dist"
 
 
 class AgentRMGraphQL(GraphQL):
@@ -94,17 +96,19 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
             await rt.stop()
 
     async def console(_request: Request):
-        index = FRONTEND / "index.html"
+        index = CONSOLE / "index.html"
         if index.exists():
-            return FileResponse(index)
-        return PlainTextResponse("AgentRM: GraphQL at /graphql")
+            return FileResponse(index, headers={"cache-control": "no-cache"})
+        return PlainTextResponse("AgentRM: GraphQL at /graphql. The console is not built: run `make setup`.")
 
     async def health(_request: Request):
         rt = holder.get("runtime")
         return JSONResponse({"ok": rt is not None, "position": rt.projector.model.position if rt else None})
 
     routes = [Route("/", console), Route("/healthz", health),
-              Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql)]
+              Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql),
+              # check_dir=False: an unbuilt console must not keep the API from starting.
+              Mount("/assets", StaticFiles(directory=CONSOLE / "assets", check_dir=False), name="assets")]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.holder = holder
     return app

@@ -17,6 +17,7 @@ from app.replies import changes_turn
 
 from . import types as t
 from .audit_schema import AuditQuery
+from .console_schema import ConsoleQuery
 from .context_schema import ContextMutation, ContextQuery
 from .resources_schema import ResourceMutation, ResourceQuery
 from .context import principal, runtime
@@ -31,15 +32,25 @@ def _scheduler_state(state, now: float) -> t.SchedulerState:
     paused = state.paused_until if state.paused_until and state.paused_until > now else None
     return t.SchedulerState(
         pool=s.name, position=state.position,
-        lanes=[t.LaneSlot(index=i, turn_id=tid,
-                          agent_id=state.turns[tid].agent_id if tid in state.turns else None)
-               for i, tid in enumerate(state.lanes)],
-        levels=[t.LevelQueue(level=i, queued=[t.QueuedTurn(turn_id=tid, agent_id=state.turns[tid].agent_id)
-                                              for tid in queue])
+        lanes=[_lane(i, tid, state.turns.get(tid)) for i, tid in enumerate(state.lanes)],
+        levels=[t.LevelQueue(level=i, queued=[_queued(state.turns[tid]) for tid in queue])
                 for i, queue in enumerate(state.queues)],
         rate_limit=t.RateLimit(rpm=s.rpm, tpm=s.tpm, available_requests=round(requests, 3),
                                available_tokens=round(tokens, 3), paused_until=t.ts(paused),
                                rate_factor=round(state.rate_factor, 4)))
+
+
+def _lane(index: int, turn_id: str | None, turn) -> t.LaneSlot:
+    if turn is None:
+        return t.LaneSlot(index=index, turn_id=turn_id, agent_id=None)
+    return t.LaneSlot(index=index, turn_id=turn_id, agent_id=turn.agent_id, granted_at=t.ts(turn.granted_at),
+                      lease_expires_at=t.ts(turn.lease_expires_at),
+                      awaiting_first_chunk=turn.streams and not turn.progressed)
+
+
+def _queued(turn) -> t.QueuedTurn:
+    return t.QueuedTurn(turn_id=turn.turn_id, agent_id=turn.agent_id, queued_at=t.ts(turn.queued_at),
+                        estimated_tokens=turn.estimated_tokens)
 
 
 def _check_pool_visible(info: Info, pool: str) -> None:
@@ -53,7 +64,7 @@ def _check_pool_visible(info: Info, pool: str) -> None:
 
 
 @strawberry.type
-class Query(AuditQuery, ContextQuery, ResourceQuery):
+class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
     @strawberry.field
     def me(self, info: Info) -> t.Agent | None:
         who = principal(info)

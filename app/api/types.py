@@ -131,12 +131,19 @@ class LaneSlot:
     index: int
     turn_id: strawberry.ID | None
     agent_id: strawberry.ID | None
+    granted_at: datetime | None = None
+    lease_expires_at: datetime | None = strawberry.field(default=None, description=(
+        "When the holder's grant ends unless a heartbeat extends it: its start deadline while "
+        "awaitingFirstChunk, else its lease."))
+    awaiting_first_chunk: bool = False
 
 
 @strawberry.type
 class QueuedTurn:
     turn_id: strawberry.ID
     agent_id: strawberry.ID
+    queued_at: datetime | None = None
+    estimated_tokens: int | None = None
 
 
 @strawberry.type

@@ -1,0 +1,23 @@
+import type { Resource } from "../api/queries";
+
+/** Shared resources (tools, files, sandboxes): who holds each and who waits. Shown when
+ *  the server has the resources query. */
+export function Resources({ resources, name }: { resources: Resource[]; name: (id: string) => string }) {
+  return (
+    <section class="panel" data-testid="resources">
+      <h2>Resources <small>{resources.length}</small></h2>
+      {resources.length === 0 && <p class="muted">none defined</p>}
+      <table class="turns">
+        <tbody>
+          {resources.map((r) => (
+            <tr key={r.name} data-resource={r.name}>
+              <td><b>{r.name}</b> <small>{r.holders.length}/{r.capacity}</small></td>
+              <td>{r.holders.map((h) => `${name(h.agentId)} (${h.mode.toLowerCase()})`).join(", ") || "free"}</td>
+              <td>{r.waiters.length > 0 && `waiting: ${r.waiters.map((w) => name(w.agentId)).join(", ")}`}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
