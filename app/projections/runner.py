@@ -93,6 +93,9 @@ class Projector:
         self.model = CoreModel()
         self.persist_interval = persist_interval
         self._lock = asyncio.Lock()
+        # One save at a time: a caller that finds nothing dirty while another save is still
+        # writing must wait for it, or it returns before what it asked to persist is stored.
+        self._persist_lock = asyncio.Lock()
         # Callers waiting for the model to reach some state: (predicate, future), checked
         # once per turn of the event loop after folds, so a fold wakes only the waiters it
         # satisfies. (A Condition woke every waiter on every fold - with a hundred agents
@@ -243,6 +246,12 @@ class Projector:
         return True
 
     async def persist(self) -> bool:
+        """Store the documents changed since the last save; when it returns, the model as it
+        was at the call is stored (a save already under way is waited for)."""
+        async with self._persist_lock:
+            return await self._persist()
+
+    async def _persist(self) -> bool:
         model = self.model
         if not model.dirty or self.documents is None:
             return False
