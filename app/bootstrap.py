@@ -67,6 +67,13 @@ def default_pool_settings() -> PoolSettings:
     )
 
 
+def default_upstream() -> tuple[str | None, str | None]:
+    """The `default` pool's upstream for the gateway: AGENTRM_UPSTREAM_BASE_URL and
+    AGENTRM_UPSTREAM_API_KEY (other pools name theirs in createPool)."""
+    return (os.environ.get("AGENTRM_UPSTREAM_BASE_URL") or None,
+            os.environ.get("AGENTRM_UPSTREAM_API_KEY") or None)
+
+
 def hibernate_idle_seconds() -> float:
     return float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800"))
 

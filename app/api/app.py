@@ -1,4 +1,5 @@
-"""The Starlette application: /graphql (HTTP and graphql-transport-ws), the console at /."""
+"""The Starlette application: /graphql (HTTP and graphql-transport-ws), the console at /, the
+OpenAI/Anthropic gateway at /v1/..., /metrics, /healthz and /readyz, all on one port."""
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +14,11 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.bootstrap import operator_token
+from app.bootstrap import default_upstream, operator_token
+from app.gateway.routes import routes as gateway_routes
+from app.gateway.upstreams import Upstreams
+from app.observability.http import routes as observability_routes
+from app.observability.metrics import AppMetrics
 from app.runtime import Runtime
 
 from .schema import schema
@@ -56,6 +61,9 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
     async def lifespan(_app):
         rt = await Runtime(url, run_schedulers=run_schedulers).start()
         rt.operator_token = op_token or operator_token()
+        base_url, api_key = default_upstream()
+        holder["upstreams"] = Upstreams(rt, base_url, api_key)
+        holder["metrics"] = AppMetrics(rt)
         holder["runtime"] = rt
         demo_task = None
         if demo:
@@ -68,6 +76,8 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                 demo_task.cancel()
                 with contextlib.suppress(BaseException):
                     await demo_task
+            holder.pop("metrics").close()
+            await holder.pop("upstreams").close()
             await rt.stop()
 
     async def console(_request: Request):
@@ -76,11 +86,7 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
             return FileResponse(index)
         return PlainTextResponse("AgentRM: GraphQL at /graphql")
 
-    async def health(_request: Request):
-        rt = holder.get("runtime")
-        return JSONResponse({"ok": rt is not None, "position": rt.projector.model.position if rt else None})
-
-    routes = [Route("/", console), Route("/healthz", health),
+    routes = [Route("/", console), *observability_routes(holder), *gateway_routes(holder),
               Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql)]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.holder = holder
