@@ -53,7 +53,7 @@ class AgentRMGraphQL(GraphQL):
 
 
 def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
-               op_token: str | None = None) -> Starlette:
+               op_token: str | None = None, demo_upstream: bool | None = None) -> Starlette:
     holder: dict = {}
     graphql = AgentRMGraphQL(holder)
 
@@ -88,6 +88,9 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
 
     routes = [Route("/", console), *observability_routes(holder), *gateway_routes(holder),
               Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql)]
+    if demo if demo_upstream is None else demo_upstream:
+        from app.gateway.demo_upstream import routes as demo_upstream_routes
+        routes.extend(demo_upstream_routes())
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.holder = holder
     return app

@@ -219,6 +219,7 @@ class TurnRequestInput:
         "Promise to heartbeat as soon as the answer's first chunk arrives (then at least every "
         "lease/3). The grant then lasts only until an adaptive start deadline unless that "
         "heartbeat comes, so a provider call that never starts frees its lane in seconds."))
+    run_id: str | None = strawberry.field(default=None, description="The agent run this turn belongs to.")
 
 
 @strawberry.input

@@ -227,9 +227,22 @@ async def _verify(url: str, args) -> int:
 
 # -- argparse wiring -------------------------------------------------------------------------
 
-def _runner(handler):
+def _runner(handler, label: str):
     def run(args) -> int:
-        return asyncio.run(handler(_url(), args))
+        import io
+
+        from app.progress import working
+        url = _url()
+        if handler is _export and not args.out:   # JSON Lines stream to stdout as they are read
+            return asyncio.run(handler(url, args))
+        # The report is held until the work is done, so the spinner never interleaves with it.
+        held = io.StringIO()
+        try:
+            with working(label), contextlib.redirect_stdout(held):
+                return asyncio.run(handler(url, args))
+        finally:
+            sys.stdout.write(held.getvalue())
+            sys.stdout.flush()
     return run
 
 
@@ -239,18 +252,18 @@ def add_commands(subparsers) -> None:
 
     check = rsub.add_parser("check", help="rebuild read models from position 0 and compare with the live ones")
     check.add_argument("--pool")
-    check.set_defaults(func=_runner(_replay_check))
+    check.set_defaults(func=_runner(_replay_check, "replaying the log from position 0"))
 
     at = rsub.add_parser("at", help="a pool's queues, lanes and rate budget as of a past position")
     at.add_argument("--position", type=int, required=True)
     at.add_argument("--pool", default="default")
-    at.set_defaults(func=_runner(_replay_at))
+    at.set_defaults(func=_runner(_replay_at, "folding the pool up to the position"))
 
     step = rsub.add_parser("step", help="print events one by one with the resulting lane/queue summary")
     step.add_argument("--from", dest="start", type=int, required=True)
     step.add_argument("--count", type=int, default=20)
     step.add_argument("--pool", default="default")
-    step.set_defaults(func=_runner(_replay_step))
+    step.set_defaults(func=_runner(_replay_step, "reading the log"))
 
     whatif = rsub.add_parser("whatif", help="run the recorded workload again under other settings")
     whatif.add_argument("--pool", default="default")
@@ -263,7 +276,7 @@ def add_commands(subparsers) -> None:
     whatif.add_argument("--boost", type=float)
     whatif.add_argument("--allotment-seconds", help="comma-separated lane-seconds per level, e.g. 10,60")
     whatif.add_argument("--json", action="store_true")
-    whatif.set_defaults(func=_runner(_whatif))
+    whatif.set_defaults(func=_runner(_whatif, "running the recorded workload again"))
 
     audit = subparsers.add_parser("audit", help="export, explain a turn, verify invariants")
     asub = audit.add_subparsers(dest="audit_command", required=True)
@@ -272,15 +285,15 @@ def add_commands(subparsers) -> None:
     exp.add_argument("--from", dest="start", type=int, default=1)
     exp.add_argument("--to", dest="end", type=int)
     exp.add_argument("--out")
-    exp.set_defaults(func=_runner(_export))
+    exp.set_defaults(func=_runner(_export, "exporting events"))
 
     explain = asub.add_parser("explain", help="a turn's story in plain words")
     explain.add_argument("--turn", required=True)
-    explain.set_defaults(func=_runner(_explain))
+    explain.set_defaults(func=_runner(_explain, "reading the turn's history"))
 
     ver = asub.add_parser("verify", help="check the scheduler's invariants over the whole log")
     ver.add_argument("--pool")
-    ver.set_defaults(func=_runner(_verify))
+    ver.set_defaults(func=_runner(_verify, "checking every decision"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import time
+import uuid
 
 import httpx
 
@@ -27,7 +28,7 @@ from app.auth import authenticate
 from app.domain import events as ev
 from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthenticated
 
-from app.observability import metrics
+from app.observability import logs, metrics
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .wire import SSEParser, StreamUsage, WireFormat, BadRequest
 
@@ -153,6 +154,7 @@ class GatewayEndpoint:
     async def __call__(self, scope, receive, send) -> None:
         x = _Exchange(scope, receive, send, self.wire)
         pool = "-"
+        bound = logs.bind(request_id=x.headers.get("x-request-id") or uuid.uuid4().hex[:16])
         try:
             pool = await self._serve(x)
         except ClientGone:
@@ -163,8 +165,9 @@ class GatewayEndpoint:
             x.close()
             metrics.GATEWAY_DURATION.labels(self.wire.name, str(x.status or 499)).observe(
                 time.monotonic() - x.started)
-            log.info("gateway request", extra={"pool": pool, "status": x.status, "format": self.wire.name,
+            log.info("gateway request", extra={"status": x.status, "format": self.wire.name,
                                                "duration_s": round(time.monotonic() - x.started, 4)})
+            logs.reset(bound)
 
     async def _serve(self, x: _Exchange) -> str:
         rt = self.holder.get("runtime")
@@ -182,6 +185,7 @@ class GatewayEndpoint:
         if principal.is_operator:
             await x.error(403, "the gateway serves agents: use an agent's token, not the operator's")
             return "-"
+        logs.bind(agent_id=principal.agent_id)
         raw = await x.body()
         body = self.wire.parse(raw)
         try:
@@ -193,6 +197,7 @@ class GatewayEndpoint:
         except ServiceError as exc:
             await x.error(_STATUS.get(type(exc), 400), str(exc))
             return "-"
+        logs.bind(pool=pool, run_id=run_id)
         encoding = rt.projector.model.pools[pool].settings.tokenizer
         prompt = self.wire.count_prompt(body, encoding)
         max_out = self.wire.max_output_tokens(body)
@@ -214,6 +219,7 @@ class GatewayEndpoint:
             return pool
         except ClientGone:
             raise
+        logs.bind(turn_id=turn.turn_id)
         granted_at = time.monotonic()
         try:
             await self._forward(x, turn, upstream, raw, body, pool, prompt, encoding, streaming)
