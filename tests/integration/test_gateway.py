@@ -237,6 +237,10 @@ async def test_a_hung_upstream_call_is_reaped_at_its_start_deadline(server, oper
     assert reaped[0].data["no_first_chunk"] is True and not reaped[0].data.get("full_lease")
     granted = (await events_of(server, {ev.TURN_GRANTED}, turn_id=reaped[0].data["turn_id"]))[0]
     assert granted.data["lease_expires_at"] - granted.data["at"] < 30.0   # a deadline, not the lease
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(f"{server.base}/metrics")).text
+    assert f'agentrm_reaps_total{{kind="start_deadline",pool="{pool}"}} 1.0' in metrics or \
+        f'agentrm_reaps_total{{pool="{pool}",kind="start_deadline"}} 1.0' in metrics
     # The lane is free again: the next call is served.
     reply = await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=16)
     assert reply.choices[0].message.content == REPLY
