@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 
 from app.domain import events as ev
 from app.domain.decide import available
 from app.domain.streams import category_of, id_of
+
+# `*_created` series (a counter's creation time) double the series count and no panel
+# or rule reads them.
+disable_created_metrics()
 
 GATEWAY_REGISTRY = CollectorRegistry(auto_describe=True)
 GATEWAY_DURATION = Histogram(
