@@ -26,7 +26,7 @@ import httpx
 
 from app.auth import authenticate
 from app.domain import events as ev
-from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthenticated
+from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthenticated, Unavailable
 
 from app.observability import logs, metrics
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
@@ -39,7 +39,7 @@ MAX_WAIT_HEADER = "x-agentrm-max-wait"
 RECORD_CONTEXT_HEADER = "x-agentrm-record-context"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms")
-_STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404}
+_STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, Unavailable: 503}
 
 
 class ClientGone(Exception):
@@ -153,10 +153,9 @@ class GatewayEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         x = _Exchange(scope, receive, send, self.wire)
-        pool = "-"
         bound = logs.bind(request_id=x.headers.get("x-request-id") or uuid.uuid4().hex[:16])
         try:
-            pool = await self._serve(x)
+            await self._serve(x)
         except ClientGone:
             x.status = 499  # nginx's "client closed request", for the metrics
         except BadRequest as exc:
@@ -169,11 +168,11 @@ class GatewayEndpoint:
                                                "duration_s": round(time.monotonic() - x.started, 4)})
             logs.reset(bound)
 
-    async def _serve(self, x: _Exchange) -> str:
+    async def _serve(self, x: _Exchange) -> None:
         rt = self.holder.get("runtime")
         if rt is None:
             await x.error(503, "AgentRM is starting")
-            return "-"
+            return
         token = self.wire.api_key(x.headers)
         principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
         if principal is None and token:
@@ -181,10 +180,10 @@ class GatewayEndpoint:
             principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
         if principal is None:
             await x.error(401, "invalid or missing AgentRM token: pass the agent's token as the API key")
-            return "-"
+            return
         if principal.is_operator:
             await x.error(403, "the gateway serves agents: use an agent's token, not the operator's")
-            return "-"
+            return
         logs.bind(agent_id=principal.agent_id)
         raw = await x.body()
         body = self.wire.parse(raw)
@@ -196,7 +195,7 @@ class GatewayEndpoint:
             run_id = x.headers.get(RUN_ID_HEADER) or None
         except ServiceError as exc:
             await x.error(_STATUS.get(type(exc), 400), str(exc))
-            return "-"
+            return
         logs.bind(pool=pool, run_id=run_id)
         encoding = rt.projector.model.pools[pool].settings.tokenizer
         prompt = self.wire.count_prompt(body, encoding)
@@ -210,15 +209,13 @@ class GatewayEndpoint:
             wait = max(1, math.ceil(exc.estimated_wait_s))
             await x.error(429, f"queued longer than {MAX_WAIT_HEADER}; estimated wait {wait}s",
                           {"retry-after": str(wait)})
-            return pool
+            return
         except TurnEnded as exc:
             await x.error(503, str(exc))
-            return pool
+            return
         except ServiceError as exc:
             await x.error(_STATUS.get(type(exc), 400), str(exc))
-            return pool
-        except ClientGone:
-            raise
+            return
         logs.bind(turn_id=turn.turn_id)
         granted_at = time.monotonic()
         try:
@@ -226,7 +223,6 @@ class GatewayEndpoint:
         finally:
             hold = time.monotonic() - granted_at
             self.mean_hold_s += (hold - self.mean_hold_s) / 8
-        return pool
 
     async def _forward(self, x: _Exchange, turn: GatewayTurn, upstream, raw: bytes, body: dict, pool: str,
                        prompt: int, encoding: str, streaming: bool) -> None:

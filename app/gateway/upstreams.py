@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.errors import NotFound
+from app.errors import NotFound, Unavailable
 
 # No read timeout: a hung call is the scheduler's to reap (start deadline, lease), and the
 # gateway then closes the request. A timer here would be a second, uncoordinated reaper.
@@ -55,7 +55,7 @@ class Upstreams:
             raise NotFound(f"no pool named {pool!r}")
         base = state.settings.upstream_base_url or (self.default_base_url if pool == "default" else None)
         if not base:
-            raise NotFound(f"pool {pool!r} has no upstream: set upstreamBaseUrl on createPool"
+            raise Unavailable(f"pool {pool!r} has no upstream: set upstreamBaseUrl on createPool"
                            + (" or AGENTRM_UPSTREAM_BASE_URL" if pool == "default" else ""))
         return Upstream(base, await self._api_key(pool), self.client_for(base))
 
