@@ -93,7 +93,11 @@ def cmd_bench(args) -> int:
     except ImportError as exc:  # the service installs without the benchmarks
         raise SystemExit(f"agentrm bench needs the benchmark package ({exc}); run `make setup`, "
                          "or `pip install -e '.[bench]'`") from None
-    return bench_main([which, *rest])
+    if any(flag in rest for flag in ("-h", "--help")):
+        return bench_main([which, *rest])
+    from app.progress import working
+    with working(f"agentrm bench {which}"):
+        return bench_main([which, *rest])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -229,20 +229,10 @@ async def _verify(url: str, args) -> int:
 
 def _runner(handler, label: str):
     def run(args) -> int:
-        import io
-
         from app.progress import working
         url = _url()
-        if handler is _export and not args.out:   # JSON Lines stream to stdout as they are read
+        with working(label):
             return asyncio.run(handler(url, args))
-        # The report is held until the work is done, so the spinner never interleaves with it.
-        held = io.StringIO()
-        try:
-            with working(label), contextlib.redirect_stdout(held):
-                return asyncio.run(handler(url, args))
-        finally:
-            sys.stdout.write(held.getvalue())
-            sys.stdout.flush()
     return run
 
 
@@ -251,48 +241,48 @@ def add_commands(subparsers) -> None:
     rsub = replay.add_subparsers(dest="replay_command", required=True)
 
     check = rsub.add_parser("check", help="rebuild read models from position 0 and compare with the live ones")
-    check.add_argument("--pool")
+    check.add_argument("--pool", help="only this pool (default: every pool)")
     check.set_defaults(func=_runner(_replay_check, "replaying the log from position 0"))
 
     at = rsub.add_parser("at", help="a pool's queues, lanes and rate budget as of a past position")
-    at.add_argument("--position", type=int, required=True)
-    at.add_argument("--pool", default="default")
+    at.add_argument("--position", type=int, required=True, help="the log position to look at")
+    at.add_argument("--pool", default="default", help="the pool (default: default)")
     at.set_defaults(func=_runner(_replay_at, "folding the pool up to the position"))
 
     step = rsub.add_parser("step", help="print events one by one with the resulting lane/queue summary")
-    step.add_argument("--from", dest="start", type=int, required=True)
-    step.add_argument("--count", type=int, default=20)
-    step.add_argument("--pool", default="default")
+    step.add_argument("--from", dest="start", type=int, required=True, help="first position to show")
+    step.add_argument("--count", type=int, default=20, help="how many events (default 20)")
+    step.add_argument("--pool", default="default", help="the pool (default: default)")
     step.set_defaults(func=_runner(_replay_step, "reading the log"))
 
     whatif = rsub.add_parser("whatif", help="run the recorded workload again under other settings")
-    whatif.add_argument("--pool", default="default")
-    whatif.add_argument("--from", dest="start", type=int, default=0)
-    whatif.add_argument("--to", dest="end", type=int)
-    whatif.add_argument("--lanes", type=int)
-    whatif.add_argument("--policy", choices=["fifo", "mlfq"])
-    whatif.add_argument("--lease", type=float)
-    whatif.add_argument("--levels", type=int)
-    whatif.add_argument("--boost", type=float)
+    whatif.add_argument("--pool", default="default", help="the pool whose workload is re-run")
+    whatif.add_argument("--from", dest="start", type=int, default=0, help="first position of the workload")
+    whatif.add_argument("--to", dest="end", type=int, help="last position of the workload (default: the end)")
+    whatif.add_argument("--lanes", type=int, help="lanes in the counterfactual")
+    whatif.add_argument("--policy", choices=["fifo", "mlfq"], help="scheduling policy")
+    whatif.add_argument("--lease", type=float, help="lease seconds")
+    whatif.add_argument("--levels", type=int, help="MLFQ levels")
+    whatif.add_argument("--boost", type=float, help="boost period in seconds")
     whatif.add_argument("--allotment-seconds", help="comma-separated lane-seconds per level, e.g. 10,60")
-    whatif.add_argument("--json", action="store_true")
+    whatif.add_argument("--json", action="store_true", help="print the report as JSON")
     whatif.set_defaults(func=_runner(_whatif, "running the recorded workload again"))
 
     audit = subparsers.add_parser("audit", help="export, explain a turn, verify invariants")
     asub = audit.add_subparsers(dest="audit_command", required=True)
 
     exp = asub.add_parser("export", help="events of a position range as JSON Lines")
-    exp.add_argument("--from", dest="start", type=int, default=1)
-    exp.add_argument("--to", dest="end", type=int)
-    exp.add_argument("--out")
+    exp.add_argument("--from", dest="start", type=int, default=1, help="first position (default 1)")
+    exp.add_argument("--to", dest="end", type=int, help="last position (default: the end)")
+    exp.add_argument("--out", help="write to this file instead of stdout")
     exp.set_defaults(func=_runner(_export, "exporting events"))
 
     explain = asub.add_parser("explain", help="a turn's story in plain words")
-    explain.add_argument("--turn", required=True)
+    explain.add_argument("--turn", required=True, help="the turn id")
     explain.set_defaults(func=_runner(_explain, "reading the turn's history"))
 
     ver = asub.add_parser("verify", help="check the scheduler's invariants over the whole log")
-    ver.add_argument("--pool")
+    ver.add_argument("--pool", help="only this pool (default: every pool)")
     ver.set_defaults(func=_runner(_verify, "checking every decision"))
 
 

@@ -33,8 +33,11 @@ def routes(holder: dict) -> list[Route]:
             if answer.status_code == 200:
                 for m in answer.json().get("data") or ():
                     if isinstance(m, dict) and isinstance(m.get("id"), str):
-                        found.append({"id": m["id"], "object": "model", "created": m.get("created", 0),
-                                      "owned_by": m.get("owned_by", "upstream"), "pool": pool})
+                        # OpenAI's fields and Anthropic's, so either SDK's models.list() reads it.
+                        found.append({"id": m["id"], "object": "model", "type": "model",
+                                      "created": m.get("created", 0), "owned_by": m.get("owned_by", "upstream"),
+                                      "display_name": m.get("display_name", m["id"]),
+                                      "created_at": m.get("created_at", "1970-01-01T00:00:00Z"), "pool": pool})
         except (httpx.HTTPError, ValueError, LookupError):
             found = []
         except Exception:  # noqa: BLE001 - no upstream configured (NotFound) lists nothing
@@ -56,7 +59,9 @@ def routes(holder: dict) -> list[Route]:
         data = []
         for pool in pools:
             data.extend(await upstream_models(pool))
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": data, "has_more": False,
+                             "first_id": data[0]["id"] if data else None,
+                             "last_id": data[-1]["id"] if data else None})
 
     return [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
             Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),

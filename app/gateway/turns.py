@@ -93,9 +93,19 @@ class GatewayTurn:
     async def take(self, estimated_tokens: int, max_output_tokens: int, *, streams: bool,
                    run_id: str | None, max_wait_s: float | None, mean_hold_s: float) -> dict:
         started = time.monotonic()
-        first = MAX_WAIT_SECONDS if max_wait_s is None else min(max_wait_s, MAX_WAIT_SECONDS)
-        doc = await self.svc.request_turn(self.principal, estimated_tokens, max_output_tokens, first,
-                                          streams=streams, run_id=run_id)
+        # No wait inside request_turn: it returns at the scheduler's first answer (queued or
+        # granted) with the turn's id, so a client that leaves while queued can be cancelled.
+        request = asyncio.ensure_future(self.svc.request_turn(
+            self.principal, estimated_tokens, max_output_tokens, 0.0, streams=streams, run_id=run_id))
+        try:
+            doc = await asyncio.shield(request)
+        except asyncio.CancelledError:
+            # The client left before the scheduler's first answer: the request is in the log
+            # already, so let it finish (seconds at most) and cancel the turn it made.
+            with contextlib.suppress(Exception):
+                self.turn_id = (await request)["turn_id"]
+                await self.cancel()
+            raise
         self.turn_id = doc["turn_id"]
         try:
             while doc["status"] == ev.QUEUED:

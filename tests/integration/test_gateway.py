@@ -273,6 +273,9 @@ async def test_models_and_recording_the_exchange_in_context(server, operator, up
     client = openai_client(server, token)
     models = await client.models.list()
     assert sorted(m.id for m in models.data) == ["fake-claude", "fake-gpt"]
+    claude = anthropic_client(server, token)
+    assert sorted([m.id async for m in claude.models.list()]) == ["fake-claude", "fake-gpt"]
+    await claude.close()
     await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=16,
                                          extra_headers={"x-agentrm-record-context": "true"})
     await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=16)
@@ -322,3 +325,30 @@ async def test_three_workers_share_one_pool_and_never_exceed_its_rpm(server, ope
         for other in others:
             await other.stop()
         await fake.stop()
+
+
+@pytest.mark.parametrize("leaves_at", ["requested", "queued"])
+async def test_a_client_that_leaves_while_queued_cancels_its_turn(server, operator, upstream, leaves_at):
+    """It leaves right after its TurnRequested (before the scheduler answered), or once the
+    scheduler has queued the turn (it has a level): either way the turn is cancelled."""
+    pool = await make_pool(operator, upstream, lanes=1)
+    _holder_id, holder_token = await make_agent(operator, pool, "holder")
+    agent_id, token = await make_agent(operator, pool, "leaver")
+    from tests.client import GraphQLClient
+    async with GraphQLClient(server, holder_token) as holder:
+        held = await holder("mutation { requestTurn(input: {estimatedTokens: 10, waitSeconds: 10}) { id } }")
+        http = httpx.AsyncClient()
+        call = asyncio.create_task(http.post(f"{server.base}/v1/chat/completions",
+                                             headers={"authorization": f"Bearer {token}"},
+                                             json={"model": "fake-gpt", "messages": MESSAGES, "max_tokens": 8}))
+        def there() -> bool:
+            turns = turns_of(server, agent_id)
+            return [t["status"] for t in turns] == [ev.QUEUED] and (leaves_at == "requested"
+                                                                     or turns[0]["level"] is not None)
+        await wait_model(server, there)
+        call.cancel()
+        await http.aclose()   # the connection closes: the gateway sees the disconnect
+        await wait_model(server, lambda: [t["status"] for t in turns_of(server, agent_id)] == [ev.CANCELLED])
+        assert upstream.seen == []
+        await holder("mutation($t: ID!) { completeTurn(input: {turnId: $t, outcome: OK}) { id } }",
+                     t=held["requestTurn"]["id"])
