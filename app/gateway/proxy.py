@@ -274,7 +274,6 @@ class GatewayEndpoint:
         await x.reply(response.status_code, content, headers)
 
     async def _relay_reply(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int) -> None:
-        turn.on_chunk()   # the answer has started: its headers are here
         parts = []
         stream = response.aiter_raw()
         try:

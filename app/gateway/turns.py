@@ -125,6 +125,10 @@ class GatewayTurn:
             raise
         if doc["status"] != ev.GRANTED:
             raise TurnEnded(f"turn {self.turn_id} ended {doc['status']}: {doc.get('reason') or ''}".strip())
+        if not streams:
+            # A plain lease from the grant: no start deadline to meet, so the first heartbeat
+            # is due only a third of a lease in (a short call then costs no heartbeat at all).
+            self._last_beat = time.monotonic()
         self.ended = asyncio.get_running_loop().create_future()
         self._watch = asyncio.create_task(self._watch_end())
         return doc
@@ -143,8 +147,9 @@ class GatewayTurn:
         return self.ended is not None and self.ended.done() and not self._completing
 
     def on_chunk(self) -> None:
-        """Called from the code that reads the upstream's bytes, never from a timer: the
-        first chunk starts the full lease, later ones keep it alive every lease/3."""
+        """Called from the code that reads the upstream's bytes, never from a timer: a
+        streaming call's first chunk starts the full lease, later ones (and a long
+        non-streaming body's) keep it alive every lease/3."""
         now = time.monotonic()
         if self._last_beat is not None and now - self._last_beat < self.lease_s / 3:
             return
