@@ -100,3 +100,30 @@ async def test_json_logs_carry_the_ids_and_never_the_upstream_key(server, operat
     assert UPSTREAM_KEY not in json.dumps(pools) and UPSTREAM_KEY not in json.dumps(events)
     mine = next(p for p in pools["pools"] if p["name"] == pool)
     assert mine["hasUpstreamApiKey"] is True
+
+
+async def test_readyz_says_not_ready_while_the_database_refuses_connections(fresh_database, pg_admin_url):
+    """A real outage: the server's database stops accepting connections and its sessions
+    are ended. /readyz answers 503 with the reason, /healthz still 200; then it recovers."""
+    import asyncpg
+
+    from tests.conftest import Server
+    name = fresh_database.rsplit("/", 1)[1]
+    srv = await Server(fresh_database).start()
+    admin = await asyncpg.connect(pg_admin_url)
+    try:
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(f"{srv.base}/readyz")).status_code == 200
+            await admin.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
+            await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                "WHERE datname = $1 AND pid <> pg_backend_pid()", name)
+            down = await http.get(f"{srv.base}/readyz")
+            assert down.status_code == 503 and "database unreachable" in down.json()["reason"]
+            assert (await http.get(f"{srv.base}/healthz")).status_code == 200
+            await admin.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
+            up = await http.get(f"{srv.base}/readyz")
+            assert up.status_code == 200 and up.json()["ready"] is True
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
+        await admin.close()
+        await srv.stop()
