@@ -61,6 +61,7 @@ class FakeUpstream:
         self.seen: list[Seen] = []
         self._reject: list[float] = []
         self._hang = 0
+        self._stall_after: list[int] = []
         self._t0 = time.time()
         self.arrived = asyncio.Condition()
 
@@ -70,6 +71,10 @@ class FakeUpstream:
 
     def hang_next(self, n: int = 1) -> None:
         self._hang += n
+
+    def stall_next_after(self, words: int) -> None:
+        """The next streamed answer sends `words` words and then nothing, until the client leaves."""
+        self._stall_after.append(words)
 
     async def wait_for(self, predicate, timeout: float = 30.0) -> None:
         """Until predicate(self.seen) holds (re-checked at each request's arrival or end)."""
@@ -172,8 +177,14 @@ class FakeUpstream:
                     "headers": _raw({**headers, "content-type": "text/event-stream"})})
         events = _openai_events(body, words, seen.prompt_tokens, completion) if wire is OPENAI \
             else _anthropic_events(body, words, seen.prompt_tokens, completion)
-        for i, (is_word, data) in enumerate(events):
+        stall = self._stall_after.pop(0) if self._stall_after else None
+        for is_word, data in events:
             if seen.closed.is_set():
+                return
+            if is_word and stall is not None and seen.words_sent >= stall:
+                seen.hung = True
+                await self._notify()
+                await seen.closed.wait()   # a stream that stops mid-answer and never resumes
                 return
             await send({"type": "http.response.body", "body": data, "more_body": True})
             if is_word:

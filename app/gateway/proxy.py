@@ -322,6 +322,9 @@ class GatewayEndpoint:
                 if part is _ENDED:   # reaped: the scheduler already settled the turn
                     settled = True
                     if began:
+                        await x.chunk(self.wire.stream_error(
+                            504, "the stream stalled past the turn's lease; AgentRM reaped the turn "
+                                 "and closed the upstream call"))
                         await x.send({"type": "http.response.body", "body": b"", "more_body": False})
                     else:
                         await x.error(504, "the upstream sent nothing before the turn's start deadline; "

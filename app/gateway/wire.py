@@ -93,6 +93,10 @@ class WireFormat:
     def upstream_headers(self, client_headers, api_key: str | None) -> dict[str, str]:
         raise NotImplementedError
 
+    def stream_error(self, status: int, message: str) -> bytes:
+        """An error event that ends a stream already begun; both SDKs raise on it."""
+        return b"data: " + json.dumps(self.error_body(status, message)).encode() + b"\n\n"
+
     def parse(self, raw: bytes) -> dict:
         try:
             body = json.loads(raw or b"")
@@ -251,6 +255,9 @@ class AnthropicMessages(WireFormat):
         if api_key:
             headers["x-api-key"] = api_key
         return headers
+
+    def stream_error(self, status: int, message: str) -> bytes:
+        return b"event: error\n" + super().stream_error(status, message)
 
 
 OPENAI = OpenAIChat()

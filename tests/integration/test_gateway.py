@@ -247,6 +247,26 @@ async def test_a_hung_upstream_call_is_reaped_at_its_start_deadline(server, oper
     await client.close()
 
 
+async def test_a_stream_that_stalls_is_reaped_at_its_lease_and_closed(server, operator, upstream):
+    pool = await make_pool(operator, upstream, leaseSeconds=5.0)
+    agent_id, token = await make_agent(operator, pool)
+    client = openai_client(server, token)
+    upstream.stall_next_after(3)
+    stream = await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=64, stream=True)
+    got = []
+    with pytest.raises(openai.APIError) as raised:     # the stream ends with an error event
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                got.append(chunk.choices[0].delta.content)
+    assert got == ["word0 ", "word1 ", "word2 "] and "stalled" in raised.value.message
+    await asyncio.wait_for(upstream.seen[0].closed.wait(), 30)   # and the upstream call was closed
+    turn = turns_of(server, agent_id)[0]
+    assert turn["status"] == ev.REAPED
+    reaped = (await events_of(server, {ev.TURN_REAPED}, turn_id=turn["turn_id"]))[0]
+    assert not reaped.data.get("no_first_chunk")       # it had started: a lease reap
+    await client.close()
+
+
 async def test_max_wait_bounds_the_queue_time_with_a_429_and_an_estimate(server, operator, upstream):
     pool = await make_pool(operator, upstream, lanes=1)
     holder_id, holder_token = await make_agent(operator, pool, "holder")
