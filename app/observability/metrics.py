@@ -15,6 +15,7 @@ gateway metrics live in a registry of their own, shared by every app of the proc
 """
 from __future__ import annotations
 
+import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -23,6 +24,8 @@ from prometheus_client.core import GaugeMetricFamily
 from app.domain import events as ev
 from app.domain.decide import available
 from app.domain.streams import category_of, id_of
+
+log = logging.getLogger("agentrm.metrics")
 
 # `*_created` series (a counter's creation time) double the series count and no panel
 # or rule reads them.
@@ -182,9 +185,13 @@ class AppMetrics:
         self._unsubscribe = runtime.projector.subscribe(self._on_event)
 
     def _on_event(self, event) -> None:
-        self.events.model = self.runtime.projector.model   # a rebuild may swap the model
-        self.events.on_event(event)
-        self.model.on_event(event)
+        # Called inside the projector's fold: a metrics bug must never stop the read model.
+        try:
+            self.events.model = self.runtime.projector.model   # a rebuild may swap the model
+            self.events.on_event(event)
+            self.model.on_event(event)
+        except Exception:  # noqa: BLE001
+            log.exception("metrics: event %s at position %s not counted", event.type, event.position)
 
     async def render(self) -> bytes:
         from prometheus_client import generate_latest
