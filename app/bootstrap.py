@@ -77,6 +77,25 @@ def max_queued_turns_per_agent() -> int:
     return int(os.environ.get("AGENTRM_MAX_QUEUED_PER_AGENT", "32"))
 
 
+def default_upstream() -> tuple[str | None, str | None]:
+    """The `default` pool's upstream for the gateway: AGENTRM_UPSTREAM_BASE_URL and
+    AGENTRM_UPSTREAM_API_KEY (other pools name theirs in createPool)."""
+    return (os.environ.get("AGENTRM_UPSTREAM_BASE_URL") or None,
+            os.environ.get("AGENTRM_UPSTREAM_API_KEY") or None)
+
+
+def use_demo_upstream(host: str, port: int) -> str | None:
+    """With the demo and no upstream configured, the `default` pool's upstream is the demo
+    server's own echo model (app/gateway/demo_upstream.py), so the gateway works offline.
+    Returns the URL it set, or None when an upstream was configured."""
+    if os.environ.get("AGENTRM_UPSTREAM_BASE_URL"):
+        return None
+    local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    url = f"http://{local}:{port}/demo-upstream/v1"
+    os.environ["AGENTRM_UPSTREAM_BASE_URL"] = url
+    return url
+
+
 def hibernate_idle_seconds() -> float:
     return float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800"))
 

@@ -1,30 +1,48 @@
-"""`agentrm`: serve, manage the database, print the token, export the schema, benchmark."""
+"""agentrm: a resource manager for fleets of LLM agents.
+
+Every command has --help. Errors are one line with the fix; --debug shows the traceback."""
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from app import bootstrap as config
 from app.bootstrap import database_url  # noqa: F401  (kept for `from app.cli import database_url`)
+
+BENCHMARKS = {
+    "scheduler": "scheduling quality: every policy on the same seeded trace (simulated clock)",
+    "system": "the real stack on PostgreSQL: append and read rates, grant latency",
+    "context": "context retention after compaction (key facts, LoCoMo-style questions)",
+    "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
+    "all": "every benchmark, writing bench/results/",
+}
 
 
 def cmd_serve(args) -> int:
     import uvicorn
 
     from app.db.migrate import upgrade
+    from app.observability import logs
+    log_config = logs.configure(args.log_format, args.log_level)
     url = database_url()
     if not args.no_migrate:
         upgrade(url)
+    demo_upstream = config.use_demo_upstream(args.host, args.port) if not args.no_demo else None
     config.ServeSettings(database_url=url, demo=not args.no_demo).export()  # for the workers
     token = config.operator_token()
     # The token rides in the URL fragment, which browsers never send to the server; the
     # console keeps it for the browser session only. Whoever runs `serve` is the operator anyway.
-    print(f"AgentRM on http://{args.host}:{args.port}/  (GraphQL at /graphql)\n"
-          f"console:  http://{args.host}:{args.port}/#token={token}\n"
+    base = f"http://{args.host}:{args.port}"
+    print(f"AgentRM on {base}/  (GraphQL at /graphql, gateway at /v1, metrics at /metrics)\n"
+          f"console:  {base}/#token={token}\n"
           f"operator token: `agentrm token` (stored in {config.data_dir()})", flush=True)
+    if demo_upstream:
+        print(f"default pool upstream: the demo echo model at {demo_upstream} "
+              "(set AGENTRM_UPSTREAM_BASE_URL for a real provider)", flush=True)
     uvicorn.run("app.api.main:app_from_env", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, ws="websockets-sansio")
+                workers=args.workers, log_level=args.log_level, log_config=log_config, ws="websockets-sansio")
     return 0
 
 
@@ -58,48 +76,114 @@ def cmd_schema(_args) -> int:
     return 0
 
 
-def cmd_bench(args, rest: list[str]) -> int:
+def cmd_bench(args) -> int:
+    which, rest = args.which, args.rest
+    if which in (None, "-h", "--help") or which not in BENCHMARKS:
+        lines = ["usage: agentrm bench {" + ",".join(BENCHMARKS) + "} [options]", "",
+                 "benchmarks (each has --help):"]
+        lines += [f"  {name:<10} {text}" for name, text in BENCHMARKS.items()]
+        if which not in (None, "-h", "--help"):
+            print(f"agentrm bench: unknown benchmark {which!r}; choose one of {', '.join(BENCHMARKS)}",
+                  file=sys.stderr)
+            return 2
+        print("\n".join(lines))
+        return 0
     try:
         from agentrm_bench.cli import main as bench_main
     except ImportError as exc:  # the service installs without the benchmarks
         raise SystemExit(f"agentrm bench needs the benchmark package ({exc}); run `make setup`, "
                          "or `pip install -e '.[bench]'`") from None
-    return bench_main([args.which, *rest])
+    if any(flag in rest for flag in ("-h", "--help")):
+        return bench_main([which, *rest])
+    from app.progress import working
+    with working(f"agentrm bench {which}"):
+        return bench_main([which, *rest])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="agentrm", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentrm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="serve the GraphQL API and console")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=1)
-    serve.add_argument("--no-demo", action="store_true", help="do not drive the demo fleet")
+    serve = sub.add_parser("serve", help="serve GraphQL, the gateway, metrics and the console on one port",
+                           description="Serve GraphQL (/graphql), the OpenAI/Anthropic gateway (/v1), "
+                                       "/metrics, /healthz, /readyz and the console (/).")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    serve.add_argument("--no-demo", action="store_true", help="do not drive the demo fleet or serve the demo model")
     serve.add_argument("--no-migrate", action="store_true", help="do not apply pending migrations")
-    serve.add_argument("--log-level", default="warning")
+    serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                       help="level of library logs; AgentRM's own are at info (default warning)")
+    serve.add_argument("--log-format", default="text", choices=["text", "json"],
+                       help="one line per record, plain or JSON (default text)")
     serve.set_defaults(func=cmd_serve)
 
-    db = sub.add_parser("db", help="manage the database")
+    db = sub.add_parser("db", help="start, stop or migrate the database",
+                        description="up: start the embedded cluster (or use DATABASE_URL) and print its URL; "
+                                    "down: stop it; migrate: apply migrations; url: print the URL.")
     db.add_argument("action", choices=["up", "down", "migrate", "url"])
     db.set_defaults(func=cmd_db)
 
-    sub.add_parser("token", help="print the operator token").set_defaults(func=cmd_token)
-    sub.add_parser("schema", help="print the GraphQL SDL").set_defaults(func=cmd_schema)
+    sub.add_parser("token", help="print the operator token",
+                   description="Print the operator token (AGENTRM_OPERATOR_TOKEN, or the one kept in "
+                               "the data dir).").set_defaults(func=cmd_token)
+    sub.add_parser("schema", help="print the GraphQL SDL",
+                   description="Print the GraphQL SDL; schema/agentrm.graphql must match it.").set_defaults(
+        func=cmd_schema)
 
-    bench = sub.add_parser("bench", help="run benchmarks: scheduler | system | context | live | all")
-    bench.add_argument("which")
+    # The benchmarks parse their own options: everything after the name is theirs, --help
+    # included (add_help=False, or `agentrm bench live --help` would print this parser's help).
+    bench = sub.add_parser("bench", help="run benchmarks: " + " | ".join(BENCHMARKS), add_help=False,
+                           description="Run a benchmark; `agentrm bench NAME --help` for its options.")
+    bench.add_argument("which", nargs="?", metavar="NAME")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=cmd_bench)
 
     from app.audit.cli import add_commands as add_audit_commands
     add_audit_commands(sub)
+    return parser
 
-    args, rest = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.command == "bench":
-        return cmd_bench(args, rest)
-    if rest:
-        parser.error(f"unrecognised arguments: {' '.join(rest)}")
-    return args.func(args)
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line, with the fix when we know it."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    name = type(exc).__name__
+    if isinstance(exc, (ConnectionRefusedError, OSError)) and "connect" in str(exc).lower() \
+            or name in ("CannotConnectNowError", "ConnectionDoesNotExistError", "InvalidCatalogNameError"):
+        return (f"cannot reach the database ({text}); start it with `agentrm db up` "
+                "or point DATABASE_URL at a running PostgreSQL")
+    if name in ("InvalidPasswordError", "InvalidAuthorizationSpecificationError"):
+        return f"the database refused the credentials ({text}); check DATABASE_URL"
+    if isinstance(exc, FileNotFoundError):
+        return f"{text}; check the path"
+    if isinstance(exc, PermissionError):
+        return f"{text}; check the file's permissions or AGENTRM_DATA_DIR"
+    return f"{name}: {text}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command == "bench" and args.which is None:
+        args.which, args.rest = unknown[0], unknown[1:] + args.rest   # `agentrm bench --help`
+    elif unknown:
+        parser.error(f"unrecognised arguments: {' '.join(unknown)}")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    debug = args.debug or os.environ.get("AGENTRM_DEBUG") == "1"
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place that turns failures into one line
+        if debug:
+            raise
+        print(f"agentrm: error: {one_line(exc)}  (--debug for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -280,7 +280,8 @@ class Service:
 
     async def request_turn(self, principal: Principal | None, estimated_tokens: int,
                            max_output_tokens: int | None = None, wait_seconds: float = 0.0,
-                           streams: bool = False, request_id: str | None = None) -> dict:
+                           streams: bool = False, request_id: str | None = None,
+                           run_id: str | None = None) -> dict:
         agent = await self.fresh(self._calling_agent, principal)
         request_id = idempotency.checked(request_id)
         est = _check_int("estimatedTokens", estimated_tokens, 0, MAX_TOKENS_PER_CALL)
@@ -289,6 +290,9 @@ class Service:
         wait = _check_float("waitSeconds", wait_seconds or 0.0, 0.0, MAX_WAIT_SECONDS)
         if not isinstance(streams, bool):
             raise BadInput("streams must be true or false")
+        if run_id is not None and (not isinstance(run_id, str) or not 1 <= len(run_id) <= 128
+                                   or "\x00" in run_id):
+            raise BadInput("runId must be 1 to 128 characters, without NUL")
         turn_id = self.ids() if request_id is None else idempotency.turn_id_for(agent["agent_id"], request_id)
         if request_id is not None and turn_id in self.model.turns:   # a retry: the first answer
             idempotency.same_turn_request(self.turn_view(turn_id), request_id, est, out, streams)
@@ -318,6 +322,8 @@ class Service:
             data["streams"] = True
         if request_id is not None:
             data["request_id"] = request_id
+        if run_id is not None:
+            data["run_id"] = run_id
         agent_id = agent["agent_id"]
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
         async with self.replies.expect(turn_id, answers_request) as answered, \

@@ -61,8 +61,9 @@ OPERATOR_TOKEN = "op_test_token"
 
 
 class Server:
-    def __init__(self, url: str):
+    def __init__(self, url: str, **app_options):
         self.url = url
+        self.app_options = app_options
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.http = f"{self.base}/graphql"
@@ -72,7 +73,7 @@ class Server:
         import uvicorn
 
         from app.api.app import create_app
-        self.app = create_app(self.url, op_token=OPERATOR_TOKEN)
+        self.app = create_app(self.url, op_token=OPERATOR_TOKEN, **self.app_options)
         # A bounded graceful shutdown: a request or socket still open at the end of the
         # session (a client that never closed) must not hang the teardown; uvicorn then
         # cancels it and logs how many it cancelled.

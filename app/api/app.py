@@ -1,4 +1,5 @@
-"""The Starlette application: /graphql (HTTP and graphql-transport-ws), the console at /."""
+"""The Starlette application: /graphql (HTTP and graphql-transport-ws), the console at /, the
+OpenAI/Anthropic gateway at /v1/..., /metrics, /healthz and /readyz, all on one port."""
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +15,11 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.bootstrap import introspection_enabled, operator_token
+from app.bootstrap import default_upstream, introspection_enabled, operator_token
+from app.gateway.routes import routes as gateway_routes
+from app.gateway.upstreams import Upstreams
+from app.observability.http import routes as observability_routes
+from app.observability.metrics import AppMetrics
 from app.runtime import Runtime
 
 from .schema import build_schema, schema
@@ -72,7 +77,8 @@ async def _bounded_body(request) -> bytes | None:
 
 
 def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
-               op_token: str | None = None, introspection: bool | None = None) -> Starlette:
+               op_token: str | None = None, introspection: bool | None = None,
+               demo_upstream: bool | None = None) -> Starlette:
     holder: dict = {}
     graphql = AgentRMGraphQL(holder, introspection=introspection_enabled() if introspection is None
                              else introspection)
@@ -81,6 +87,9 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
     async def lifespan(_app):
         rt = await Runtime(url, run_schedulers=run_schedulers).start()
         rt.operator_token = op_token or operator_token()
+        base_url, api_key = default_upstream()
+        holder["upstreams"] = Upstreams(rt, base_url, api_key)
+        holder["metrics"] = AppMetrics(rt)
         holder["runtime"] = rt
         demo_task = None
         if demo:
@@ -93,6 +102,8 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                 demo_task.cancel()
                 with contextlib.suppress(BaseException):
                     await demo_task
+            holder.pop("metrics").close()
+            await holder.pop("upstreams").close()
             await rt.stop()
 
     async def console(_request: Request):
@@ -101,14 +112,13 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
             return FileResponse(index, headers={"cache-control": "no-cache"})
         return PlainTextResponse("AgentRM: GraphQL at /graphql. The console is not built: run `make setup`.")
 
-    async def health(_request: Request):
-        rt = holder.get("runtime")
-        return JSONResponse({"ok": rt is not None, "position": rt.projector.model.position if rt else None})
-
-    routes = [Route("/", console), Route("/healthz", health),
+    routes = [Route("/", console), *observability_routes(holder), *gateway_routes(holder),
               Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql),
               # check_dir=False: an unbuilt console must not keep the API from starting.
               Mount("/assets", StaticFiles(directory=CONSOLE / "assets", check_dir=False), name="assets")]
+    if demo if demo_upstream is None else demo_upstream:
+        from app.gateway.demo_upstream import routes as demo_upstream_routes
+        routes.extend(demo_upstream_routes())
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.holder = holder
     return app

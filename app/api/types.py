@@ -231,6 +231,7 @@ class TurnRequestInput:
     request_id: str | None = strawberry.field(default=None, description=(
         "The client's id for this command: a retry with the same id returns the first answer "
         "and appends nothing."))
+    run_id: str | None = strawberry.field(default=None, description="The agent run this turn belongs to.")
 
 
 @strawberry.input

@@ -259,9 +259,12 @@ async def _access(url: str, args) -> int:
 
 # -- argparse wiring -------------------------------------------------------------------------
 
-def _runner(handler):
+def _runner(handler, label: str):
     def run(args) -> int:
-        return asyncio.run(handler(_url(), args))
+        from app.progress import working
+        url = _url()
+        with working(label):
+            return asyncio.run(handler(url, args))
     return run
 
 
@@ -270,56 +273,56 @@ def add_commands(subparsers) -> None:
     rsub = replay.add_subparsers(dest="replay_command", required=True)
 
     check = rsub.add_parser("check", help="rebuild read models from position 0 and compare with the live ones")
-    check.add_argument("--pool")
-    check.set_defaults(func=_runner(_replay_check))
+    check.add_argument("--pool", help="only this pool (default: every pool)")
+    check.set_defaults(func=_runner(_replay_check, "replaying the log from position 0"))
 
     at = rsub.add_parser("at", help="a pool's queues, lanes and rate budget as of a past position")
-    at.add_argument("--position", type=int, required=True)
-    at.add_argument("--pool", default="default")
-    at.set_defaults(func=_runner(_replay_at))
+    at.add_argument("--position", type=int, required=True, help="the log position to look at")
+    at.add_argument("--pool", default="default", help="the pool (default: default)")
+    at.set_defaults(func=_runner(_replay_at, "folding the pool up to the position"))
 
     step = rsub.add_parser("step", help="print events one by one with the resulting lane/queue summary")
-    step.add_argument("--from", dest="start", type=int, required=True)
-    step.add_argument("--count", type=int, default=20)
-    step.add_argument("--pool", default="default")
-    step.set_defaults(func=_runner(_replay_step))
+    step.add_argument("--from", dest="start", type=int, required=True, help="first position to show")
+    step.add_argument("--count", type=int, default=20, help="how many events (default 20)")
+    step.add_argument("--pool", default="default", help="the pool (default: default)")
+    step.set_defaults(func=_runner(_replay_step, "reading the log"))
 
     whatif = rsub.add_parser("whatif", help="run the recorded workload again under other settings")
-    whatif.add_argument("--pool", default="default")
-    whatif.add_argument("--from", dest="start", type=int, default=0)
-    whatif.add_argument("--to", dest="end", type=int)
-    whatif.add_argument("--lanes", type=int)
-    whatif.add_argument("--policy", choices=["fifo", "mlfq"])
-    whatif.add_argument("--lease", type=float)
-    whatif.add_argument("--levels", type=int)
-    whatif.add_argument("--boost", type=float)
+    whatif.add_argument("--pool", default="default", help="the pool whose workload is re-run")
+    whatif.add_argument("--from", dest="start", type=int, default=0, help="first position of the workload")
+    whatif.add_argument("--to", dest="end", type=int, help="last position of the workload (default: the end)")
+    whatif.add_argument("--lanes", type=int, help="lanes in the counterfactual")
+    whatif.add_argument("--policy", choices=["fifo", "mlfq"], help="scheduling policy")
+    whatif.add_argument("--lease", type=float, help="lease seconds")
+    whatif.add_argument("--levels", type=int, help="MLFQ levels")
+    whatif.add_argument("--boost", type=float, help="boost period in seconds")
     whatif.add_argument("--allotment-seconds", help="comma-separated lane-seconds per level, e.g. 10,60")
-    whatif.add_argument("--json", action="store_true")
-    whatif.set_defaults(func=_runner(_whatif))
+    whatif.add_argument("--json", action="store_true", help="print the report as JSON")
+    whatif.set_defaults(func=_runner(_whatif, "running the recorded workload again"))
 
     audit = subparsers.add_parser("audit", help="export, explain a turn, verify invariants")
     asub = audit.add_subparsers(dest="audit_command", required=True)
 
     exp = asub.add_parser("export", help="events of a position range as JSON Lines")
-    exp.add_argument("--from", dest="start", type=int, default=1)
-    exp.add_argument("--to", dest="end", type=int)
-    exp.add_argument("--out")
-    exp.set_defaults(func=_runner(_export))
+    exp.add_argument("--from", dest="start", type=int, default=1, help="first position (default 1)")
+    exp.add_argument("--to", dest="end", type=int, help="last position (default: the end)")
+    exp.add_argument("--out", help="write to this file instead of stdout")
+    exp.set_defaults(func=_runner(_export, "exporting events"))
 
     explain = asub.add_parser("explain", help="a turn's story in plain words")
-    explain.add_argument("--turn", required=True)
-    explain.set_defaults(func=_runner(_explain))
+    explain.add_argument("--turn", required=True, help="the turn id")
+    explain.set_defaults(func=_runner(_explain, "reading the turn's history"))
 
     ver = asub.add_parser("verify", help="check the scheduler's and the resource manager's invariants "
                                          "over the whole log")
     ver.add_argument("--pool", help="only this pool's decisions (the resource check is skipped)")
-    ver.set_defaults(func=_runner(_verify))
+    ver.set_defaults(func=_runner(_verify, "checking every decision"))
 
     acc = asub.add_parser("access", help="what an agent could reach (grants) and what it did (acquires, "
                                          "refusals with the rule that refused)")
-    acc.add_argument("--agent", required=True)
-    acc.add_argument("--json", action="store_true")
-    acc.set_defaults(func=_runner(_access))
+    acc.add_argument("--agent", required=True, help="the agent id")
+    acc.add_argument("--json", action="store_true", help="print the report as JSON")
+    acc.set_defaults(func=_runner(_access, "reading the agent's grants and resource history"))
 
 
 def main(argv: list[str] | None = None) -> int:

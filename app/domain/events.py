@@ -241,6 +241,7 @@ class TurnRequested(Event):
     at: float | None = None
     streams: bool | None = None
     request_id: str | None = None      # the client's id for the command: a retry appends nothing
+    run_id: str | None = None          # the client's run (program); absent in older logs
 
 
 @event

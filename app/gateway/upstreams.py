@@ -1,0 +1,76 @@
+"""Where each pool's calls go: base URL, API key and one HTTP connection pool per upstream.
+
+The base URL comes from the pool's settings (`upstreamBaseUrl` on createPool; for the
+`default` pool AGENTRM_UPSTREAM_BASE_URL). The API key is never in the event log: the log
+keeps a fingerprint, and the key itself sits in the `pool_secrets` table, written in the
+same transaction as the pool's creation (Service.create_pool); for `default` it comes
+from AGENTRM_UPSTREAM_API_KEY. It is read here only to be sent upstream, and is never
+logged or returned by any query.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from app.errors import NotFound, Unavailable
+
+# No read timeout: a hung call is the scheduler's to reap (start deadline, lease), and the
+# gateway then closes the request. A timer here would be a second, uncoordinated reaper.
+TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    base_url: str
+    api_key: str | None
+    client: httpx.AsyncClient
+
+    def url(self, path: str) -> str:
+        """`path` (`/v1/...`) under the base URL, which may or may not end in /v1."""
+        base = self.base_url.rstrip("/")
+        if base.endswith("/v1") and path.startswith("/v1/"):
+            base = base[:-3]
+        return base + path
+
+
+class Upstreams:
+    def __init__(self, runtime, default_base_url: str | None = None, default_api_key: str | None = None):
+        self.runtime = runtime
+        self.default_base_url, self.default_api_key = default_base_url, default_api_key
+        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._keys: dict[str, str | None] = {}
+
+    def client_for(self, base_url: str) -> httpx.AsyncClient:
+        """One AsyncClient (one connection pool, kept alive) per upstream base URL."""
+        client = self._clients.get(base_url)
+        if client is None:
+            client = self._clients[base_url] = httpx.AsyncClient(timeout=TIMEOUT, limits=LIMITS)
+        return client
+
+    async def for_pool(self, pool: str) -> Upstream:
+        state = self.runtime.projector.model.pools.get(pool)
+        if state is None:
+            raise NotFound(f"no pool named {pool!r}")
+        base = state.settings.upstream_base_url or (self.default_base_url if pool == "default" else None)
+        if not base:
+            raise Unavailable(f"pool {pool!r} has no upstream: set upstreamBaseUrl on createPool"
+                           + (" or AGENTRM_UPSTREAM_BASE_URL" if pool == "default" else ""))
+        return Upstream(base, await self._api_key(pool), self.client_for(base))
+
+    async def _api_key(self, pool: str) -> str | None:
+        if pool not in self._keys:
+            key = None
+            db = getattr(getattr(self.runtime, "store", None), "pool", None)
+            if db is not None:
+                key = await db.fetchval("SELECT api_key FROM pool_secrets WHERE pool = $1", pool)
+            if key is None and pool == "default":
+                key = self.default_api_key
+            self._keys[pool] = key
+        return self._keys[pool]
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()

@@ -1,0 +1,1 @@
+"""Operations: Prometheus metrics, health and readiness, structured logs."""
