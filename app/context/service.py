@@ -27,6 +27,7 @@ import numpy as np
 
 from app.auth import Principal, require, require_self_or_operator
 from app.domain import context as ctx
+from app.domain import events as ev
 from app.domain.streams import context_stream
 from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
@@ -108,9 +109,10 @@ class ContextService:
             for attempt in range(3):
                 state = self.state(agent_id)
                 events = [NewEvent(context_stream(agent_id), ctx.CONTEXT_APPENDED,
-                                   {"agent_id": agent_id, "seq": state.last_seq + 1 + i, "role": role,
-                                    "content": content, "pinned": bool(pinned),
-                                    "tokens": count_message(role, content, encoding), "at": now},
+                                   ev.ContextAppended(agent_id=agent_id, seq=state.last_seq + 1 + i, role=role,
+                                                      content=content, pinned=bool(pinned),
+                                                      tokens=count_message(role, content, encoding),
+                                                      at=now).to_dict(),
                                    {"actor": require(principal).actor, "correlation": agent_id})
                           for i, (role, content, pinned) in enumerate(messages)]
                 try:
@@ -167,7 +169,8 @@ class ContextService:
         data["budget_tokens"] = budget
         try:
             await self._record(
-                [NewEvent(context_stream(agent_id), ctx.CONTEXT_COMPACTED, data,
+                [NewEvent(context_stream(agent_id), ctx.CONTEXT_COMPACTED,
+                          ev.ContextCompacted.from_dict(data).to_dict(),
                           {"actor": require(principal).actor if principal else "context-manager",
                            "correlation": agent_id})],
                 {context_stream(agent_id): self._version(state)})
