@@ -1,7 +1,6 @@
 """Context tiers through the real API, database, tokenizer and embedding model."""
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
