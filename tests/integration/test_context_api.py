@@ -149,7 +149,7 @@ async def test_messages_are_indexed_off_the_request_path_and_found_by_query_in_a
         view = (await agent(VIEW, budget=600, q="when does the vault password rotation run?"))["context"]
         found = [i for i in view["items"] if "vault-sync" in i["content"]]
         assert found and found[0]["tier"] == "cold" and found[0]["ref"] == "1"
-        assert found[0]["content"].startswith("[") and found[0]["content"][6:8] == "] "  # its time, [HH:MM]
+        assert found[0]["content"][2] == ":" and found[0]["content"][5:6] == " "  # its time, HH:MM
         dates = [i for i in view["items"] if i["kind"] == "date"]
         assert dates and view["items"].index(dates[0]) < view["items"].index(found[0])
         assert view["tokens"] <= 600 and recount(view) == view["tokens"]

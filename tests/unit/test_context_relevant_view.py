@@ -1,7 +1,7 @@
 """The relevance-first view (assemble_view with a ranking) and the ranking helpers.
 
 Properties on random states and rankings: within budget by tiktoken's own count, pinned
-first, deterministic, messages chronological and each stamped with its time under a header
+first, deterministic, messages chronological and each stamped with its time (HH:MM) under a header
 naming its day; and greedy in ranking order: a ranked message left out did not fit when
 its turn came. Worked examples pin the shares and the fusion arithmetic."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ def relevant(state, budget, ranking, s=d.ViewSettings()):
 
 
 def stamp(at):
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("[%H:%M] ")
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%H:%M ")
 
 
 @st.composite
@@ -84,7 +84,7 @@ def test_relevant_views_keep_every_promise(case, budget, recent, facts):
             m = by_seq[seq]
             day_of = datetime.fromtimestamp(m.at, tz=timezone.utc).strftime("%a %d %b %Y")
             cost = count_message(m.role, stamp(m.at) + m.content) + (
-                0 if day_of in days else count_message("system", f"Messages of {day_of} (UTC):"))
+                0 if day_of in days else count_message("system", f"{day_of} (UTC):"))
             if seq in shown_seqs:
                 left -= cost
                 days.add(day_of)
@@ -107,15 +107,15 @@ def test_messages_of_every_tier_compete_and_are_shown_in_time_order():
     v = relevant(state, 256, [1, 39, 2])
     assert [i.ref for i in v.items if i.kind == "message"] == ["1", "2", "39"]
     assert [i.kind for i in v.items] == ["date", "message", "date", "message", "message"]
-    assert v.items[0].content == "Messages of Fri 02 Jan 1970 (UTC):" and v.items[1].tier == "cold"
-    assert v.items[1].content == "[00:00] The vault-sync job rotates passwords every Tuesday."
+    assert v.items[0].content == "Fri 02 Jan 1970 (UTC):" and v.items[1].tier == "cold"
+    assert v.items[1].content == "00:00 The vault-sync job rotates passwords every Tuesday."
 
 
 def test_the_recent_window_takes_its_share_before_the_ranking():
     hot = [msg(i, "user", f"Message {i} with a few words of padding.", at=1000.0 + i) for i in range(1, 30)]
     state = context(hot=hot)
     each = count_message("user", stamp(1001.0) + hot[0].content)
-    header = count_message("system", "Messages of Thu 01 Jan 1970 (UTC):")
+    header = count_message("system", "Thu 01 Jan 1970 (UTC):")
     budget = 1000
     share = (header + 3 * each) / budget + 1e-9
     v = relevant(state, budget, [1], d.ViewSettings(query_recent_share=share))
