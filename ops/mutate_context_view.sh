@@ -17,6 +17,7 @@ source_paths = app
 only_mutate = app/domain/context/view.py
 pytest_add_cli_args_test_selection =
     tests/unit/test_context_view.py
+    tests/unit/test_context_relevant_view.py
     tests/unit/test_context_domain.py
 CFG
 printf '[pytest]\nasyncio_mode = auto\n' > "$WORK/pytest.ini"
@@ -25,12 +26,15 @@ VIEW=(
   'app.domain.context.view.x_fact_priority__mutmut_*' 'app.domain.context.view.x__recency__mutmut_*'
   'app.domain.context.view.x__facts_block__mutmut_*' 'app.domain.context.view.x__summary_content__mutmut_*'
   'app.domain.context.view.x__chunk_content__mutmut_*' 'app.domain.context.view.xǁContextViewǁ*'
+  'app.domain.context.view.x__pinned__mutmut_*' 'app.domain.context.view.x__relevant_view__mutmut_*'
+  'app.domain.context.view.x__day__mutmut_*' 'app.domain.context.view.x__stamped__mutmut_*'
+  'app.domain.context.view.x__date_header__mutmut_*'
   'app.domain.context.view.xǁViewItemǁ*'
 )
 cd "$WORK"
 "$PY" -m mutmut run --max-children 2 "${VIEW[@]}" > run.log 2>&1 || true
 "$PY" -m mutmut results --all true 2>/dev/null \
-  | grep -E 'assemble_view|select_facts|fact_priority|recency|facts_block|summary_content|chunk_content|ContextView|ViewItem' \
+  | grep -E 'assemble_view|select_facts|fact_priority|recency|facts_block|summary_content|chunk_content|ContextView|ViewItem|_pinned|relevant_view|_day|_stamped|date_header' \
   > results.txt || true
 killed=$(grep -c ': killed' results.txt || true)
 total=$(wc -l < results.txt)

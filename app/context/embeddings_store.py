@@ -1,7 +1,9 @@
-"""Stored embeddings of cold chunks: the table ``context_embeddings`` (migration 0002).
+"""Stored message embeddings beside the log: ``context_vectors`` (one float32 vector per
+message, migration 0003). The older ``context_embeddings`` (cold chunks, migration 0002) is
+no longer written: retrieval ranks single messages.
 
-Derived data beside the log, not in it (re-embedding rebuilds it), so it has its own
-small adapter and the context service holds no SQL.
+Derived data, not in the log (re-embedding rebuilds it), so it has its own small adapter
+and the context service holds no SQL.
 """
 from __future__ import annotations
 
@@ -14,23 +16,18 @@ class EmbeddingStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
-    async def of_agent(self, agent_id: str) -> list[tuple[str, list[float]]]:
-        """(chunk_id, embedding) of every stored chunk of one agent."""
+    async def vectors_after(self, agent_id: str, after_seq: int) -> list[tuple[int, bytes]]:
+        """(seq, float32 bytes) of the agent's stored message vectors with seq > after_seq,
+        in seq order: the indexer and the view read only what their cache lacks."""
         async with self.pool.acquire() as conn:
-            rows = await conn.fetch("SELECT chunk_id, embedding FROM context_embeddings WHERE agent_id = $1",
-                                    agent_id)
-        return [(r["chunk_id"], r["embedding"]) for r in rows]
+            rows = await conn.fetch("SELECT seq, vector FROM context_vectors WHERE agent_id = $1 AND seq > $2 "
+                                    "ORDER BY seq", agent_id, after_seq)
+        return [(r["seq"], bytes(r["vector"])) for r in rows]
 
-    async def stored_keys(self) -> set[tuple[str, str]]:
-        """(agent_id, chunk_id) of every chunk that has an embedding."""
-        async with self.pool.acquire() as conn:
-            rows = await conn.fetch("SELECT agent_id, chunk_id FROM context_embeddings")
-        return {(r["agent_id"], r["chunk_id"]) for r in rows}
-
-    async def add(self, rows: Sequence[tuple[str, str, str, list[float]]]) -> None:
-        """Store (agent_id, chunk_id, model, embedding) rows; a chunk already stored keeps
-        its embedding (two indexers racing store it once)."""
+    async def add_vectors(self, rows: Sequence[tuple[str, int, str, bytes]]) -> None:
+        """Store (agent_id, seq, model, vector bytes); a message already stored keeps its
+        vector (two indexers racing store it once)."""
         async with self.pool.acquire() as conn:
             await conn.executemany(
-                "INSERT INTO context_embeddings (agent_id, chunk_id, model, embedding) VALUES ($1, $2, $3, $4) "
-                "ON CONFLICT (agent_id, chunk_id) DO NOTHING", rows)
+                "INSERT INTO context_vectors (agent_id, seq, model, vector) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (agent_id, seq) DO NOTHING", rows)

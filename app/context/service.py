@@ -4,16 +4,18 @@ Rules live in app/domain/context/ (pure); this module adds the event store, the
 tokenizer, the embedding model and the summarizer around them.
 
 - append: each message is a `ContextAppended` event in `context-<agent>` (expected
-  version, so two writers cannot interleave sequence numbers). The append that takes hot
-  tokens past the agent's high watermark also compacts, in a worker thread, before it
-  answers: the next view is already within budget.
-- view: pinned, facts, warm, hot, then cold chunks ranked by cosine similarity to the
-  query (exact search over the agent's stored embeddings) blended with recency.
-- index: a background task embeds new cold chunks and stores them in Postgres, off the
-  request path; chunks not yet embedded rank by recency alone.
+  version, so two writers cannot interleave sequence numbers). It only records: an append
+  that takes hot tokens past the high watermark hands the agent to the compaction worker,
+  which summarises in a thread and appends `ContextCompacted` when done. Views stay
+  correct meanwhile: hot still holds every message, and the view never exceeds its budget.
+- view: without a query, the tiered view (pinned, facts, warm, hot, cold chunks by
+  recency). With a query, relevance first: messages of every tier ranked by RRF of dense
+  (MiniLM) and BM25 rankings (app.context.retrieval), each stamped with its time.
+- index: a background task embeds new messages and stores them as float32 bytes, off the
+  request path (app.context.indexer); a message not yet embedded ranks by BM25 alone.
 
-Time comes from the injected ``clock``, read once per operation: an append's events, and
-the compaction it may trigger, share one ``now``.
+Time comes from the injected ``clock``, read once per operation: an append's events share
+one ``now``, and so do a compaction's plan, summary and event.
 """
 from __future__ import annotations
 
@@ -23,10 +25,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
 
 from app.auth import Principal, require, require_self_or_operator
 from app.domain import context as ctx
+from app.domain import events as ev
 from app.domain.streams import context_stream
 from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
@@ -35,11 +37,11 @@ from app.service import Service
 from app.tasks import cancel_all
 
 from .embeddings_store import EmbeddingStore
+from .indexer import MessageIndexer, messages_of
+from .retrieval import hybrid_ranking
 from .tokens import count_message, count_text
 
 log = logging.getLogger(__name__)
-
-MODEL_NAME = "all-MiniLM-L6-v2"
 
 
 class ContextService:
@@ -57,6 +59,11 @@ class ContextService:
         self._summarizer = None
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
+        self._compact_wake = asyncio.Event()
+        self._compact_pending: set[str] = set()
+        self._compacting = asyncio.Lock()
+        self.indexer = MessageIndexer(self.embeddings, lambda: self.embedder)
+        self.view_settings = ctx.ViewSettings()
 
     # -- collaborators (loaded lazily: the model costs seconds and memory) ---------------
     @property
@@ -108,9 +115,10 @@ class ContextService:
             for attempt in range(3):
                 state = self.state(agent_id)
                 events = [NewEvent(context_stream(agent_id), ctx.CONTEXT_APPENDED,
-                                   {"agent_id": agent_id, "seq": state.last_seq + 1 + i, "role": role,
-                                    "content": content, "pinned": bool(pinned),
-                                    "tokens": count_message(role, content, encoding), "at": now},
+                                   ev.ContextAppended(agent_id=agent_id, seq=state.last_seq + 1 + i, role=role,
+                                                      content=content, pinned=bool(pinned),
+                                                      tokens=count_message(role, content, encoding),
+                                                      at=now).to_dict(),
                                    {"actor": require(principal).actor, "correlation": agent_id})
                           for i, (role, content, pinned) in enumerate(messages)]
                 try:
@@ -120,8 +128,46 @@ class ContextService:
                     await self.projector.catch_up()  # another worker appended: renumber and retry
             else:
                 raise Conflict("the context changed concurrently too often; try again")
-            await self._maybe_compact(agent, self.compaction, principal, now)
+        self._index_wake.set()
+        if ctx.plan_compaction(self.state(agent_id), self._budget(agent), self.compaction, now) is not None:
+            self._compact_pending.add(agent_id)
+            self._compact_wake.set()
         return ctx.context_stats(self.state(agent_id))
+
+    @staticmethod
+    def _budget(agent: dict) -> int:
+        return agent.get("context_budget_tokens") or 8192
+
+    async def run_compactions(self) -> int:
+        """Compact every agent handed over by an append until its plan is empty; returns
+        how many compactions were recorded. The background worker calls it when woken; a
+        caller that needs compaction settled (a test, a shutdown) awaits it too, and then
+        also waits for any pass in flight."""
+        done = 0
+        async with self._compacting:
+            while self._compact_pending:
+                agent_id = min(self._compact_pending)
+                self._compact_pending.discard(agent_id)
+                try:
+                    agent = self.service.agent_view(agent_id)
+                except Exception:
+                    continue  # the agent is gone
+                for _ in range(64):  # each pass shrinks hot: this ends long before the cap
+                    if agent["hibernated"] or await self._maybe_compact(
+                            agent, self.compaction, None, self.clock(), lock=True) is None:
+                        break
+                    done += 1
+                    agent = self.service.agent_view(agent_id)
+        return done
+
+    async def _compact_loop(self) -> None:
+        while True:
+            await self._compact_wake.wait()
+            self._compact_wake.clear()
+            try:
+                await self.run_compactions()
+            except Exception as exc:
+                log.warning("context compaction: %s", exc)
 
     async def compact(self, principal: Principal | None, agent_id: str | None = None) -> dict:
         """Compact now, whatever the watermarks say (all but the latest exchange)."""
@@ -131,7 +177,7 @@ class ContextService:
         async with self.service.agent_lock(agent["agent_id"]):
             if agent["hibernated"]:
                 raise Conflict("agent is hibernated; wake it first")
-            result = await self._maybe_compact(agent, forced, principal, self.clock())
+            result = await self._maybe_compact(agent, forced, principal, self.clock(), lock=False)
         if result is None:
             state = self.state(agent["agent_id"])
             stats = ctx.context_stats(state)
@@ -152,11 +198,14 @@ class ContextService:
         return recorded
 
     async def _maybe_compact(self, agent: dict, settings: ctx.CompactionSettings,
-                             principal: Principal | None, now: float) -> dict | None:
+                             principal: Principal | None, now: float, *, lock: bool) -> dict | None:
         """Compact if ``settings`` say so at ``now``: the plan, the summary and the event's
-        ``at`` all use that one time."""
+        ``at`` all use that one time. The summarizer runs in a thread without the agent's
+        lock (appends go on meanwhile); with ``lock`` the event is then recorded under it,
+        at the stream's current version, if the planned span is still hot and no other
+        compaction came first (appends after the plan do not change what it moves)."""
         agent_id = agent["agent_id"]
-        budget = agent.get("context_budget_tokens") or 8192
+        budget = self._budget(agent)
         state = self.state(agent_id)
         plan = ctx.plan_compaction(state, budget, settings, now)
         if plan is None:
@@ -165,23 +214,31 @@ class ContextService:
         data = await asyncio.to_thread(
             _compact_in_thread, state, plan, self.summarizer, encoding, now)
         data["budget_tokens"] = budget
-        try:
-            await self._record(
-                [NewEvent(context_stream(agent_id), ctx.CONTEXT_COMPACTED, data,
-                          {"actor": require(principal).actor if principal else "context-manager",
-                           "correlation": agent_id})],
-                {context_stream(agent_id): self._version(state)})
-        except ConcurrencyError:
-            return None  # the context moved on meanwhile; the next append re-plans
-        self._index_wake.set()
+        event = ev.ContextCompacted.from_dict(data).to_dict()
+        meta = {"actor": require(principal).actor if principal else "context-manager", "correlation": agent_id}
+        guard = self.service.agent_lock(agent_id) if lock else contextlib.nullcontext()
+        async with guard:
+            current = self.state(agent_id)
+            hot = {m.seq for m in current.hot}
+            if current.hibernated or current.compactions != state.compactions or not set(plan.seqs) <= hot:
+                return None  # another compaction or a hibernation came first; re-plan later
+            try:
+                await self._record([NewEvent(context_stream(agent_id), ctx.CONTEXT_COMPACTED, event, meta)],
+                                   {context_stream(agent_id): self._version(current)})
+            except ConcurrencyError:
+                return None  # another worker wrote meanwhile; the next append re-plans
         return {"agent_id": agent_id, "compacted": True, "tokens_before": data["tokens_before"],
                 "tokens_after": data["tokens_after"], "key_facts_kept": len(self.state(agent_id).live_facts),
                 "summarizer": data.get("summarizer")}
 
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
                              extra: dict | None = None) -> dict:
-        """The Service's, which takes the agent's lock (the one this service's appends take)."""
-        return await self.service.set_hibernated(principal, agent_id, hibernated, extra)
+        """The Service's, which takes the agent's lock (the one this service's appends take).
+        A parked agent's caches leave memory with its context."""
+        result = await self.service.set_hibernated(principal, agent_id, hibernated, extra)
+        if hibernated:
+            self.indexer.forget(agent_id)
+        return result
 
     # -- views -------------------------------------------------------------------------------
     async def view(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
@@ -198,12 +255,11 @@ class ContextService:
             # Reading is not activity: show what a wake would restore, without waking (and
             # without keeping it: the context stays out of memory).
             state = ctx.restore(state, await archived_context(self.store, state.agent_id, position))
-        scores = None
-        if query and state.cold.chunks:
-            scores = await self._chunk_scores(agent["agent_id"], query)
+        ranking = await self.ranking(state, query) if query else None
         encoding = self._encoding(agent)
-        return ctx.assemble_view(state, budget_tokens, scores,
-                                 lambda role, content: count_message(role, content, encoding), self.clock())
+        return ctx.assemble_view(state, budget_tokens, None,
+                                 lambda role, content: count_message(role, content, encoding), self.clock(),
+                                 self.view_settings, ranking=ranking)
 
     async def view_at(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
                       position: int) -> ctx.ContextView:
@@ -221,34 +277,36 @@ class ContextService:
         return ctx.assemble_view(state, budget_tokens, None,
                                  lambda role, content: count_message(role, content, encoding), at)
 
-    async def _chunk_scores(self, agent_id: str, query: str) -> dict[str, float]:
-        stored = await self.embeddings.of_agent(agent_id)
-        if not stored:
-            return {}
-        query_vec = (await asyncio.to_thread(self.embedder.embed, [query]))[0]
-        matrix = np.asarray([vector for _, vector in stored], dtype=np.float32)
-        cosines = matrix @ query_vec  # both sides are unit-normalised: exact cosine
-        return {chunk_id: float(c) for (chunk_id, _), c in zip(stored, cosines)}
+    async def ranking(self, state: ctx.AgentContext, query: str) -> list[int]:
+        """The agent's message seqs for ``query``, most relevant first (hybrid: dense over
+        the vectors indexed so far, BM25 over every message)."""
+        messages = messages_of(state)
+        if not messages:
+            return []
+        vectors = await self.indexer.load(state.agent_id)
+        lexical = self.indexer.lexical.index_of(state.agent_id, [(m.seq, m.content) for m in messages])
+        query_vector = (await asyncio.to_thread(self.embedder.embed, [query]))[0] if len(vectors.seqs) else None
+        ranking = hybrid_ranking(query_vector, self.indexer.lexical.tokenize(query), [m.seq for m in messages],
+                                 vectors, lexical)
+        if state.hibernated or self.state(state.agent_id).hibernated:
+            self.indexer.forget(state.agent_id)  # read while parked: keep nothing in memory
+        return ranking
 
     # -- background: index cold chunks, hibernate idle agents ------------------------------
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._index_loop(), name="context-indexer"),
+                       asyncio.create_task(self._compact_loop(), name="context-compactor"),
                        asyncio.create_task(self._hibernate_loop(), name="context-hibernator")]
 
     async def stop(self) -> None:
         await cancel_all(self._tasks)
 
     async def index_pending(self) -> int:
-        """Embed every cold chunk that has no stored embedding yet; returns how many."""
-        model = self.service.model
-        done = await self.embeddings.stored_keys()
-        todo = [(agent_id, chunk) for agent_id, state in list(model.contexts.items())
-                for chunk in state.cold.chunks if (agent_id, chunk.chunk_id) not in done]
-        if not todo:
-            return 0
-        vectors = await asyncio.to_thread(self.embedder.embed, [c.text for _, c in todo])
-        await self.embeddings.add([(a, c.chunk_id, MODEL_NAME, v.tolist()) for (a, c), v in zip(todo, vectors)])
-        return len(todo)
+        """Embed every awake agent's messages that have no stored vector yet; how many."""
+        done = 0
+        for state in self.indexer.pending(list(self.service.model.contexts.values())):
+            done += await self.indexer.index(state)
+        return done
 
     async def _index_loop(self) -> None:
         while True:
@@ -274,6 +332,7 @@ class ContextService:
             with contextlib.suppress(Conflict, Forbidden):
                 await self.set_hibernated(OPERATOR, agent_id, True, {"reason": "idle"})
                 parked.append(agent_id)
+                self.indexer.forget(agent_id)
         return parked
 
     async def _hibernate_loop(self) -> None:

@@ -459,6 +459,49 @@ CONTEXT_COMPACTED = "ContextCompacted"        # a hot span moved to warm (summar
 # What the context fold reads: its own events and the hibernation pair that parks and wakes it.
 CONTEXT_EVENTS = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})
 
+
+@event
+class ContextAppended(Event):
+    """One message into the agent's hot tier. ``tokens`` is count_message(role, content) in
+    the pool's tokenizer, recorded so that a fold never needs a tokenizer."""
+    TYPE = CONTEXT_APPENDED
+    agent_id: str
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    at: float
+    pinned: bool | None = None   # absent reads as False
+
+
+@event
+class ContextCompacted(Event):
+    """Messages ``from_seq``..``to_seq`` (unpinned, hot) moved to warm (``summary``, key
+    ``facts``, and the live facts they ``superseded``) and cold (their originals, and
+    ``chunks`` of them). ``facts``, ``superseded`` and ``chunks`` are lists of plain records
+    as app.context.compactor writes them; the rest are the compaction's own accounting, for
+    readers of the log (the fold does not read them)."""
+    TYPE = CONTEXT_COMPACTED
+    agent_id: str
+    segment_id: str
+    from_seq: int
+    to_seq: int
+    summary: str
+    summary_tokens: int
+    at: float
+    facts: list | None = None          # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
+    superseded: list | None = None     # [{fact_id, by}]
+    chunks: list | None = None         # [{chunk_id, from_seq, to_seq, text, tokens}]
+    budget_tokens: int | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    hot_tokens_before: int | None = None
+    hot_tokens_after: int | None = None
+    facts_kept: int | None = None
+    summarizer: str | None = None
+    cost: dict | None = None
+
+
 # The resource and access managers' events register themselves on import; imported here so
 # that every reader of the registry sees them whatever it imported first.
 from app.domain import resource_events as _resource_events  # noqa: E402,F401

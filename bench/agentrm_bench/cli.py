@@ -38,9 +38,35 @@ def _context(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--locomo", type=Path, metavar="DIR",
+                   help="also report evidence recall on the LoCoMo-format conversations (*.json) in DIR")
+    p.add_argument("--scale", action="store_true",
+                   help="also report memory, view latency and indexer lag for --agents x --tokens")
+    p.add_argument("--agents", type=int, default=1_000)
+    p.add_argument("--tokens", type=int, default=30_000)
+    p.add_argument("--skip-planted", action="store_true", help="only the --locomo and --scale parts")
     args = p.parse_args(argv)
+    if args.locomo is not None and not args.locomo.is_dir():
+        p.error(f"--locomo {args.locomo}: not a directory")
+    if args.agents < 1 or args.tokens < 100:
+        p.error("--agents must be >= 1 and --tokens >= 100")
     from .context_bench import run
-    result = run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {} if args.skip_planted else run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick)
+    report = "" if args.skip_planted else (args.out / "context.md").read_text()
+    if args.locomo is not None:
+        from . import locomo
+        try:
+            result["locomo"] = locomo.run(args.locomo)
+        except locomo.LoCoMoFormatError as exc:
+            p.error(str(exc))
+        report += "\n" + locomo.render_markdown(result["locomo"])
+    if args.scale:
+        from . import context_scale
+        result["scale"] = context_scale.run(agents=args.agents, tokens=args.tokens)
+        report += "\n" + context_scale.render_markdown(result["scale"])
+    (args.out / "context.md").write_text(report, encoding="utf-8")
+    (args.out / "context.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     if args.json:
         print(json.dumps(result, sort_keys=True, default=str))
     else:

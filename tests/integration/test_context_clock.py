@@ -1,5 +1,6 @@
 """The context service takes time from its injected clock, once per operation: the events of
-one append, and the compaction that append triggers, carry the same ``at``."""
+one append carry the same ``at``, and so do the plan, summary and event of one compaction
+(which the background worker runs after the append that crossed the watermark)."""
 from __future__ import annotations
 
 import time
@@ -30,7 +31,7 @@ async def context_events(server, agent_id: str) -> list:
     return await server.runtime.store.read(0, 10_000, streams=[f"context-{agent_id}"])
 
 
-async def test_an_append_and_the_compaction_it_triggers_share_one_now(server, operator):
+async def test_an_append_and_a_compaction_each_read_the_clock_once(server, operator):
     agent_id, _ = await register(operator, f"clk_{uuid.uuid4().hex[:6]}", budget=1024)
     clock = StepClock()
     service = ContextService(server.runtime.service, clock=clock, embeddings=server.runtime.context.embeddings)
@@ -39,17 +40,21 @@ async def test_an_append_and_the_compaction_it_triggers_share_one_now(server, op
     for i in range(appends):
         await service.append(agent, [("assistant", f"Step {i}. " + FILLER, False),
                                      ("user", f"Noted {i}.", False)])
-    assert len(clock.reads) == appends  # one read per append, compaction included
+    assert len(clock.reads) == appends  # one read per append; none compacted inline
+    append_reads = list(clock.reads)
+    compactions = await service.run_compactions()
+    assert compactions > 0
 
     events = await context_events(server, agent_id)
     appended = [e for e in events if e.type == ctx.CONTEXT_APPENDED]
     compacted = [e for e in events if e.type == ctx.CONTEXT_COMPACTED]
-    assert len(appended) == 2 * appends and compacted
+    assert len(appended) == 2 * appends and len(compacted) == compactions
     # the two messages of append i carry the i-th read
-    assert [e.data["at"] for e in appended] == [t for t in clock.reads for _ in range(2)]
-    for event in compacted:
-        before = max((e for e in appended if e.position < event.position), key=lambda e: e.position)
-        assert event.data["at"] == before.data["at"]  # the time of the append that triggered it
+    assert [e.data["at"] for e in appended] == [t for t in append_reads for _ in range(2)]
+    # each compaction, and the final check that found nothing left to do, read once
+    assert len(clock.reads) == appends + compactions + 1
+    for event, read in zip(compacted, clock.reads[appends:]):
+        assert event.data["at"] == read
         segment = next(s for s in service.state(agent_id).warm_segments
                        if s.segment_id == event.data["segment_id"])
         assert segment.at == event.data["at"]

@@ -9,24 +9,31 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from app.domain.events import AGENT_HIBERNATED, AGENT_WOKEN, CONTEXT_APPENDED, CONTEXT_COMPACTED
+from app.domain.events import (AGENT_HIBERNATED, AGENT_WOKEN, CONTEXT_APPENDED, CONTEXT_COMPACTED,
+                               AgentHibernated, ContextAppended, ContextCompacted, parse)
 
 from .state import (AgentContext, ContextMessage, ContextStateError, ResumePoint, WarmSegment,
                     chunk_from_dict, fact_from_dict, resume_point_for, working_set_digest)
 
 
+_FOLDED = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})
+
+
 def apply(state: AgentContext, event_type: str, data: Mapping[str, Any]) -> AgentContext:
     """Fold one event into the state. Unknown event types leave the state unchanged, so a
-    projection can feed every event of an agent's stream through here."""
-    if event_type == CONTEXT_APPENDED:
-        return _apply_appended(state, data)
-    if event_type == CONTEXT_COMPACTED:
-        return _apply_compacted(state, data)
-    if event_type == AGENT_HIBERNATED:
-        return _apply_hibernated(state, data)
-    if event_type == AGENT_WOKEN:
-        return _apply_woken(state, data)
-    return state
+    projection can feed every event of an agent's stream through here. The logged data is
+    read through its typed event (app.domain.events), so a missing field is an EventError
+    naming it, not a KeyError deep in the fold."""
+    if event_type not in _FOLDED:
+        return state
+    event = parse(event_type, dict(data))
+    if isinstance(event, ContextAppended):
+        return _apply_appended(state, event)
+    if isinstance(event, ContextCompacted):
+        return _apply_compacted(state, event)
+    if isinstance(event, AgentHibernated):
+        return _apply_hibernated(state, event)
+    return _apply_woken(state)
 
 
 def _refuse_parked(state: AgentContext, event_type: str) -> None:
@@ -38,48 +45,48 @@ def _refuse_parked(state: AgentContext, event_type: str) -> None:
             "stream first (app.domain.context.restore)")
 
 
-def _apply_appended(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+def _apply_appended(state: AgentContext, e: ContextAppended) -> AgentContext:
     _refuse_parked(state, CONTEXT_APPENDED)
-    seq = int(data["seq"])
+    seq = int(e.seq)
     if seq <= state.last_seq:
         raise ValueError(f"ContextAppended seq {seq} is not after {state.last_seq}")
-    message = ContextMessage(seq=seq, role=data["role"], content=data["content"],
-                             pinned=bool(data.get("pinned", False)), tokens=int(data["tokens"]),
-                             at=float(data["at"]))
+    message = ContextMessage(seq=seq, role=e.role, content=e.content, pinned=bool(e.pinned),
+                             tokens=int(e.tokens), at=float(e.at))
     return replace(state, hot=state.hot + (message,), last_seq=seq,
                    growth=state.growth.record(message.at, message.tokens),
                    last_activity_at=message.at)
 
 
-def _apply_compacted(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+def _apply_compacted(state: AgentContext, e: ContextCompacted) -> AgentContext:
     _refuse_parked(state, CONTEXT_COMPACTED)
-    lo, hi = int(data["from_seq"]), int(data["to_seq"])
+    lo, hi = int(e.from_seq), int(e.to_seq)
     moving = tuple(m for m in state.hot if lo <= m.seq <= hi and not m.pinned)
     staying = tuple(m for m in state.hot if not (lo <= m.seq <= hi and not m.pinned))
     roles = {m.seq: m.role for m in moving}
-    segment = WarmSegment(segment_id=data["segment_id"], from_seq=lo, to_seq=hi,
-                          summary=data["summary"], summary_tokens=int(data["summary_tokens"]),
-                          at=float(data["at"]))
+    segment = WarmSegment(segment_id=e.segment_id, from_seq=lo, to_seq=hi, summary=e.summary,
+                          summary_tokens=int(e.summary_tokens), at=float(e.at))
     new_facts = tuple(
         fact_from_dict({**f, "role": f.get("role") or roles.get(int(f["source_seq"]), "user")})
-        for f in data.get("facts", ()))
-    superseded = {s["fact_id"]: s["by"] for s in data.get("superseded", ())}
+        for f in e.facts or ())
+    superseded = {s["fact_id"]: s["by"] for s in e.superseded or ()}
     # Superseding never deletes: the old fact stays, pointing at the one that replaced it.
     facts = tuple(replace(f, superseded_by=superseded[f.fact_id]) if f.fact_id in superseded else f
                   for f in state.facts + new_facts)
-    chunks = tuple(chunk_from_dict(c) for c in data.get("chunks", ()))
+    chunks = tuple(chunk_from_dict(c) for c in e.chunks or ())
     cold = replace(state.cold,
                    messages=tuple(sorted(state.cold.messages + moving, key=lambda m: m.seq)),
                    chunks=state.cold.chunks + chunks)
     return replace(state, hot=staying, warm_segments=state.warm_segments + (segment,), facts=facts,
                    cold=cold, compactions=state.compactions + 1,
-                   last_activity_at=max(state.last_activity_at, float(data["at"])))
+                   last_activity_at=max(state.last_activity_at, float(e.at)))
 
 
-def _apply_hibernated(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+def _apply_hibernated(state: AgentContext, e: AgentHibernated) -> AgentContext:
     if state.hibernated:
         return state
-    rp = data["resume_point"]
+    rp = e.resume_point
+    if rp is None:
+        raise ContextStateError(f"AgentHibernated for {state.agent_id} carries no resume_point")
     if rp["digest"] != resume_point_for(state)["digest"]:
         # The context moved on between the decision and its commit (an append won the
         # race): this hibernation describes a state that no longer exists, so it does
@@ -96,7 +103,7 @@ def _apply_hibernated(state: AgentContext, data: Mapping[str, Any]) -> AgentCont
                         last_activity_at=state.last_activity_at, hibernated=True, resume_point=resume)
 
 
-def _apply_woken(state: AgentContext, data: Mapping[str, Any]) -> AgentContext:
+def _apply_woken(state: AgentContext) -> AgentContext:
     _refuse_parked(state, AGENT_WOKEN)
     return state  # awake already (restored by the shell, or never hibernated)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import Callable, Mapping, Sequence
 
 from .limits import validate_budget
@@ -35,6 +36,12 @@ class ViewSettings:
     cold_reserve: float = 0.10
     recency_weight: float = 0.2
     recency_half_life_seconds: float = 3_600.0
+    # With a query (``ranking`` given) the view is relevance-first: pinned, then the key
+    # facts whose source message ranks (<= query_facts_share), then the newest messages
+    # (<= query_recent_share), then messages in ranking order while they fit. Both shares
+    # are caps that were measured (agentrm bench context, ablations); see the README.
+    query_facts_share: float = 0.0
+    query_recent_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ def _recency(age_seconds: float, half_life: float) -> float:
 
 def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping[str, float] | None,
                   count_message: Callable[[str, str], int], now: float,
-                  settings: ViewSettings = ViewSettings()) -> ContextView:
+                  settings: ViewSettings = ViewSettings(), ranking: Sequence[int] | None = None) -> ContextView:
     """The context an agent gets for its next call, never over ``budget_tokens`` as counted
     by ``count_message`` (plus the 3 reply-priming tokens).
 
@@ -170,19 +177,10 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
     validate_budget(budget_tokens)
     if state.hibernated:
         raise ContextStateError(f"agent {state.agent_id} is hibernated; wake it before reading its context")
+    if ranking is not None:
+        return _relevant_view(state, budget_tokens, ranking, count_message, settings)
     remaining = budget_tokens - REPLY_PRIMING_TOKENS
-
-    pinned_items: list[ViewItem] = []
-    omitted: list[int] = []
-    for m in state.hot:
-        if not m.pinned:
-            continue
-        cost = count_message(m.role, m.content)
-        if cost <= remaining:
-            pinned_items.append(ViewItem(HOT, "pinned", m.role, m.content, cost, str(m.seq)))
-            remaining -= cost
-        else:
-            omitted.append(m.seq)
+    pinned_items, omitted, remaining = _pinned(state, remaining, count_message)
 
     fact_items: list[ViewItem] = []
     chosen_facts, facts_cost = _select_facts(
@@ -247,6 +245,116 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
     hot_picked.reverse()  # chronological
 
     items = tuple(pinned_items + fact_items + warm_items + hot_picked + cold_items)
+    total = REPLY_PRIMING_TOKENS + sum(i.tokens for i in items) if items else 0
+    return ContextView(agent_id=state.agent_id, budget_tokens=budget_tokens, tokens=total,
+                       items=items, omitted_pinned=tuple(omitted))
+
+
+def _pinned(state: AgentContext, remaining: int, count_message: Callable[[str, str], int]
+            ) -> tuple[list[ViewItem], list[int], int]:
+    """Pinned messages oldest first while they fit; the seqs of those that do not."""
+    items: list[ViewItem] = []
+    omitted: list[int] = []
+    for m in state.hot:
+        if not m.pinned:
+            continue
+        cost = count_message(m.role, m.content)
+        if cost <= remaining:
+            items.append(ViewItem(HOT, "pinned", m.role, m.content, cost, str(m.seq)))
+            remaining -= cost
+        else:
+            omitted.append(m.seq)
+    return items, omitted, remaining
+
+
+def _day(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%a %d %b %Y")
+
+
+def _stamped(content: str, at: float) -> str:
+    # "13:56 " is 2 tokens in cl100k, "[13:56] " 4: at ~40 tokens a message that is one
+    # message more per twenty in the same budget.
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%H:%M ") + content
+
+
+def _date_header(day: str) -> str:
+    return f"{day} (UTC):"
+
+
+def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[int],
+                   count_message: Callable[[str, str], int], settings: ViewSettings) -> ContextView:
+    """The view for a query: relevance first, across hot and cold alike.
+
+    ``ranking`` is message seqs, most relevant first (app.domain.context.ranking fuses the
+    dense and lexical rankings). Budget goes to pinned messages, then key facts whose
+    source message is in the ranking, in its order (<= query_facts_share), then the newest
+    messages (<= query_recent_share), then ranked messages while they fit, skipping one
+    that does not (a shorter one further down may). The unit is the single message: on
+    conversations it recalled more evidence per token than 200-token chunks (README).
+
+    Output: pinned, the facts block, then the chosen messages in chronological order, each
+    stamped with its time (questions ask "when"), and before each day's first message a
+    header naming the day. A header costs once per day, so stamps stay short; its cost is
+    charged when the day's first message is chosen, so the total is exact."""
+    remaining = budget_tokens - REPLY_PRIMING_TOKENS
+    pinned_items, omitted, remaining = _pinned(state, remaining, count_message)
+    messages = sorted((m for m in state.cold.messages + state.hot if not m.pinned), key=lambda m: m.seq)
+    by_seq = {m.seq: m for m in messages}
+    rank_of = {seq: position for position, seq in enumerate(ranking) if seq in by_seq}
+
+    fact_items: list[ViewItem] = []
+    matching = sorted((f for f in state.live_facts if f.source_seq in rank_of),
+                      key=lambda f: (rank_of[f.source_seq], f.fact_id))
+    cap = min(remaining, int(settings.query_facts_share * budget_tokens))
+    chosen_facts: list[KeyFact] = []
+    for fact in matching:
+        if count_message("system", _facts_block(chosen_facts + [fact])) > cap:
+            break
+        chosen_facts.append(fact)
+    if chosen_facts:
+        cost = count_message("system", _facts_block(chosen_facts))
+        ordered_ids = ",".join(f.fact_id for f in sorted(chosen_facts, key=lambda f: (f.source_seq, f.fact_id)))
+        fact_items.append(ViewItem(WARM, "facts", "system", _facts_block(chosen_facts), cost, ordered_ids))
+        remaining -= cost
+
+    hot_seqs = {m.seq for m in state.hot}
+    chosen: dict[int, ViewItem] = {}
+    headers: dict[str, ViewItem] = {}
+
+    def take(m, limit: int) -> int:
+        """Adds ``m`` if it (and its day's header, if new) fits ``limit``; returns the cost."""
+        day = _day(m.at)
+        header = None if day in headers else _date_header(day)
+        header_cost = count_message("system", header) if header else 0
+        content = _stamped(m.content, m.at)
+        cost = count_message(m.role, content)
+        if header_cost + cost > limit:
+            return 0
+        if header:
+            headers[day] = ViewItem(HOT if m.seq in hot_seqs else COLD, "date", "system", header, header_cost, day)
+        chosen[m.seq] = ViewItem(HOT if m.seq in hot_seqs else COLD, "message", m.role, content, cost, str(m.seq))
+        return header_cost + cost
+
+    recent_cap = min(remaining, int(settings.query_recent_share * budget_tokens))
+    for m in reversed(messages):
+        spent = take(m, recent_cap)
+        if not spent:
+            break  # contiguous: the recent window stops at the first message that does not fit
+        recent_cap -= spent
+        remaining -= spent
+    for seq in ranking:
+        if seq in by_seq and seq not in chosen:
+            remaining -= take(by_seq[seq], remaining)
+
+    body: list[ViewItem] = []
+    seen_days: set[str] = set()
+    for seq in sorted(chosen):
+        day = _day(by_seq[seq].at)
+        if day not in seen_days:
+            seen_days.add(day)
+            body.append(headers[day])
+        body.append(chosen[seq])
+    items = tuple(pinned_items + fact_items + body)
     total = REPLY_PRIMING_TOKENS + sum(i.tokens for i in items) if items else 0
     return ContextView(agent_id=state.agent_id, budget_tokens=budget_tokens, tokens=total,
                        items=items, omitted_pinned=tuple(omitted))

@@ -1,0 +1,68 @@
+"""Hybrid retrieval's parts: the float32 codec, the per-agent vector cache (incremental,
+bounded), the BM25 cache (rebuilt only when messages changed) and the fused ranking with a
+message the indexer has not reached yet."""
+from __future__ import annotations
+
+import numpy as np
+
+from app.context.retrieval import LexicalCache, VectorCache, from_bytes, hybrid_ranking, to_bytes
+
+
+def unit(*values):
+    v = np.zeros(384, dtype=np.float32)
+    v[:len(values)] = values
+    return v / np.linalg.norm(v)
+
+
+def test_vectors_are_stored_as_little_endian_float32_and_read_back_exactly():
+    rows = np.random.default_rng(1).standard_normal((3, 384)).astype(np.float32)
+    blobs = [to_bytes(r) for r in rows]
+    assert {len(b) for b in blobs} == {1536}
+    assert np.array_equal(from_bytes(blobs), rows)
+    assert from_bytes([]).shape == (0, 384)
+
+
+def test_the_vector_cache_grows_incrementally_skips_rows_it_holds_and_evicts_the_least_recent():
+    one = 384 * 4 + 8  # a row and its seq
+    cache = VectorCache(max_bytes=5 * one)
+    cache.extend("a", [2, 1], np.stack([unit(0, 1), unit(1)]))
+    entry = cache.get("a")
+    assert list(entry.seqs) == [1, 2] and np.array_equal(entry.matrix[0], unit(1)) and entry.through == 2
+    cache.extend("a", [2, 3], np.stack([unit(9), unit(0, 0, 1)]))  # 2 again: skipped
+    assert list(cache.get("a").seqs) == [1, 2, 3] and np.array_equal(cache.get("a").matrix[1], unit(0, 1))
+    cache.extend("b", [1, 2], np.stack([unit(1), unit(1)]))
+    assert cache.nbytes == 5 * one
+    cache.get("a")                       # a is now the most recently used
+    cache.extend("c", [1], np.stack([unit(1)]))
+    assert cache.get("b") is None and cache.get("a") is not None and cache.nbytes <= 5 * one
+    cache.drop("a")
+    assert cache.get("a") is None
+
+
+def test_the_bm25_index_is_rebuilt_only_when_the_messages_change():
+    lexical = LexicalCache()
+    first = lexical.index_of("a", [(1, "The billing service listens on port 8080"), (2, "ok thanks")])
+    assert lexical.index_of("a", [(1, "The billing service listens on port 8080"), (2, "ok thanks")]) is first
+    assert first.ranking(lexical.tokenize("Which port does billing listen on?")) == [1]
+    second = lexical.index_of("a", [(1, "The billing service listens on port 8080"), (2, "ok thanks"),
+                                    (3, "billing moved to port 9090")])
+    assert second is not first
+    assert second.ranking(lexical.tokenize("billing ports")) == [1, 3] or \
+        second.ranking(lexical.tokenize("billing ports")) == [3, 1]
+    assert second.ranking(lexical.tokenize("the and of")) == []          # stopwords only
+    assert lexical.index_of("b", [(1, "!!"), (2, "")]).ranking(["x"]) == []  # no words at all
+
+
+def test_a_message_without_a_vector_yet_competes_on_bm25_alone():
+    lexical = LexicalCache()
+    messages = [(1, "We chose Kafka for the event bus."), (2, "Lunch was good."),
+                (3, "The vault-sync job rotates the database password.")]
+    index = lexical.index_of("a", messages)
+    cache = VectorCache()
+    cache.extend("a", [1, 2], np.stack([unit(1), unit(0, 1)]))  # 3 not indexed yet
+    query = unit(0, 1)                                           # dense prefers message 2
+    ranking = hybrid_ranking(query, lexical.tokenize("when does vault-sync rotate the password"),
+                             [1, 2, 3], cache.get("a"), index)
+    assert set(ranking) == {1, 2, 3} and ranking[0] in (2, 3)
+    assert hybrid_ranking(query, [], [1, 2, 3], cache.get("a"), index, bm25=False)[0] == 2
+    assert hybrid_ranking(None, lexical.tokenize("vault password"), [1, 2, 3], None, index) == [3]
