@@ -76,7 +76,7 @@ class Service:
         # Requests of each agent appended by this process and not answered yet: they count
         # towards its cap before the scheduler has queued them.
         self._unanswered: dict[str, int] = {}
-        self._retry_locks: dict[str, asyncio.Lock] = {}
+        self._retry_locks: dict[str, list] = {}
         self.store = store
         self.projector = projector
         self.clock = clock
@@ -389,11 +389,22 @@ class Service:
             await reply.wait(DECISION_TIMEOUT)
         return self.turn_view(turn_id)
 
-    async def heartbeat(self, principal: Principal | None, turn_id: str) -> dict:
+    async def heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> dict:
+        request_id = idempotency.checked(request_id)
+        if request_id is None:
+            return await self._heartbeat(principal, turn_id, None)
+        async with self._retry_lock(turn_id):
+            return await self._heartbeat(principal, turn_id, request_id)
+
+    async def _heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None) -> dict:
         doc = await self._granted_turn(principal, turn_id)
+        if request_id is not None and (last := await self._answered_before(doc, "heartbeat_request_id",
+                                                                           request_id)):
+            return last   # a retry of the latest heartbeat: its lease extension stands
         if rules.report_refusal(doc["status"]):
             raise Conflict(f"turn {turn_id} is {doc['status']}; only a GRANTED turn takes heartbeats")
-        return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, {}, changes_turn)
+        data = {} if request_id is None else {"request_id": request_id}
+        return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, data, changes_turn)
 
     async def complete_turn(self, principal: Principal | None, turn_id: str, outcome: str = ev.OK,
                             prompt_tokens: int | None = None, completion_tokens: int | None = None,
@@ -456,12 +467,14 @@ class Service:
         """One command with a request id per turn at a time in this process, so that a
         retry racing its first attempt sees the first one's event (across workers, the
         scheduler answers only the first report of a turn)."""
-        lock = self._retry_locks.setdefault(turn_id, asyncio.Lock())
+        entry = self._retry_locks.setdefault(turn_id, [asyncio.Lock(), 0])   # [lock, users]
+        entry[1] += 1
         try:
-            async with lock:
+            async with entry[0]:
                 yield
         finally:
-            if not lock.locked() and self._retry_locks.get(turn_id) is lock:
+            entry[1] -= 1
+            if not entry[1]:
                 del self._retry_locks[turn_id]
 
     async def _answered_before(self, doc: dict, key: str, request_id: str) -> dict | None:

@@ -191,8 +191,9 @@ class Mutation(ContextMutation, ResourceMutation):
             streams=input.streams, request_id=input.request_id, run_id=input.run_id))
 
     @strawberry.mutation
-    async def heartbeat(self, info: Info, turn_id: strawberry.ID) -> t.Turn:
-        return t.Turn.of(await runtime(info).service.heartbeat(principal(info), str(turn_id)))
+    async def heartbeat(self, info: Info, turn_id: strawberry.ID, request_id: str | None = None) -> t.Turn:
+        return t.Turn.of(await runtime(info).service.heartbeat(principal(info), str(turn_id),
+                                                               request_id=request_id))
 
     @strawberry.mutation
     async def complete_turn(self, info: Info, input: t.CompleteTurnInput) -> t.Turn:

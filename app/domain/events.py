@@ -251,6 +251,7 @@ class HeartbeatSent(Event):
     agent_id: str | None = None
     pool: str | None = None
     at: float | None = None
+    request_id: str | None = None
 
 
 @event

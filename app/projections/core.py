@@ -34,8 +34,10 @@ TURN_DOC = ("turn_id", "agent_id", "pool", "status", "level", "lane", "estimated
             "completion_tokens", "reserved_tokens", "version")
 
 
-# Turn inputs a client may retry with a requestId, and where the turn's document keeps it.
-_IDEMPOTENT_INPUTS = {ev.COMPLETION_REPORTED: "completion_request_id", ev.CANCEL_REQUESTED: "cancel_request_id"}
+# Turn inputs a client may retry with a requestId, and where the turn's document keeps it:
+# the first completion's and cancel's, the latest heartbeat's (a heartbeat repeats).
+_IDEMPOTENT_INPUTS = {ev.COMPLETION_REPORTED: "completion_request_id", ev.CANCEL_REQUESTED: "cancel_request_id",
+                      ev.HEARTBEAT_SENT: "heartbeat_request_id"}
 
 
 def turn_doc(history: turn_history.TurnHistory) -> dict:
@@ -176,7 +178,11 @@ class CoreModel:
             # (only when sent: documents of logs without ids are unchanged).
             doc = self.turns.get(event.data.get("turn_id"))
             if doc is not None:
-                doc.setdefault(_IDEMPOTENT_INPUTS[event.type], event.data["request_id"])
+                key = _IDEMPOTENT_INPUTS[event.type]
+                if event.type == ev.HEARTBEAT_SENT:
+                    doc[key] = event.data["request_id"]
+                else:
+                    doc.setdefault(key, event.data["request_id"])
                 self.dirty.add(("turns", doc["turn_id"]))
 
     # -- views the API needs -------------------------------------------------------------

@@ -15,7 +15,7 @@ async def turn_inputs(app, turn_id: str) -> list[str]:
 
 async def test_a_retried_request_turn_returns_the_first_turn_and_appends_nothing(app, register):
     me = await register()
-    first = await app.service.request_turn(me, 100, 10, request_id="req-1")
+    first = dict(await app.service.request_turn(me, 100, 10, request_id="req-1"))
     head = await app.store.head()
     again = await app.service.request_turn(me, 100, 10, request_id="req-1")
     assert again["turn_id"] == first["turn_id"] and again["status"] == ev.GRANTED
@@ -46,7 +46,7 @@ async def test_a_request_id_reused_for_a_different_request_is_a_conflict(app, re
 async def test_a_retried_completion_returns_the_first_answer_and_appends_nothing(app, register):
     me = await register()
     turn = await app.service.request_turn(me, 100, 10)
-    done = await app.service.complete_turn(me, turn["turn_id"], ev.OK, 90, 5, request_id="done-1")
+    done = dict(await app.service.complete_turn(me, turn["turn_id"], ev.OK, 90, 5, request_id="done-1"))
     head = await app.store.head()
     again = await app.service.complete_turn(me, turn["turn_id"], ev.OK, 90, 5, request_id="done-1")
     assert again == done and again["status"] == ev.COMPLETED
@@ -61,7 +61,7 @@ async def test_a_retried_completion_returns_the_first_answer_and_appends_nothing
 async def test_a_retried_cancel_returns_the_first_answer(app, register):
     me = await register()
     turn = await app.service.request_turn(me, 100, 10)
-    cancelled = await app.service.cancel_turn(me, turn["turn_id"], request_id="stop")
+    cancelled = dict(await app.service.cancel_turn(me, turn["turn_id"], request_id="stop"))
     head = await app.store.head()
     assert await app.service.cancel_turn(me, turn["turn_id"], request_id="stop") == cancelled
     assert cancelled["status"] == ev.CANCELLED and await app.store.head() == head
@@ -96,3 +96,17 @@ async def test_absurd_estimates_are_refused_with_a_clear_error(app, register):
     with pytest.raises(BadInput):
         await app.service.request_turn(me, 1.5)
     assert await app.store.head() == head
+
+
+async def test_a_retried_heartbeat_appends_nothing_and_a_new_one_extends_again(app, register, clock):
+    me = await register()
+    turn = await app.service.request_turn(me, 100, 10)
+    clock.advance(5_000)
+    beat = dict(await app.service.heartbeat(me, turn["turn_id"], request_id="hb-1"))   # a copy: views are live
+    head = await app.store.head()
+    clock.advance(5_000)
+    assert await app.service.heartbeat(me, turn["turn_id"], request_id="hb-1") == beat
+    assert await app.store.head() == head
+    later = await app.service.heartbeat(me, turn["turn_id"], request_id="hb-2")
+    assert later["lease_expires_at"] == clock() + 30 > beat["lease_expires_at"]
+    assert await turn_inputs(app, turn["turn_id"]) == [ev.TURN_REQUESTED, ev.HEARTBEAT_SENT, ev.HEARTBEAT_SENT]

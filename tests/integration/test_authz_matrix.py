@@ -131,9 +131,11 @@ class Ctx:
 
 async def make_pools(operator) -> tuple[str, str]:
     pools = (f"mx_{uuid.uuid4().hex[:8]}", f"mx_{uuid.uuid4().hex[:8]}")
-    for name in pools:   # lanes enough for every A of a test to hold one
+    # Lanes enough for every A of a test to hold one; a lease and a boost period longer than
+    # the session, so that these pools' timers append nothing while later tests count events.
+    for name in pools:
         await operator("mutation($n: String!) { createPool(input: {name: $n, lanes: 100, rpm: 60000, "
-                       "tpm: 1000000, leaseSeconds: 60}) { name } }", n=name)
+                       "tpm: 1000000, leaseSeconds: 3600, boostSeconds: 86400}) { name } }", n=name)
     return pools
 
 
