@@ -71,6 +71,22 @@ def hibernate_idle_seconds() -> float:
     return float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800"))
 
 
+def leader_lease_seconds() -> float:
+    """How long a pool's leader may stay silent before a standby ends its sessions and
+    takes the pool over (AGENTRM_LEADER_LEASE_SECONDS, default 2)."""
+    value = float(os.environ.get("AGENTRM_LEADER_LEASE_SECONDS", "2"))
+    if not 0.2 <= value <= 600:
+        raise SystemExit(f"AGENTRM_LEADER_LEASE_SECONDS must be between 0.2 and 600, got {value}")
+    return value
+
+
+def worker_name() -> str:
+    """This process's name in PostgreSQL (application_name, at most 63 bytes), unique per
+    start: a standby ends the sessions of a silent worker by it."""
+    import socket
+    return f"agentrm:{socket.gethostname()[:24]}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """What a uvicorn worker needs, handed over by `agentrm serve` through its environment."""

@@ -68,9 +68,19 @@ async def _no_session_state(_conn: asyncpg.Connection) -> None:
     locks live on dedicated connections (listener, scheduler, demo), and nothing SETs."""
 
 
-async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+# A session left idle inside a transaction (its process stopped or stuck mid-append) would
+# hold the append lock and stall every writer: PostgreSQL ends such a session after this.
+# No transaction of ours waits on anything but the database between its statements.
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
+                      application_name: str | None = None) -> asyncpg.Pool:
+    settings = {"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_TIMEOUT_MS)}
+    if application_name:
+        settings["application_name"] = application_name  # lets a standby end a silent worker's sessions
     return await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=init_connection,
-                                     reset=_no_session_state)
+                                     reset=_no_session_state, server_settings=settings)
 
 
 def _record(row) -> RecordedEvent:
