@@ -80,6 +80,15 @@ def leader_lease_seconds() -> float:
     return value
 
 
+def subscriber_send_timeout_seconds() -> float:
+    """How long a subscriber may leave its socket full before it is cut off and told to
+    resume (AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS, default 30)."""
+    value = float(os.environ.get("AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS", "30"))
+    if not 0.1 <= value <= 3600:
+        raise SystemExit(f"AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS must be between 0.1 and 3600, got {value}")
+    return value
+
+
 def worker_name() -> str:
     """This process's name in PostgreSQL (application_name, at most 63 bytes), unique per
     start: a standby ends the sessions of a silent worker by it."""

@@ -48,7 +48,8 @@ _CLAIM = """
 INSERT INTO pool_leaders (pool, backend_pid, worker, expires_at)
 VALUES ($1, pg_backend_pid(), $2, clock_timestamp() + make_interval(secs => $3))
 ON CONFLICT (pool) DO UPDATE SET backend_pid = EXCLUDED.backend_pid, worker = EXCLUDED.worker,
-    expires_at = EXCLUDED.expires_at, term = pool_leaders.term + 1
+    expires_at = EXCLUDED.expires_at, term = pool_leaders.term + 1, claimed_at = clock_timestamp(),
+    previous_expires_at = pool_leaders.expires_at
 RETURNING term
 """
 

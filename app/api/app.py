@@ -13,19 +13,22 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.bootstrap import operator_token
+from app.bootstrap import operator_token, subscriber_send_timeout_seconds
 from app.runtime import Runtime
 
 from .schema import schema
+from .slow_subscribers import bounded_send_handler
 
 FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
 
 
 class AgentRMGraphQL(GraphQL):
-    def __init__(self, rt_holder: dict):
+    def __init__(self, rt_holder: dict, subscriber_send_timeout: float | None = None):
         super().__init__(schema, subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
                          keep_alive=True, keep_alive_interval=15)
         self.rt_holder = rt_holder
+        self.graphql_transport_ws_handler_class = bounded_send_handler(
+            subscriber_send_timeout if subscriber_send_timeout is not None else subscriber_send_timeout_seconds())
 
     async def get_context(self, request, response) -> dict:
         rt = self.rt_holder["runtime"]

@@ -8,6 +8,7 @@ import strawberry
 from strawberry.types import Info
 
 from app.auth import require, require_operator
+from app.db.outage import is_outage
 from app.domain.decide import available
 from app.domain.settings import PoolSettings
 from app.errors import BadInput, Forbidden, NotFound, ServiceError
@@ -239,7 +240,7 @@ class AgentRMSchema(strawberry.Schema):
     def process_errors(self, errors, execution_context=None) -> None:
         # A client's mistake is an answer, not a server fault: log only the unexpected.
         unexpected = [e for e in errors if e.original_error is not None
-                      and not isinstance(e.original_error, ServiceError)]
+                      and not isinstance(e.original_error, ServiceError) and not is_outage(e.original_error)]
         if unexpected:
             super().process_errors(unexpected, execution_context)
 

@@ -33,8 +33,9 @@ from . import Record
 
 OK, FAIL, INFO = "ok", "fail", "info"
 
-# The decision whose position a client-observed status corresponds to.
-_STATUS_EVENT = {"QUEUED": ev.TURN_QUEUED, "GRANTED": ev.TURN_GRANTED, "COMPLETED": ev.TURN_COMPLETED,
+# The event whose position a client-observed status corresponds to. A turn reads QUEUED
+# from its request on, before the scheduler's TurnQueued answer.
+_STATUS_EVENT = {"QUEUED": ev.TURN_REQUESTED, "GRANTED": ev.TURN_GRANTED, "COMPLETED": ev.TURN_COMPLETED,
                  "CANCELLED": ev.TURN_CANCELLED, "REAPED": ev.TURN_REAPED}
 _ENDS = (ev.TURN_COMPLETED, ev.TURN_CANCELLED, ev.TURN_REAPED)
 
@@ -44,7 +45,7 @@ class Op:
     """One command as a client saw it: when it was sent and answered (one monotonic clock
     for all clients of the test), what came back."""
     client: str
-    kind: str                  # "request" | "complete"
+    kind: str                  # "request" | "complete" | "cancel"
     invoked: float
     completed: float
     outcome: str               # OK | FAIL | INFO
@@ -103,7 +104,8 @@ def _check_acknowledged(ops, by_turn, report) -> None:
             continue
         report.acknowledged += 1
         turn = by_turn.get(op.turn_id, {})
-        needed = [ev.TURN_REQUESTED] if op.kind == "request" else [ev.COMPLETION_REPORTED, ev.TURN_COMPLETED]
+        needed = {"request": [ev.TURN_REQUESTED], "complete": [ev.COMPLETION_REPORTED, ev.TURN_COMPLETED],
+                  "cancel": [ev.CANCEL_REQUESTED]}[op.kind]
         for type_ in needed:
             if not turn.get(type_):
                 report.violations.append(f"{op.client}: acknowledged {op.kind} of turn {op.turn_id} "

@@ -20,7 +20,11 @@ def upgrade() -> None:
             backend_pid  integer     NOT NULL,
             worker       text        NOT NULL,
             expires_at   timestamptz NOT NULL,
-            term         bigint      NOT NULL DEFAULT 1
+            term         bigint      NOT NULL DEFAULT 1,
+            -- when this term began, and when the term before it had lapsed: the takeover
+            -- time an operator (and the fault tests) read off a failover
+            claimed_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+            previous_expires_at timestamptz
         )""")
 
 
