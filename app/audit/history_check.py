@@ -5,7 +5,8 @@ subscription delivered (`Delivery`), then reads the whole log back. `check_histo
 pure over those three and reports every violation of:
 
 - acknowledged: every command a client saw succeed is in the log (a requested turn has
-  its TurnRequested, a completed one its CompletionReported and TurnCompleted);
+  its TurnRequested, a completed one its CompletionReported, a cancelled one its
+  CancelRequested);
 - single grant: no turn is granted twice;
 - capacity: at no position does a pool hold more granted turns than it has lanes, and no
   lane is held by two turns at once (counted here from grants and ends, independently of
@@ -104,7 +105,9 @@ def _check_acknowledged(ops, by_turn, report) -> None:
             continue
         report.acknowledged += 1
         turn = by_turn.get(op.turn_id, {})
-        needed = {"request": [ev.TURN_REQUESTED], "complete": [ev.COMPLETION_REPORTED, ev.TURN_COMPLETED],
+        # The input is what an answer acknowledges; the outcome it reports (COMPLETED, or
+        # REAPED when the lease ran out first) is checked against the log as an observation.
+        needed = {"request": [ev.TURN_REQUESTED], "complete": [ev.COMPLETION_REPORTED],
                   "cancel": [ev.CANCEL_REQUESTED]}[op.kind]
         for type_ in needed:
             if not turn.get(type_):
