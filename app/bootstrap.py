@@ -73,8 +73,10 @@ def hibernate_idle_seconds() -> float:
 
 def leader_lease_seconds() -> float:
     """How long a pool's leader may stay silent before a standby ends its sessions and
-    takes the pool over (AGENTRM_LEADER_LEASE_SECONDS, default 2)."""
-    value = float(os.environ.get("AGENTRM_LEADER_LEASE_SECONDS", "2"))
+    takes the pool over (AGENTRM_LEADER_LEASE_SECONDS, default 5: long enough that a busy
+    event loop is not taken for a dead one, short enough that a stopped leader stalls its
+    pool for seconds, not for as long as its connection lives)."""
+    value = float(os.environ.get("AGENTRM_LEADER_LEASE_SECONDS", "5"))
     if not 0.2 <= value <= 600:
         raise SystemExit(f"AGENTRM_LEADER_LEASE_SECONDS must be between 0.2 and 600, got {value}")
     return value

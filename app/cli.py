@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("token", help="print the operator token").set_defaults(func=cmd_token)
     sub.add_parser("schema", help="print the GraphQL SDL").set_defaults(func=cmd_schema)
 
-    bench = sub.add_parser("bench", help="run benchmarks: scheduler | system | context | live | all")
+    bench = sub.add_parser("bench", help="run benchmarks: scheduler | system | context | live | load | all")
     bench.add_argument("which")
 
     from app.audit.cli import add_commands as add_audit_commands

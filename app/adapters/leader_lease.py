@@ -8,9 +8,9 @@ stuck for seconds, keeps its connection, so it keeps the lock and its pool stall
 So the leader also renews a heartbeat row, `pool_leaders(pool, backend_pid, worker,
 expires_at)`, every `lease_seconds / 4`, with the database's clock (every process reads
 one clock). A standby waits for the lock; when the row's lease has lapsed it terminates
-the silent leader's sessions (`pg_terminate_backend`): the lock session, and every other
-session of that worker, which may be parked inside an append transaction holding the
-log's append lock. The lock comes free and the standby takes it on its next poll.
+the silent leader's sessions (`pg_terminate_backend`): the lock session, and every session
+of that worker that is inside a transaction, since one may be parked inside an append
+holding the log's append lock. The lock comes free and the standby takes it on its next poll.
 
 A leader that wakes after its lease lapsed finds `held` false (its own monotonic clock
 says the lease is over, and its lock session is gone), so it steps down before its next
@@ -78,7 +78,7 @@ class HeldLease:
 
 
 class LeaseLeadership:
-    def __init__(self, url: str, *, lease_seconds: float = 2.0, worker: str = "agentrm:?",
+    def __init__(self, url: str, *, lease_seconds: float = 5.0, worker: str = "agentrm:?",
                  poll_seconds: float | None = None):
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -143,9 +143,12 @@ class LeaseLeadership:
         worker = holders[0]["application_name"]
         pids = [lapsed["backend_pid"]]
         if worker and worker.startswith(APPLICATION_PREFIX):
+            # Only its sessions inside a transaction: one of them may hold the log's append
+            # lock. Its idle pooled sessions stay, so a worker that was only slow keeps
+            # serving requests; it just no longer leads.
             pids += [r["pid"] for r in await conn.fetch(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()",
-                worker)]
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL "
+                "AND pid <> pg_backend_pid()", worker)]
         ended = await conn.fetchval(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest($1::int[]) AS t(pid)",
             sorted(set(pids)))

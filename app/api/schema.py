@@ -82,8 +82,9 @@ class Query(AuditQuery, ContextQuery):
         return [t.Pool.of({**svc.pool_view(own), "upstream_base_url": None})]
 
     @strawberry.field
-    def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
+    async def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
         try:
+            await runtime(info).service.recall_turn(str(id))
             return t.Turn.of(runtime(info).service.visible_turn(principal(info), str(id)))
         except NotFound:
             return None
@@ -219,6 +220,7 @@ class Subscription:
     @strawberry.subscription
     async def turn(self, info: Info, turn_id: strawberry.ID) -> AsyncGenerator[t.Turn, None]:
         rt = runtime(info)
+        await rt.service.recall_turn(str(turn_id))
         try:
             doc = rt.service.visible_turn(principal(info), str(turn_id))
         except ServiceError as exc:
