@@ -31,9 +31,10 @@ NOTIFY_CHANNEL = "agentrm_events"
 # pg_locks as a table lock; Marten's high-water mark adds a daemon and a settle delay to
 # every read; xid8 snapshots (pg_snapshot_xmin) need readers to order by transaction
 # id, not position, which breaks the public `after: position` contract. The price of the
-# lock is serialised appends: about 1k single-event commits/s on this class of machine,
-# ~20k/s when batched. The scheduler loop batches its decisions; `agentrm bench system`
-# measures the ratio against raw inserts and COPY.
+# lock is serialised appends: one group commit at a time. So the group is one statement
+# (the `agentrm_append` function, migration 0004): everything done under the lock is one
+# round trip, and concurrent requests share it (group commit, below). `agentrm bench
+# system` measures the ratio against raw inserts and COPY.
 APPEND_LOCK_KEY = 0x4147454E54524D  # "AGENTRM"
 
 MAX_GROUP = 500  # requests per group-commit transaction

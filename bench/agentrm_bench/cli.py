@@ -13,8 +13,11 @@ def _system(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrm bench system")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--repeat", type=int, default=3, help="runs; the spread of the key figures is reported")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     from app.bootstrap import database_url
     from app.db.embedded import ensure_database
     from app.db.migrate import upgrade
@@ -26,7 +29,7 @@ def _system(argv: list[str]) -> int:
     ensure_database(admin, "agentrm_bench", recreate=True)
     url = base.rsplit("/", 1)[0] + "/agentrm_bench"
     upgrade(url)
-    result = run(args.out, url, quick=args.quick)
+    result = run(args.out, url, quick=args.quick, repeat=args.repeat)
     print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
     return 0
 
