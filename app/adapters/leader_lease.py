@@ -15,7 +15,8 @@ holding the log's append lock. The lock comes free and the standby takes it on i
 A leader that wakes after its lease lapsed finds `held` false (its own monotonic clock
 says the lease is over, and its lock session is gone), so it steps down before its next
 batch. A batch it was in the middle of is fenced off by the pool stream's expected
-version: the new leader's first decision moved it, so the stale append fails.
+version: once the new leader has decided anything the stale append fails (and if it has
+not, the old leader's state was still the latest, so its decision is a correct one).
 """
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ UPDATE pool_leaders SET expires_at = clock_timestamp() + make_interval(secs => $
 WHERE pool = $1 AND backend_pid = pg_backend_pid() AND term = $3
 """
 
+_TRY = """
+SELECT pg_try_advisory_lock($1),
+       (SELECT backend_pid FROM pool_leaders WHERE pool = $2 AND expires_at < clock_timestamp())
+"""
+
 _LAPSED = """
 SELECT backend_pid, worker FROM pool_leaders
 WHERE pool = $1 AND expires_at < clock_timestamp()
@@ -85,7 +91,7 @@ class LeaseLeadership:
         self.url, self.lease_seconds, self.worker = url, lease_seconds, worker
         # A standby checks the lock and the lease this often: takeover comes at most one
         # poll after the lease lapses (plus the fold of the pool's stream).
-        self.poll_seconds = poll_seconds if poll_seconds is not None else min(0.1, lease_seconds / 8)
+        self.poll_seconds = poll_seconds if poll_seconds is not None else min(0.25, lease_seconds / 10)
 
     @contextlib.asynccontextmanager
     async def lead(self, pool: str) -> AsyncIterator[HeldLease]:
@@ -95,8 +101,13 @@ class LeaseLeadership:
         renewing: asyncio.Task | None = None
         try:
             key = advisory_lock.lock_key(pool)  # looked up at call time, as the lock adapter does
-            while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
-                await self._end_silent_leader(conn, pool, key)
+            while True:
+                # One round trip per poll: with many pools and workers, standbys poll a lot.
+                got, lapsed_pid = await conn.fetchrow(_TRY, key, pool)
+                if got:
+                    break
+                if lapsed_pid is not None:
+                    await self._end_silent_leader(conn, pool, key)
                 await asyncio.sleep(self.poll_seconds)
             started = time.monotonic()
             term = await conn.fetchval(_CLAIM, pool, self.worker, self.lease_seconds)
