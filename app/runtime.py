@@ -4,6 +4,7 @@
 the in-memory log, for application tests. app/bootstrap.py builds either."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 
@@ -69,7 +70,10 @@ class Runtime:
         await self.supervisor.stop()
         await self.projector.stop()
         await self.listener.stop()
-        await self.db.close()
+        try:
+            await asyncio.wait_for(self.db.close(), 10)
+        except asyncio.TimeoutError:
+            self.db.terminate()   # an unresponsive database must not keep a worker from stopping
 
 
 class MemoryRuntime:

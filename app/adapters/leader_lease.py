@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # sessions and no one else's.
 APPLICATION_PREFIX = "agentrm:"
 
+CLOSE_TIMEOUT_SECONDS = 5.0
+
 _HOLDER = """
 SELECT l.pid, a.application_name
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -120,8 +122,13 @@ class LeaseLeadership:
                 renewing.cancel()
                 with contextlib.suppress(BaseException):
                     await renewing
-            with contextlib.suppress(Exception):
-                await conn.close()  # closing the session releases the advisory lock
+            try:  # closing the session releases the advisory lock
+                await asyncio.wait_for(conn.close(), CLOSE_TIMEOUT_SECONDS)
+            except asyncio.CancelledError:
+                conn.terminate()
+                raise
+            except Exception:
+                conn.terminate()   # a stop must not wait on an unresponsive server
 
     async def _renew(self, lease: HeldLease, pool: str) -> None:
         interval = self.lease_seconds / 4

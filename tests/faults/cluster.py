@@ -118,8 +118,12 @@ class FaultCluster:
         pid = int(name.split(":")[2])
         return next((w for w in self.workers if w.pid == pid), None)
 
-    async def lease_row(self, pool: str):
-        return await self.watcher.fetchrow("SELECT * FROM pool_leaders WHERE pool = $1", pool)
+    async def lease_row(self, pool: str, holder: Worker):
+        """The pool's lease row once `holder` has claimed it (it takes the lock first)."""
+        async def claimed():
+            row = await self.watcher.fetchrow("SELECT * FROM pool_leaders WHERE pool = $1", pool)
+            return row if row is not None and int(row["worker"].split(":")[2]) == holder.pid else None
+        return await until(claimed, 30, f"{holder.name} claims the lease of {pool}")
 
     def signal(self, worker: Worker, sig: signal.Signals) -> None:
         if sig == signal.SIGSTOP:
@@ -147,3 +151,4 @@ class FaultCluster:
                         await worker.proc.wait()
         if getattr(self, "watcher", None) is not None and not self.watcher.is_closed():
             await self.watcher.close()
+        await asyncio.to_thread(self.pg.stop)   # leave no server running behind the test

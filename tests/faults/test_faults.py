@@ -91,7 +91,7 @@ async def test_fleet_survives_killed_and_paused_leaders_a_database_restart_and_c
         cluster.signal(victim, signal.SIGKILL)
         await victim.proc.wait()
         successor = await until(lambda: _leader_other_than(cluster, victim), 30, "a new leader after SIGKILL")
-        row = await cluster.lease_row(POOL)
+        row = await cluster.lease_row(POOL, successor)
         figures["takeover_after_sigkill_s"] = row["claimed_at"].timestamp() - killed_at
         await _progress(history, 20, 60, "turns granted after the leader was killed")
         # A subscriber that never reads, on a worker no fault is aimed at from here on.
@@ -123,9 +123,9 @@ async def test_fleet_survives_killed_and_paused_leaders_a_database_restart_and_c
         cluster.signal(paused, signal.SIGSTOP)
         stopped_at = time.time()
         try:
-            await until(lambda: _leader_other_than(cluster, paused), 30,
-                        "a standby takes over from the stopped leader")
-            row = await cluster.lease_row(POOL)
+            standby = await until(lambda: _leader_other_than(cluster, paused), 30,
+                                  "a standby takes over from the stopped leader")
+            row = await cluster.lease_row(POOL, standby)
             figures["takeover_after_lease_lapsed_s"] = (row["claimed_at"] - row["previous_expires_at"]).total_seconds()
             figures["takeover_after_sigstop_s"] = row["claimed_at"].timestamp() - stopped_at
             # Liveness while the old leader is still stopped: turns go through the others.
