@@ -100,6 +100,33 @@ def hibernate_idle_seconds() -> float:
     return float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800"))
 
 
+def leader_lease_seconds() -> float:
+    """How long a pool's leader may stay silent before a standby ends its sessions and
+    takes the pool over (AGENTRM_LEADER_LEASE_SECONDS, default 5: long enough that a busy
+    event loop is not taken for a dead one, short enough that a stopped leader stalls its
+    pool for seconds, not for as long as its connection lives)."""
+    value = float(os.environ.get("AGENTRM_LEADER_LEASE_SECONDS", "5"))
+    if not 0.2 <= value <= 600:
+        raise SystemExit(f"AGENTRM_LEADER_LEASE_SECONDS must be between 0.2 and 600, got {value}")
+    return value
+
+
+def subscriber_send_timeout_seconds() -> float:
+    """How long a subscriber may leave its socket full before it is cut off and told to
+    resume (AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS, default 30)."""
+    value = float(os.environ.get("AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS", "30"))
+    if not 0.1 <= value <= 3600:
+        raise SystemExit(f"AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS must be between 0.1 and 3600, got {value}")
+    return value
+
+
+def worker_name() -> str:
+    """This process's name in PostgreSQL (application_name, at most 63 bytes), unique per
+    start: a standby ends the sessions of a silent worker by it."""
+    import socket
+    return f"agentrm:{socket.gethostname()[:24]}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """What a uvicorn worker needs, handed over by `agentrm serve` through its environment."""

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "system": "the real stack on PostgreSQL: append and read rates, grant latency",
     "context": "context retention after compaction (key facts, LoCoMo-style questions)",
     "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
+    "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
     "all": "every benchmark, writing bench/results/",
 }
 

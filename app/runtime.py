@@ -4,10 +4,12 @@
 the in-memory log, for application tests. app/bootstrap.py builds either."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 
 from app import bootstrap
+from app.adapters.leader_lease import LeaseLeadership
 from app.adapters.memory_leadership import AlwaysLeads
 from app.adapters.memory_log import MemoryLog
 from app.auth import OPERATOR
@@ -32,15 +34,19 @@ async def _create_default_pool(service: Service, settings: PoolSettings | None) 
 
 class Runtime:
     def __init__(self, url: str, *, run_schedulers: bool = True, pool_size: int = 10,
-                 hibernate_idle_seconds: float | None = None):
+                 hibernate_idle_seconds: float | None = None, leader_lease_seconds: float | None = None):
         self.url = url
+        self.worker = bootstrap.worker_name()
+        self.leader_lease_seconds = (bootstrap.leader_lease_seconds() if leader_lease_seconds is None
+                                     else leader_lease_seconds)
         self.run_schedulers = run_schedulers
         self.pool_size = pool_size
         self.hibernate_idle_seconds = (bootstrap.hibernate_idle_seconds() if hibernate_idle_seconds is None
                                        else hibernate_idle_seconds)
 
     async def start(self, default_pool: PoolSettings | None = None) -> Runtime:
-        self.db = await create_pool(self.url, min_size=2, max_size=self.pool_size)
+        self.db = await create_pool(self.url, min_size=2, max_size=self.pool_size,
+                                    application_name=self.worker)
         self.store = EventStore(self.db)
         self.listener = LogListener(self.url)
         self.store.use_wakeups(self.listener)
@@ -57,7 +63,10 @@ class Runtime:
         from app.context.service import ContextService
         self.context = ContextService(self.service, hibernate_idle_seconds=self.hibernate_idle_seconds)
         await self.context.start()
-        self.supervisor = SchedulerSupervisor(self.store, self.url, wakeups=self.listener)
+        self.leadership = LeaseLeadership(self.url, lease_seconds=self.leader_lease_seconds,
+                                          worker=self.worker)
+        self.supervisor = SchedulerSupervisor(self.store, self.url, wakeups=self.listener,
+                                              leadership=self.leadership)
         if self.run_schedulers:
             await self.supervisor.start()
             await self.resource_manager.start()
@@ -69,7 +78,10 @@ class Runtime:
         await self.supervisor.stop()
         await self.projector.stop()
         await self.listener.stop()
-        await self.db.close()
+        try:
+            await asyncio.wait_for(self.db.close(), 10)
+        except asyncio.TimeoutError:
+            self.db.terminate()   # an unresponsive database must not keep a worker from stopping
 
 
 class MemoryRuntime:

@@ -265,6 +265,11 @@ class Service:
             raise NotFound(f"no turn with id {turn_id!r}")
         return doc
 
+    async def recall_turn(self, turn_id) -> None:
+        """Finished turns leave memory (app/projections/core.py); one asked about comes back."""
+        if isinstance(turn_id, str) and turn_id and turn_id not in self.model.turns:
+            await self.projector.recall_turn(turn_id)
+
     def visible_turn(self, principal: Principal | None, turn_id: str) -> dict:
         principal = require(principal)
         doc = self.turn_view(turn_id)
@@ -372,6 +377,7 @@ class Service:
     async def _granted_turn(self, principal: Principal | None, turn_id: str) -> dict:
         """The caller's turn; if this worker does not see it GRANTED yet, catch up once:
         another worker's scheduler may have granted it a moment ago."""
+        await self.recall_turn(turn_id)
         doc = await self.fresh(self._own_turn, principal, turn_id)
         if doc["status"] == ev.QUEUED:
             await self.projector.catch_up()
@@ -451,6 +457,7 @@ class Service:
             return await self._cancel_turn(principal, turn_id, request_id)
 
     async def _cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None) -> dict:
+        await self.recall_turn(turn_id)
         doc = await self.fresh(lambda: self._own_turn(principal, turn_id, operator_ok=True))
         if request_id is not None and (first := await self._answered_before(doc, "cancel_request_id", request_id)):
             return first

@@ -15,7 +15,7 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.bootstrap import default_upstream, introspection_enabled, operator_token
+from app.bootstrap import default_upstream, introspection_enabled, operator_token, subscriber_send_timeout_seconds
 from app.gateway.routes import routes as gateway_routes
 from app.gateway.upstreams import Upstreams
 from app.observability.http import routes as observability_routes
@@ -24,17 +24,21 @@ from app.runtime import Runtime
 
 from .schema import build_schema, schema
 from .security import MAX_BODY_BYTES
+from .slow_subscribers import bounded_send_handler
 
 # The console's built assets (`npm run build` in frontend/, which `make setup` runs).
 CONSOLE = Path(__file__).resolve().parents[2] / "frontend" / "dist"
 
 
 class AgentRMGraphQL(GraphQL):
-    def __init__(self, rt_holder: dict, *, introspection: bool = True):
+    def __init__(self, rt_holder: dict, *, introspection: bool = True,
+                 subscriber_send_timeout: float | None = None):
         super().__init__(schema if introspection else build_schema(introspection=False),
                          subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
                          keep_alive=True, keep_alive_interval=15)
         self.rt_holder = rt_holder
+        self.graphql_transport_ws_handler_class = bounded_send_handler(
+            subscriber_send_timeout if subscriber_send_timeout is not None else subscriber_send_timeout_seconds())
 
     async def get_context(self, request, response) -> dict:
         rt = self.rt_holder["runtime"]

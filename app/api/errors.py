@@ -5,7 +5,8 @@ from __future__ import annotations
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 
-from app.errors import ServiceError
+from app.db.outage import is_outage
+from app.errors import ServiceError, Unavailable
 
 
 INTERNAL_MESSAGE = "internal error"
@@ -30,6 +31,10 @@ class ErrorCodes(SchemaExtension):
                 extensions["code"] = original.code
             elif original is None:
                 extensions["code"] = "GRAPHQL_VALIDATION_FAILED"
+            elif is_outage(original):
+                # Retriable: the client cannot know whether the command took effect.
+                extensions["code"] = Unavailable.code
+                error.message = f"the database is unavailable ({type(original).__name__}); retry"
             else:
                 extensions["code"] = "INTERNAL"
                 if error.path is not None:

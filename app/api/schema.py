@@ -8,6 +8,7 @@ import strawberry
 from strawberry.types import Info
 
 from app.auth import require, require_operator
+from app.db.outage import is_outage
 from app.domain.decide import available
 from app.domain.settings import PoolSettings
 from app.errors import BadInput, Forbidden, NotFound, ServiceError
@@ -96,8 +97,9 @@ class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
         return [t.Pool.of(svc.pool_settings(own), svc.has_upstream_api_key(own), show_upstream=False)]
 
     @strawberry.field
-    def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
+    async def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
         try:
+            await runtime(info).service.recall_turn(str(id))
             return t.Turn.of(runtime(info).service.visible_turn(principal(info), str(id)))
         except NotFound:
             return None
@@ -246,6 +248,7 @@ class Subscription:
     @strawberry.subscription
     async def turn(self, info: Info, turn_id: strawberry.ID) -> AsyncGenerator[t.Turn, None]:
         rt = runtime(info)
+        await rt.service.recall_turn(str(turn_id))
         try:
             doc = rt.service.visible_turn(principal(info), str(turn_id))
         except ServiceError as exc:
@@ -268,7 +271,7 @@ class AgentRMSchema(strawberry.Schema):
     def process_errors(self, errors, execution_context=None) -> None:
         # A client's mistake is an answer, not a server fault: log only the unexpected.
         unexpected = [e for e in errors if e.original_error is not None
-                      and not isinstance(e.original_error, ServiceError)]
+                      and not isinstance(e.original_error, ServiceError) and not is_outage(e.original_error)]
         if unexpected:
             super().process_errors(unexpected, execution_context)
 

@@ -12,11 +12,15 @@ from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
+from app.db.outage import is_outage
+
 from .model import RecordedEvent
 from .store import NOTIFY_CHANNEL, EventStore
 from .wakeups import GenerationWakeups
 
 log = logging.getLogger(__name__)
+
+OUTAGE_RETRY_SECONDS = 0.5
 
 
 class LogListener:
@@ -89,11 +93,18 @@ class LogListener:
 async def follow(store: EventStore, listener: LogListener, after: int = 0, *,
                  accept: Callable[[RecordedEvent], bool] | None = None,
                  batch: int = 500) -> AsyncIterator[RecordedEvent]:
-    """Every event with position > after, in order, then live; never a gap, never a repeat."""
+    """Every event with position > after, in order, then live; never a gap, never a repeat.
+    Through a database outage it keeps its position and reads again once it can."""
     position = after
     while True:
         generation = listener.generation
-        events = await store.read(position, batch)
+        try:
+            events = await store.read(position, batch)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            await asyncio.sleep(OUTAGE_RETRY_SECONDS)  # a backoff, not a wait for news
+            continue
         for event in events:
             position = event.position
             if accept is None or accept(event):

@@ -31,21 +31,17 @@ NOTIFY_CHANNEL = "agentrm_events"
 # pg_locks as a table lock; Marten's high-water mark adds a daemon and a settle delay to
 # every read; xid8 snapshots (pg_snapshot_xmin) need readers to order by transaction
 # id, not position, which breaks the public `after: position` contract. The price of the
-# lock is serialised appends: about 1k single-event commits/s on this class of machine,
-# ~20k/s when batched. The scheduler loop batches its decisions; `agentrm bench system`
-# measures the ratio against raw inserts and COPY.
+# lock is serialised appends: one group commit at a time. So the group is one statement
+# (the `agentrm_append` function, migration 0004): everything done under the lock is one
+# round trip, and concurrent requests share it (group commit, below). `agentrm bench
+# system` measures the ratio against raw inserts and COPY.
 APPEND_LOCK_KEY = 0x4147454E54524D  # "AGENTRM"
 
 MAX_GROUP = 500  # requests per group-commit transaction
 
-_INSERT = """
-INSERT INTO events (stream, version, type, data, metadata)
-SELECT stream, version, type, data, metadata
-FROM unnest($1::text[], $2::int[], $3::text[], $4::jsonb[], $5::jsonb[])
-     WITH ORDINALITY AS u(stream, version, type, data, metadata, n)
-ORDER BY n
-RETURNING position, stream, version, type, data, metadata, recorded_at
-"""
+_APPEND = ("SELECT req, out_position, out_version, out_recorded_at, conflict_stream "
+           "FROM agentrm_append($1, $2, $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], "
+           "$8::int[], $9::text[], $10::int[], $11)")
 
 _SELECT = "SELECT position, stream, version, type, data, metadata, recorded_at FROM events"
 
@@ -68,9 +64,19 @@ async def _no_session_state(_conn: asyncpg.Connection) -> None:
     locks live on dedicated connections (listener, scheduler, demo), and nothing SETs."""
 
 
-async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+# A session left idle inside a transaction (its process stopped or stuck mid-append) would
+# hold the append lock and stall every writer: PostgreSQL ends such a session after this.
+# No transaction of ours waits on anything but the database between its statements.
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
+
+
+async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
+                      application_name: str | None = None) -> asyncpg.Pool:
+    settings = {"idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_TIMEOUT_MS)}
+    if application_name:
+        settings["application_name"] = application_name  # lets a standby end a silent worker's sessions
     return await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=init_connection,
-                                     reset=_no_session_state)
+                                     reset=_no_session_state, server_settings=settings)
 
 
 def _record(row) -> RecordedEvent:
@@ -180,38 +186,47 @@ class EventStore:
             raise
 
     async def _append_group(self, conn, group: list[_Pending]) -> list[list[RecordedEvent] | Exception]:
-        """Append several independent requests in one transaction. Each request's
-        expected versions are checked against the versions left by the requests before it
-        in the group; a request that fails its check is left out, alone."""
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", APPEND_LOCK_KEY)
-            streams = sorted({e.stream for p in group for e in p.events} |
-                             {s for p in group for s in p.expected})
-            rows = await conn.fetch(
-                "SELECT stream, max(version) AS v FROM events WHERE stream = ANY($1::text[]) "
-                "GROUP BY stream", streams)
-            current = {s: -1 for s in streams}
-            current.update({r["stream"]: r["v"] for r in rows})
-            outcome: list = []
-            accepted: list[tuple[int, NewEvent, int]] = []
-            for index, pending in enumerate(group):
-                conflict = next((ConcurrencyError(s, want, current[s]) for s, want in pending.expected.items()
-                                 if want is not None and current[s] != want), None)
-                if conflict:
-                    outcome.append(conflict)
-                    continue
-                outcome.append([])
-                for e in pending.events:
-                    current[e.stream] += 1
-                    accepted.append((index, e, current[e.stream]))
-            if accepted:
-                rows = await conn.fetch(_INSERT, [e.stream for _, e, _ in accepted], [v for _, _, v in accepted],
-                                        [e.type for _, e, _ in accepted], [e.data for _, e, _ in accepted],
-                                        [e.metadata for _, e, _ in accepted])
-                rows = sorted(rows, key=lambda r: r["position"])  # = insertion order (ORDER BY n)
-                for (index, _e, _v), row in zip(accepted, rows):
-                    outcome[index].append(_record(row))
-                await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, str(rows[-1]["position"]))
+        """Append several independent requests in one transaction (the caller's, or the
+        statement's own) and one round trip: `agentrm_append` (migration 0004) takes the
+        append lock, checks each request's expected versions against the versions left by
+        the requests before it in the group, leaves a request that fails its check out,
+        alone, inserts the rest and notifies."""
+        ev_req, ev_stream, ev_type, ev_data, ev_meta = [], [], [], [], []
+        ex_req, ex_stream, ex_version = [], [], []
+        for index, pending in enumerate(group):
+            for stream, want in pending.expected.items():
+                if want is not None:
+                    ex_req.append(index)
+                    ex_stream.append(stream)
+                    ex_version.append(want)
+            for e in pending.events:
+                ev_req.append(index)
+                ev_stream.append(e.stream)
+                ev_type.append(e.type)
+                ev_data.append(_dumps(e.data))
+                ev_meta.append(_dumps(e.metadata))
+        rows = await conn.fetch(_APPEND, APPEND_LOCK_KEY, len(group), ev_req, ev_stream, ev_type, ev_data,
+                                ev_meta, ex_req, ex_stream, ex_version, NOTIFY_CHANNEL)
+        outcome: list = [[] for _ in group]
+        expected_of = {(r, s): v for r, s, v in zip(ex_req, ex_stream, ex_version)}
+        # The recorded data is the stored JSON read back, as a reader of the log will see
+        # it (tuples as lists, keys as strings), not the caller's objects.
+        offsets, taken = [0], [0] * len(group)
+        for p in group:
+            offsets.append(offsets[-1] + len(p.events))
+        for row in rows:
+            index = row["req"]
+            if row["conflict_stream"] is not None:
+                stream = row["conflict_stream"]
+                outcome[index] = ConcurrencyError(stream, expected_of[(index, stream)], row["out_version"])
+                continue
+            e = group[index].events[taken[index]]
+            at = offsets[index] + taken[index]
+            taken[index] += 1
+            outcome[index].append(RecordedEvent(position=row["out_position"], stream=e.stream,
+                                                version=row["out_version"], type=e.type,
+                                                data=json.loads(ev_data[at]), metadata=json.loads(ev_meta[at]),
+                                                recorded_at=row["out_recorded_at"]))
         return outcome
 
     async def read(self, after: int = 0, limit: int = 1000, *, types: Iterable[str] | None = None,

@@ -60,6 +60,10 @@ class CoreModel:
     contexts: dict[str, ctx.AgentContext] = field(default_factory=dict)
     resources: ResourceModel = field(default_factory=ResourceModel)
     dirty: set[tuple[str, str]] = field(default_factory=set)
+    # Finished turns still in memory, oldest first: turn_id -> position of its end. They
+    # leave memory once their final document is persisted (evict_finished); their history
+    # stays in the log and in `read_models`, where recall_turn finds it again.
+    finished: dict[str, int] = field(default_factory=dict)
 
     # -- the fold -----------------------------------------------------------------------
     def fold(self, event: RecordedEvent) -> None:
@@ -129,6 +133,8 @@ class CoreModel:
             turn_history.fold(history, decision, event.position)
             self.turns[history.turn_id].update(turn_doc(history))
             self.dirty.add(("turns", history.turn_id))
+            if history.finished:
+                self.finished[history.turn_id] = event.position
 
     def _fold_agent(self, event: RecordedEvent) -> None:
         agent_id = event.data.get("agent_id")
@@ -184,6 +190,31 @@ class CoreModel:
                 else:
                     doc.setdefault(key, event.data["request_id"])
                 self.dirty.add(("turns", doc["turn_id"]))
+
+    # -- memory ---------------------------------------------------------------------------
+    def evict_finished(self, persisted: int, keep: int) -> int:
+        """Forget all but the `keep` most recently finished turns, of those whose final
+        document is persisted (they ended at or before position `persisted` and have not
+        changed since). Returns how many left memory."""
+        evicted = 0
+        while len(self.finished) > keep:
+            turn_id, ended = next(iter(self.finished.items()))
+            if ended > persisted or ("turns", turn_id) in self.dirty:
+                break  # finished in position order: the rest are newer still
+            del self.finished[turn_id]
+            self.turns.pop(turn_id, None)
+            self.histories.pop(turn_id, None)
+            evicted += 1
+        return evicted
+
+    def recall(self, doc: dict) -> None:
+        """Bring a finished turn's persisted document back (a client asked about it)."""
+        turn_id = doc["turn_id"]
+        if turn_id in self.turns:
+            return
+        self.turns[turn_id] = doc
+        self.histories[turn_id] = turn_from_doc(doc)
+        self.finished[turn_id] = -1  # clean and persisted: the first to go again
 
     # -- views the API needs -------------------------------------------------------------
     def agent_view(self, agent_id: str) -> dict | None:
@@ -248,6 +279,8 @@ class CoreModel:
             elif projection == "turns":
                 model.turns[key] = doc
                 model.histories[key] = turn_from_doc(doc)
+                if doc.get("finished_at") is not None:
+                    model.finished[key] = -1
             elif projection == "context":
                 model.contexts[key] = ctx.state_from_dict(doc)
             elif projection in ("resources", "leases"):

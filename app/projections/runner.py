@@ -24,9 +24,12 @@ PROJECTION_VERSION = 10
 CHECKPOINT = f"core-v{PROJECTION_VERSION}"
 
 
-async def load_docs(conn, projections: tuple[str, ...]) -> dict[tuple[str, str], dict]:
-    rows = await conn.fetch("SELECT projection, key, doc FROM read_models WHERE projection = ANY($1::text[])",
-                            list(projections))
+async def load_docs(conn, projections: tuple[str, ...], *,
+                    open_turns_only: bool = False) -> dict[tuple[str, str], dict]:
+    sql = "SELECT projection, key, doc FROM read_models WHERE projection = ANY($1::text[])"
+    if open_turns_only:  # a worker's start: finished turns stay on disk (bounded memory)
+        sql += " AND NOT (projection = 'turns' AND doc->>'finished_at' IS NOT NULL)"
+    rows = await conn.fetch(sql, list(projections))
     return {(r["projection"], r["key"]): r["doc"] for r in rows}
 
 
@@ -68,11 +71,17 @@ class PostgresDocuments:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 position = await conn.fetchval(
                     "SELECT position FROM projection_checkpoints WHERE name = $1", CHECKPOINT)
-                return (position or 0), (await load_docs(conn, PROJECTIONS) if position else {})
+                return (position or 0), (await load_docs(conn, PROJECTIONS, open_turns_only=True)
+                                         if position else {})
 
     async def save(self, position: int, docs: dict[tuple[str, str], dict]) -> bool:
         async with self.pool.acquire() as conn:
             return await save_checkpointed(conn, CHECKPOINT, position, docs)
+
+    async def turn(self, turn_id: str) -> dict | None:
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval("SELECT doc FROM read_models WHERE projection = 'turns' AND key = $1",
+                                       turn_id)
 
 
 class Projector:
@@ -81,6 +90,9 @@ class Projector:
     # scheduler state. At 0.2 s that was 17% of the CPU of a 1,000-agent burst; a restart
     # folding one more second of log costs nothing noticeable.
     PERSIST_INTERVAL_S = 1.0
+    # Finished turns kept in memory beyond the persisted ones: a reply that reads a turn
+    # right after its end finds it, and memory stays flat however many turns went by.
+    KEEP_FINISHED = 2000
 
     def __init__(self, store: EventLog, listener: Wakeups, *,
                  persist_interval: float = PERSIST_INTERVAL_S, documents: PostgresDocuments | None = None):
@@ -262,10 +274,28 @@ class Projector:
         docs = {k: copy.deepcopy(model.doc(*k)) for k in keys}
         docs = {k: v for k, v in docs.items() if v is not None}
         try:
-            return await self.documents.save(position, docs)
+            saved = await self.documents.save(position, docs)
         except BaseException:
             model.dirty |= keys
             raise
+        # Saved, or another worker had already checkpointed at or past `position`: either
+        # way every document as of `position` is on disk.
+        model.evict_finished(position, self.KEEP_FINISHED)
+        return saved
+
+    async def recall_turn(self, turn_id: str) -> bool:
+        """Make sure `model.turns` has `turn_id` if the log has it: catch up, and if it is
+        a finished turn that left memory, read its document back. False: no such turn."""
+        if turn_id in self.model.turns:
+            return True
+        await self.catch_up()
+        if turn_id in self.model.turns:
+            return True
+        doc = await self.documents.turn(turn_id) if self.documents is not None else None
+        if doc is None:
+            return False
+        self.model.recall(doc)
+        return True
 
     async def start(self) -> None:
         await self.load()

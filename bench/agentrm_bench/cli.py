@@ -1,4 +1,4 @@
-"""`agentrm bench scheduler|system|context|live|all [--out DIR] [...]`."""
+"""`agentrm bench scheduler|system|context|live|load|all [--out DIR] [...]`."""
 from __future__ import annotations
 
 import argparse
@@ -13,8 +13,11 @@ def _system(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrm bench system")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--repeat", type=int, default=3, help="runs; the spread of the key figures is reported")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     from app.bootstrap import database_url
     from app.db.embedded import ensure_database
     from app.db.migrate import upgrade
@@ -26,9 +29,46 @@ def _system(argv: list[str]) -> int:
     ensure_database(admin, "agentrm_bench", recreate=True)
     url = base.rsplit("/", 1)[0] + "/agentrm_bench"
     upgrade(url)
-    result = run(args.out, url, quick=args.quick)
+    result = run(args.out, url, quick=args.quick, repeat=args.repeat)
     print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
     return 0
+
+
+def _bench_database(name: str) -> str:
+    """A database of the benchmark's own beside the configured one, created afresh."""
+    from app.bootstrap import database_url
+    from app.db.embedded import ensure_database
+    from app.db.migrate import upgrade
+    base = database_url()
+    ensure_database(base.rsplit("/", 1)[0] + "/postgres", name, recreate=True)
+    url = base.rsplit("/", 1)[0] + "/" + name
+    upgrade(url)
+    return url
+
+
+def _load(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench load")
+    p.add_argument("--agents", type=int, default=1000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    p.add_argument("--repeat", type=int, default=3, help="runs of the three phases; the figures are medians")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true", help="50 agents, 3 s phases, one run")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.agents, args.seconds, args.repeat = min(args.agents, 50), 3.0, 1
+    if args.agents < 1 or args.workers < 1 or args.seconds <= 0 or args.repeat < 1:
+        p.error("--agents, --workers and --repeat must be at least 1, --seconds positive")
+    from .load_bench import JSON_KEYS, run, to_markdown
+    result = run(args.out, _bench_database("agentrm_bench_load"), agents=args.agents, workers=args.workers,
+                 seconds=args.seconds, repeat=args.repeat, seed=args.seed)
+    if args.json:
+        print(json.dumps({k: result[k] for k in JSON_KEYS}, sort_keys=True))
+    else:
+        print(to_markdown(result))
+    return 0 if result["verify_ok"] else 1
 
 
 def _context(argv: list[str]) -> int:
@@ -85,10 +125,12 @@ def _live(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "all"):
-        print("usage: agentrm bench scheduler|system|context|live|all [options]", file=sys.stderr)
+    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "load", "all"):
+        print("usage: agentrm bench scheduler|system|context|live|load|all [options]", file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
+    if which == "load":
+        return _load(rest)
     if which == "live":
         return _live(rest)
     if which == "scheduler":

@@ -1,12 +1,12 @@
 """One embedding per context message, stored compactly, for hybrid retrieval.
 
-Revision ID: 0003_context_vectors
-Revises: 0002
+Revision ID: 0005
+Revises: 0004
 """
 from alembic import op
 
-revision = "0003_context_vectors"
-down_revision = "0002"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
