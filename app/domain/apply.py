@@ -131,6 +131,9 @@ def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
 
 def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
     turn = state.turns.pop(d.turn_id)
+    if state.settings.adaptive_lanes and not turn.streams and d.outcome == ev.OK:
+        busy = sum(1 for lane in state.lanes if lane is not None)
+        state.lane_limit.grow_unmeasured(busy, state.settings.lanes)
     _release_lane(state, turn)
     used = d.prompt_tokens + d.completion_tokens
     # Reconcile the reservation with real usage; never above the bucket's capacity.

@@ -83,5 +83,14 @@ class LaneLimit:
         limit = (1 - SMOOTHING) * limit + SMOOTHING * proposed
         self.limit = min(float(lanes), max(float(min(MINIMUM, lanes)), limit))
 
+    def grow_unmeasured(self, in_use: int, lanes: int) -> None:
+        """A call completed that never reported a first chunk (its client does not stream):
+        no sign of a queue, so the limit grows as with gradient 1. Without this a pool of
+        non-streaming clients would stay at its initial limit for ever."""
+        limit = self.current(lanes)
+        if in_use < limit / 2:
+            return
+        self.limit = min(float(lanes), limit + SMOOTHING * QUEUE)
+
     def lanes_in_use(self, lanes: int) -> int:
         return max(1, min(lanes, int(self.current(lanes))))

@@ -286,14 +286,22 @@ def _after_first_chunk(step: _Step, turn: TurnState) -> None:
     state = step.state
     if deadlines.ends_outage(state, turn):
         _recovered(step, turn)
-    if state.settings.adaptive_lanes:
-        estimate = state.lane_limit
-        previous = state.lanes_in_use()
-        now_in_use = estimate.lanes_in_use(state.settings.lanes)
-        if now_in_use != previous:
-            step.emit(ev.LaneLimitChanged, lanes_in_use=now_in_use, previous=previous,
-                      limit=estimate.current(state.settings.lanes),
-                      first_chunk_short_s=math.exp(estimate.short), first_chunk_long_s=math.exp(estimate.long))
+    _limit_moved(step)
+
+
+def _limit_moved(step: _Step) -> None:
+    """LaneLimitChanged when the learned limit's whole part moved."""
+    state = step.state
+    if not state.settings.adaptive_lanes:
+        return
+    estimate = state.lane_limit
+    previous = state.lanes_in_use()
+    now_in_use = estimate.lanes_in_use(state.settings.lanes)
+    if now_in_use != previous:
+        step.emit(ev.LaneLimitChanged, lanes_in_use=now_in_use, previous=previous,
+                  limit=estimate.current(state.settings.lanes),
+                  first_chunk_short_s=None if estimate.short is None else math.exp(estimate.short),
+                  first_chunk_long_s=None if estimate.long is None else math.exp(estimate.long))
 
 
 def _recovered(step: _Step, turn: TurnState) -> None:
@@ -316,6 +324,8 @@ def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
               completion_tokens=int(d.completion_tokens or 0),
               lane_seconds=_held(turn, now), reserved_tokens=turn.reserved_tokens,
               level=turn.level, queued_at=turn.queued_at, granted_at=turn.granted_at)
+    if not turn.streams:
+        _limit_moved(step)   # a non-streaming call's completion may grow the limit
     if not observation.empty():
         granted_since = (state.granted_total - turn.grant_number - 1,
                          state.reserved_total - turn.granted_mark - turn.reserved_tokens)

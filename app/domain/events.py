@@ -446,8 +446,8 @@ class LaneLimitChanged(Decided):
     lanes_in_use: int
     previous: int
     limit: float
-    first_chunk_short_s: float
-    first_chunk_long_s: float
+    first_chunk_short_s: float | None = None   # None while no call has streamed
+    first_chunk_long_s: float | None = None
 
 
 @event

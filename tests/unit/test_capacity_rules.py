@@ -218,6 +218,17 @@ def test_an_idle_pool_learns_nothing_about_more_lanes():
     assert limit.lanes_in_use(64) == INITIAL
 
 
+def test_a_pool_of_clients_that_do_not_stream_still_reaches_its_configured_lanes():
+    s = pool(lanes=32)
+    register(s, "a")
+    for i in range(400):                   # 20 calls outstanding, each 20 s long
+        request(s, f"t{i}", "a", float(i), streams=False)
+        if i >= 20:
+            complete(s, f"t{i - 20}", float(i) + 0.5)
+    # Each completion with at least half the limit in use adds 0.8 lanes: 16 -> 32.
+    assert s.lanes_in_use() == 32 and sum(1 for lane in s.lanes if lane is not None) == 20
+
+
 def test_one_slow_call_does_not_move_the_limit():
     limit = LaneLimit()
     for _ in range(200):
