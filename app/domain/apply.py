@@ -7,6 +7,7 @@ had, which is what makes replay, time travel and `replayCheck` exact.
 from __future__ import annotations
 
 import bisect
+import math
 
 from . import events as ev
 from .admission import aimd_factor
@@ -139,10 +140,21 @@ def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
         agent = state.agents.get(turn.agent_id)
         if agent is not None:
             agent.start_misses = 0
+        if state.silent_from is None or (turn.granted_at is not None and turn.granted_at >= state.silent_from):
+            # A call granted no earlier than the silent ones started: new calls are answered.
+            # (A first chunk of an older call says nothing about calls sent since.)
+            state.silent_reaps, state.silent_from = 0, None
+        if state.settings.adaptive_lanes:
+            busy = sum(1 for lane in state.lanes if lane is not None)
+            sample = math.log(max(float(d.first_chunk_s), 1e-3) / state.start.size(turn.estimated_tokens))
+            state.lane_limit.observe(sample, busy, state.settings.lanes)
 
 
 def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
     turn = state.turns.pop(d.turn_id)
+    if state.settings.adaptive_lanes and not turn.streams and d.outcome == ev.OK:
+        busy = sum(1 for lane in state.lanes if lane is not None)
+        state.lane_limit.grow_unmeasured(busy, state.settings.lanes)
     _release_lane(state, turn)
     used = d.prompt_tokens + d.completion_tokens
     # Reconcile the reservation with real usage; never above the bucket's capacity.
@@ -155,6 +167,8 @@ def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
         agent.consecutive_reaps = 0
         agent.start_misses = 0
         agent.completions += 1
+    if state.silent_from is None or (turn.granted_at is not None and turn.granted_at >= state.silent_from):
+        state.silent_reaps, state.silent_from = 0, None   # the provider answered a call as new
 
 
 def _turn_cancelled(state: PoolState, d: ev.TurnCancelled) -> None:
@@ -175,6 +189,21 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
     # a long prompt): it backs off (start_misses) but does not count towards quarantine.
     # Only a reap after a whole lease of silence marks a zombie.
     cut_short = bool(d.no_first_chunk) and not (d.full_lease if d.has("full_lease") else True)
+    # A stream reaped at its stall deadline went silent mid-answer: the provider's fault far
+    # more often than a zombie client's, and shorter than a lease, so it is cut short too.
+    cut_short = cut_short or bool(d.stalled)
+    # With outage detection on, a reap while the pool is already silent (no first chunk since
+    # the previous reap, or a suspected outage) is outage evidence, not a latency sample:
+    # taken as censored samples, a few such reaps would inflate the start deadline to the
+    # whole lease just when every call is hanging.
+    silent_pool = state.silent_reaps > 0 or state.outage_since is not None
+    if d.no_first_chunk and state.settings.outage_after_silent_reaps > 0:
+        state.silent_reaps += 1
+        if turn.granted_at is not None:
+            state.silent_from = turn.granted_at if state.silent_from is None else min(state.silent_from, turn.granted_at)
+        if (state.outage_since is not None and turn.granted_at is not None
+                and turn.granted_at >= state.outage_since):
+            state.failed_probes += 1
     agent = state.agents.get(turn.agent_id)
     if agent:
         # A zombie's whole hold counts against its agent; its reservation stays spent,
@@ -185,12 +214,18 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
             agent.start_misses += 1
         if not cut_short:
             agent.consecutive_reaps += 1
-    if cut_short and turn.granted_at is not None and turn.start_backoff == 0:
+    if (cut_short and not d.stalled and turn.granted_at is not None and turn.start_backoff == 0
+            and not (silent_pool and state.settings.outage_after_silent_reaps > 0)):
         # A censored sample: this call's first chunk would have come no sooner than the
         # deadline. Taking the deadline as a sample raises the estimate, so a provider that
         # has slowed down for everyone is learned even though no call beats the deadline.
         # Karn: a backed-off deadline says nothing of the pool, so it is not sampled.
-        state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens)
+        # With the later failure rules on, it moves the mean only: the spread is what
+        # separates a slow start from a hang, and a censored sample has no spread to tell.
+        # (Taken whole, each of the 2% of hangs widened the deadline by a fifth: 4 deviations
+        # over the mean, at gain 1/16.)
+        state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens,
+                            spread=state.settings.outage_after_silent_reaps == 0)
 
 
 def _agent_demoted(state: PoolState, d: ev.AgentDemoted) -> None:
@@ -253,6 +288,22 @@ def _rate_observed(state: PoolState, d: ev.RateObserved) -> None:
         state.tokens.level = min(state.tokens.level, float(d.remaining_tokens))
 
 
+def _lane_limit_changed(state: PoolState, d: ev.LaneLimitChanged) -> None:
+    state.limit_in_use = int(d.lanes_in_use)
+
+
+def _outage_suspected(state: PoolState, d: ev.ProviderOutageSuspected) -> None:
+    state.outage_since, state.failed_probes, state.silent_reaps, state.silent_from = d.at, 0, 0, None
+
+
+def _provider_recovered(state: PoolState, d: ev.ProviderRecovered) -> None:
+    state.outage_since, state.failed_probes, state.silent_reaps, state.silent_from = None, 0, 0, None
+
+
+def _rate_recovered(state: PoolState, d: ev.RateRecovered) -> None:
+    """Nothing beyond moving the clock (apply_event's _advance), which grows the factor."""
+
+
 _HANDLERS = {
     ev.AGENT_ADMITTED: _agent_admitted,
     ev.QUARANTINE_LIFTED: _quarantine_lifted,
@@ -269,4 +320,8 @@ _HANDLERS = {
     ev.POOL_PAUSED: _pool_paused,
     ev.POOL_RESUMED: _pool_resumed,
     ev.RATE_OBSERVED: _rate_observed,
+    ev.LANE_LIMIT_CHANGED: _lane_limit_changed,
+    ev.PROVIDER_OUTAGE_SUSPECTED: _outage_suspected,
+    ev.PROVIDER_RECOVERED: _provider_recovered,
+    ev.RATE_RECOVERED: _rate_recovered,
 }

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from . import deadlines
 from . import events as ev
 from . import rules
 from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_headers
@@ -130,15 +131,23 @@ def next_deadline(state: PoolState, now: float) -> float | None:
         times.append(state.paused_until)
     else:
         head = state.head()
-        if head is not None and state.free_lanes():
+        if head is not None and deadlines.grants_allowed(state) > 0:
             wait = max(state.requests.seconds_until(1, now, state.rate_factor),
                        state.tokens.seconds_until(head.need_tokens, now, state.rate_factor))
             if math.isinf(wait):
-                # The reservation exceeds the AIMD-reduced capacity: retry when the factor
-                # has recovered a step.
-                wait = 60.0 * 0.1 / max(state.settings.aimd_increase_per_minute, 1e-9)
+                # The reservation exceeds the capacity at the factor of the last decision:
+                # wake when the factor has grown enough to hold it (_dispatch then folds
+                # it forward with RateRecovered, and the refill wait follows).
+                wait = _seconds_until_factor_allows(state, head, now)
             times.append(now + max(wait, 1e-3))
     return min(times) if times else None
+
+
+def _seconds_until_factor_allows(state: PoolState, head: TurnState, now: float) -> float:
+    s = state.settings
+    needed = max(1.0 / s.rpm, head.need_tokens / s.tpm)
+    per_second = max(s.aimd_increase_per_minute, 1e-9) / 60.0
+    return max(0.0, state.rate_factor_at + (needed - state.rate_factor) / per_second - now)
 
 
 # -- timers ---------------------------------------------------------------------------
@@ -161,11 +170,12 @@ def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
             continue  # already settled earlier in this step
         agent_id = turn.agent_id
         silent = turn.streams and not turn.progressed
+        stalled = turn.streams and turn.progressed and deadlines.lease_after_heartbeat(state.settings, turn)[1]
         step.emit(ev.TurnReaped, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
                   lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at,
                   no_first_chunk=True if silent else None,
                   full_lease=(_held(turn, turn.lease_expires_at) >= state.settings.lease_seconds - 1e-6)
-                  if silent else None)
+                  if silent else None, stalled=True if stalled else None)
         _after_usage(step, agent_id)
         agent = state.agents.get(agent_id)
         if (agent and agent.state == ev.ACTIVE
@@ -177,6 +187,8 @@ def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
                                   if t.agent_id == agent_id and t.status == ev.QUEUED), key=lambda t: t.seq):
                 step.emit(ev.TurnCancelled, turn_id=queued.turn_id, agent_id=agent_id,
                           reason="agent quarantined")
+    if deadlines.outage_suspected(state):
+        step.emit(ev.ProviderOutageSuspected, silent_reaps=state.silent_reaps)
     if state.agents and now >= state.last_boost_at + state.settings.boost_seconds:
         step.emit(ev.LevelsBoosted)
     if state.paused_until is not None and now >= state.paused_until:
@@ -264,8 +276,41 @@ def _on_heartbeat(step: _Step, d: ev.HeartbeatSent) -> None:
         at = d.at
         when = min(float(at), step.now) if isinstance(at, (int, float)) and math.isfinite(at) else step.now
         first_chunk_s = max(0.0, _held(turn, when))
+    extension, stall = deadlines.lease_after_heartbeat(step.state.settings, turn)
     step.emit(ev.LeaseExtended, turn_id=turn.turn_id, agent_id=turn.agent_id,
-              lease_expires_at=step.now + step.state.settings.lease_seconds, first_chunk_s=first_chunk_s)
+              lease_expires_at=step.now + extension, first_chunk_s=first_chunk_s,
+              stall_deadline=True if stall else None)
+    if first_chunk_s is not None:
+        _after_first_chunk(step, turn)
+
+
+def _after_first_chunk(step: _Step, turn: TurnState) -> None:
+    """A first chunk may end a suspected outage, and moves the learned lane limit."""
+    state = step.state
+    if deadlines.ends_outage(state, turn):
+        _recovered(step, turn)
+    _limit_moved(step)
+
+
+def _limit_moved(step: _Step) -> None:
+    """LaneLimitChanged when the learned limit's whole part moved."""
+    state = step.state
+    if not state.settings.adaptive_lanes:
+        return
+    estimate = state.lane_limit
+    previous = state.lanes_in_use()
+    now_in_use = estimate.lanes_in_use(state.settings.lanes)
+    if now_in_use != previous:
+        step.emit(ev.LaneLimitChanged, lanes_in_use=now_in_use, previous=previous,
+                  limit=estimate.current(state.settings.lanes),
+                  first_chunk_short_s=None if estimate.short is None else math.exp(estimate.short),
+                  first_chunk_long_s=None if estimate.long is None else math.exp(estimate.long))
+
+
+def _recovered(step: _Step, turn: TurnState) -> None:
+    state = step.state
+    step.emit(ev.ProviderRecovered, turn_id=turn.turn_id, outage_s=step.now - state.outage_since,
+              failed_probes=state.failed_probes)
 
 
 def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
@@ -275,11 +320,15 @@ def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
         return
     outcome = d.outcome if d.has("outcome") else ev.OK
     observation = parse_rate_headers(d.rate_limit_headers or {}, now)
+    if outcome == ev.OK and deadlines.ends_outage(state, turn):
+        _recovered(step, turn)   # a probe that answered without streaming
     step.emit(ev.TurnCompleted, turn_id=turn.turn_id, agent_id=turn.agent_id, lane=turn.lane,
               outcome=outcome, prompt_tokens=int(d.prompt_tokens or 0),
               completion_tokens=int(d.completion_tokens or 0),
               lane_seconds=_held(turn, now), reserved_tokens=turn.reserved_tokens,
               level=turn.level, queued_at=turn.queued_at, granted_at=turn.granted_at)
+    if not turn.streams:
+        _limit_moved(step)   # a non-streaming call's completion may grow the limit
     if not observation.empty():
         granted_since = (state.granted_total - turn.grant_number - 1,
                          state.reserved_total - turn.granted_mark - turn.reserved_tokens)
@@ -352,21 +401,41 @@ def _dispatch(step: _Step) -> None:
     if state.paused_until is not None and now < state.paused_until:
         return
     free = state.free_lanes()
-    while free:
+    while free and deadlines.grants_allowed(state) > 0:
         head = state.head()
         if head is None:
             return
         requests, tokens = available(state, now)
         if requests < 1 or tokens < head.need_tokens:
+            if _rate_recovered(step, head):
+                continue
             return
         lane = free.pop(0)
         lease, deadline, backoff = state.settings.lease_seconds, None, 0
+        probe = state.outage_since is not None
         if head.streams:
             agent = state.agents.get(head.agent_id)
-            backoff = agent.start_misses if agent else 0
+            backoff = max(agent.start_misses if agent else 0, deadlines.probe_backoff(state))
             lease = state.start.timeout(head.estimated_tokens, state.settings.start_timeout_floor_seconds, lease,
                                         backoff)
             deadline = True
         step.emit(ev.TurnGranted, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
                   level=head.level, lease_expires_at=now + lease, reserved_tokens=head.need_tokens,
-                  start_deadline=deadline, start_backoff=backoff or None)
+                  start_deadline=deadline, start_backoff=backoff or None, probe=True if probe else None)
+
+
+def _rate_recovered(step: _Step, head: TurnState) -> bool:
+    """The head does not fit the capacity at the factor of the last decision, but the factor
+    has grown since: fold the clock forward (RateRecovered) so admission judges the head by
+    today's factor. Without it a pass that decides nothing never moves the factor, and the
+    head waits for some unrelated decision. True when the head may now fit."""
+    state, now = step.state, step.now
+    stale = state.rate_factor
+    if (head.need_tokens <= state.tokens.capacity(stale) and 1 <= state.requests.capacity(stale)):
+        return False   # it fits the capacity; only the refill is missing
+    grown = factor_at(state, now)
+    if grown <= stale:
+        return False
+    step.emit(ev.RateRecovered, turn_id=head.turn_id, rate_factor=grown)
+    requests, tokens = available(state, now)
+    return requests >= 1 and tokens >= head.need_tokens

@@ -40,10 +40,16 @@ AGENT_QUARANTINED = "AgentQuarantined"
 POOL_PAUSED = "PoolPaused"
 POOL_RESUMED = "PoolResumed"
 RATE_OBSERVED = "RateObserved"
+# Capacity and failure rules (app/domain/concurrency.py, app/domain/deadlines.py).
+LANE_LIMIT_CHANGED = "LaneLimitChanged"              # the number of lanes in use moved
+PROVIDER_OUTAGE_SUSPECTED = "ProviderOutageSuspected"  # one probe at a time from here
+PROVIDER_RECOVERED = "ProviderRecovered"
+RATE_RECOVERED = "RateRecovered"                    # the AIMD factor, folded forward for a waiting head
 
 DECISIONS = frozenset({AGENT_ADMITTED, QUARANTINE_LIFTED, TURN_QUEUED, TURN_GRANTED, LEASE_EXTENDED, TURN_COMPLETED, TURN_CANCELLED,
                        TURN_REAPED, AGENT_DEMOTED, LEVELS_BOOSTED, TURN_PROMOTED, AGENT_QUARANTINED,
-                       POOL_PAUSED, POOL_RESUMED, RATE_OBSERVED})
+                       POOL_PAUSED, POOL_RESUMED, RATE_OBSERVED, LANE_LIMIT_CHANGED, PROVIDER_OUTAGE_SUSPECTED,
+                       PROVIDER_RECOVERED, RATE_RECOVERED})
 
 # Turn statuses and agent states, as the public contract spells them.
 QUEUED, GRANTED, COMPLETED, CANCELLED, REAPED = "QUEUED", "GRANTED", "COMPLETED", "CANCELLED", "REAPED"
@@ -329,6 +335,7 @@ class TurnGranted(Decided):
     reserved_tokens: int
     start_deadline: bool | None = None     # set (True) when the lease ends at the start deadline
     start_backoff: int | None = None       # set (> 0) when that deadline was doubled
+    probe: bool | None = None              # set (True) for a grant made during a suspected outage
 
 
 @event
@@ -338,6 +345,7 @@ class LeaseExtended(Decided):
     agent_id: str
     lease_expires_at: float
     first_chunk_s: float | None = None     # set on a streaming turn's first heartbeat
+    stall_deadline: bool | None = None     # set (True) when the lease ends at the stall deadline
 
 
 @event
@@ -384,6 +392,7 @@ class TurnReaped(Decided):
     granted_at: float | None
     no_first_chunk: bool | None = None     # set (True) for a streaming call that never started
     full_lease: bool | None = None         # with it: whether that call had held a whole lease
+    stalled: bool | None = None            # set (True) for a stream that started and went silent
 
 
 @event
@@ -452,6 +461,41 @@ class RateObserved(Decided):
     observed_remaining_requests: float | None = None
     observed_remaining_tokens: float | None = None
     age_s: float | None = None
+
+
+@event
+class LaneLimitChanged(Decided):
+    """The whole number of lanes the pool uses moved (adaptive lanes); the estimator's
+    moving means of the first-chunk time per prompt size are given in seconds."""
+    TYPE = LANE_LIMIT_CHANGED
+    lanes_in_use: int
+    previous: int
+    limit: float
+    first_chunk_short_s: float | None = None   # None while no call has streamed
+    first_chunk_long_s: float | None = None
+
+
+@event
+class ProviderOutageSuspected(Decided):
+    TYPE = PROVIDER_OUTAGE_SUSPECTED
+    silent_reaps: int                      # start-deadline reaps in a row, no first chunk between
+
+
+@event
+class ProviderRecovered(Decided):
+    TYPE = PROVIDER_RECOVERED
+    turn_id: str                           # the probe whose answer showed it
+    outage_s: float
+    failed_probes: int
+
+
+@event
+class RateRecovered(Decided):
+    """A queued head needs more tokens than the factor of the last decision allowed, and the
+    factor has grown since: this folds the pool's clock forward so admission can see it."""
+    TYPE = RATE_RECOVERED
+    turn_id: str
+    rate_factor: float
 
 
 # -- context (stream context-<agent>; folded by app.domain.context) -------------------

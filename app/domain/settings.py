@@ -21,9 +21,22 @@ Defaults and why (README "Scheduling rules" repeats them):
 - Quarantine after 3 consecutive reaps.
 - AIMD on the admitted rate: halve on a 429 (floor 10%), add back 10% of the
   provider's limit per minute without one (TCP Reno's shape, in rate instead of window).
+- Stall deadline 6 s (for streaming turns, after the first chunk): a streaming client
+  heartbeats with its chunks, at least every stall_timeout/3 s while they flow, so a stream
+  that stops is reaped 4-6 s after its last chunk instead of a whole lease later. 6 s is
+  far above the gap between chunks of a live stream (tens of ms at 20-100 tokens/s) and
+  the same order as the first-chunk deadline.
+- Outage detection: 3 consecutive start-deadline reaps with no first chunk anywhere in
+  the pool in between mean the provider has stopped answering (app/domain/deadlines.py);
+  the pool then sends one probe at a time instead of every queued turn, and resumes when a
+  probe's first chunk arrives.
+- Adaptive lanes: the number of lanes in use is learned from the provider's time to first
+  chunk (app/domain/concurrency.py, a gradient limit after Netflix's Gradient2); the
+  configured lanes are its ceiling.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -51,6 +64,11 @@ class PoolSettings:
     policy: str = "mlfq"           # "mlfq" or "fifo" (one level, for counterfactual replay)
     upstream_base_url: str | None = None
     tokenizer: str = "cl100k_base"
+    # Rules added after pools were first recorded (see LEGACY): a pool created before them
+    # folds and decides as it always did.
+    stall_timeout_seconds: float | None = 6.0   # None: a streaming turn keeps the plain lease
+    outage_after_silent_reaps: int = 3          # 0: no outage detection
+    adaptive_lanes: bool = True                 # False: every configured lane is used
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def entry_level(self, priority_class: str) -> int:
@@ -88,18 +106,33 @@ class PoolSettings:
             problems.append("boost period must be positive")
         if self.policy not in ("mlfq", "fifo"):
             problems.append("policy must be mlfq or fifo")
+        if not 0 < self.aimd_floor <= 1:
+            # A floor of 0 lets a run of 429s drive the factor to 0: the buckets then never
+            # refill and the pool would admit nothing, ever.
+            problems.append("aimdFloor must be greater than 0 and at most 1")
+        if not 0 < self.aimd_decrease <= 1:
+            problems.append("aimdDecrease must be greater than 0 and at most 1")
+        if self.stall_timeout_seconds is not None and not 0.5 <= self.stall_timeout_seconds <= 3600:
+            problems.append("stallTimeoutSeconds must be between 0.5 and 3600, or null for none")
+        if not 0 <= self.outage_after_silent_reaps <= 1000:
+            problems.append("outageAfterSilentReaps must be between 0 (off) and 1000")
         if self.tokenizer not in ("cl100k_base", "o200k_base"):
             problems.append("tokenizer must be cl100k_base or o200k_base")
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
-    # JSON has no infinity: store it as null.
+    # JSON has no infinity: store it as null. A rule added later is written only when it is
+    # not at its legacy value, so an old pool's stored settings (and every hash over them)
+    # stay byte for byte what they were.
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra")
         for key in ("allotment_seconds", "allotment_tokens"):
             d[key] = [None if math.isinf(v) else v for v in d[key]]
+        for key, legacy in LEGACY.items():
+            if d[key] == legacy:
+                del d[key]
         return d
 
     @classmethod
@@ -109,4 +142,14 @@ class PoolSettings:
             if key in d:
                 d[key] = tuple(math.inf if v is None else v for v in d[key])
         known = set(cls.__dataclass_fields__) - {"extra"}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in known}})
+
+    def legacy(self) -> "PoolSettings":
+        """These settings with every later rule off (as a pool recorded before them)."""
+        return dataclasses.replace(self, **LEGACY)
+
+
+# The value each later rule had before it existed. Stored settings that lack a key were
+# written before its rule, so they read it as off: replay and what-if of an old log decide
+# exactly as the recorded scheduler did.
+LEGACY: dict = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False}

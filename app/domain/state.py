@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .admission import Bucket
+from .concurrency import LaneLimit
 from .settings import PoolSettings
 
 
@@ -80,14 +81,15 @@ class StartEstimator:
     def size(cls, prompt_tokens: int) -> float:
         return 1.0 + max(0, prompt_tokens) / cls.PROMPT_REF
 
-    def observe(self, seconds: float, prompt_tokens: int) -> None:
+    def observe(self, seconds: float, prompt_tokens: int, spread: bool = True) -> None:
         sample = math.log(max(seconds, 1e-3) / self.size(prompt_tokens))
         n = self.samples + 1
         if self.srtt is None:
             self.srtt, self.rttvar = sample, self.FIRST_RTTVAR
         else:
             alpha, beta = max(self.ALPHA, 1 / n), max(self.BETA, 1 / n)
-            self.rttvar = (1 - beta) * self.rttvar + beta * abs(self.srtt - sample)
+            if spread:
+                self.rttvar = (1 - beta) * self.rttvar + beta * abs(self.srtt - sample)
             self.srtt = (1 - alpha) * self.srtt + alpha * sample
         self.samples = n
 
@@ -139,6 +141,16 @@ class PoolState:
     granted_total: int = 0         # grants ever made
     clock: float = 0.0             # the latest `at` folded in (time never runs backwards)
     start: StartEstimator = field(default_factory=lambda: StartEstimator())
+    # Capacity and failure rules added later; stored only when not at their initial value,
+    # so the state of a pool that never used them serialises as it always did.
+    lane_limit: LaneLimit = field(default_factory=lambda: LaneLimit())
+    limit_in_use: int | None = None   # lanes in use by the last LaneLimitChanged (None: initial)
+    silent_reaps: int = 0             # start-deadline reaps in a row, no first chunk in between
+    silent_from: float | None = None  # the earliest grant among those reaps
+    outage_since: float | None = None  # a suspected provider outage began (one probe at a time)
+    failed_probes: int = 0
+
+    _LATER = ("limit_in_use", "silent_reaps", "silent_from", "outage_since", "failed_probes")
 
     @classmethod
     def new(cls, settings: PoolSettings, at: float) -> "PoolState":
@@ -154,6 +166,14 @@ class PoolState:
 
     def queued_count(self) -> int:
         return sum(len(q) for q in self.queues)
+
+    def lanes_in_use(self) -> int:
+        """How many lanes may be granted at once: all configured ones, or the learned limit."""
+        if not self.settings.adaptive_lanes:
+            return self.settings.lanes
+        if self.limit_in_use is not None:
+            return self.limit_in_use
+        return LaneLimit().lanes_in_use(self.settings.lanes)   # the initial limit, until the first change
 
     def head(self) -> TurnState | None:
         for queue in self.queues:
@@ -175,6 +195,12 @@ class PoolState:
             "reserved_total": self.reserved_total, "granted_total": self.granted_total,
             "start": asdict(self.start),
         }
+        if self.lane_limit != LaneLimit():
+            d["lane_limit"] = asdict(self.lane_limit)
+        for key in self._LATER:
+            value = getattr(self, key)
+            if value != PoolState.__dataclass_fields__[key].default:
+                d[key] = value
         return d
 
     @classmethod
@@ -187,6 +213,10 @@ class PoolState:
         state.reserved_total = d.get("reserved_total", 0.0)
         state.granted_total = d.get("granted_total", 0)
         state.start = StartEstimator(**d.get("start", {}))
+        state.lane_limit = LaneLimit(**d.get("lane_limit", {}))
+        for key in cls._LATER:
+            if key in d:
+                setattr(state, key, d[key])
         state.agents = {k: AgentState(**v) for k, v in d["agents"].items()}
         state.turns = {k: TurnState(**v) for k, v in d["turns"].items()}
         return state

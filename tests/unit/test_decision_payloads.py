@@ -365,8 +365,8 @@ def test_a_batch_cites_each_input_and_grants_cite_the_last():
 
 # -- streaming turns: the start deadline ---------------------------------------------------------
 
-def stream_pool():
-    return pool(lease_seconds=30.0, start_timeout_floor_seconds=0.5)
+def stream_pool(**overrides):
+    return pool(**{"lease_seconds": 30.0, "start_timeout_floor_seconds": 0.5, **overrides})
 
 
 def warm(s, agent_id, now=100.0, samples=8):
@@ -389,14 +389,25 @@ def test_a_cold_streaming_grant_gets_the_whole_lease_and_its_first_chunk_is_meas
                                         "lease_expires_at": 31.0, "reserved_tokens": 0, "start_deadline": True,
                                         "at": 1.0})
     # Stamped at 1.75, read at 2.0: measured at its stamp.
+    # Once streaming, each heartbeat extends it to the stall deadline (6 s), not the lease.
     out = decisions(decide(s, ev.HEARTBEAT_SENT, {"turn_id": "t1", "at": 1.75}, 2.0))
-    assert out == [(ev.LEASE_EXTENDED, {"turn_id": "t1", "agent_id": "a", "lease_expires_at": 32.0,
-                                        "first_chunk_s": 0.75, "at": 2.0})]
+    assert out == [(ev.LEASE_EXTENDED, {"turn_id": "t1", "agent_id": "a", "lease_expires_at": 8.0,
+                                        "first_chunk_s": 0.75, "stall_deadline": True, "at": 2.0})]
     assert s.start.samples == 1
     # Only the first chunk is a sample.
     out = decisions(decide(s, ev.HEARTBEAT_SENT, {"turn_id": "t1", "at": 3.0}, 3.0))
-    assert out == [(ev.LEASE_EXTENDED, {"turn_id": "t1", "agent_id": "a", "lease_expires_at": 33.0, "at": 3.0})]
+    assert out == [(ev.LEASE_EXTENDED, {"turn_id": "t1", "agent_id": "a", "lease_expires_at": 9.0,
+                                        "stall_deadline": True, "at": 3.0})]
     assert s.start.samples == 1
+
+
+def test_without_a_stall_deadline_a_first_chunk_gives_the_whole_lease():
+    s = stream_pool(stall_timeout_seconds=None)
+    register(s, "a")
+    request(s, "t1", "a", 1.0, estimated_tokens=0, streams=True)
+    out = decisions(decide(s, ev.HEARTBEAT_SENT, {"turn_id": "t1", "at": 1.75}, 2.0))
+    assert out == [(ev.LEASE_EXTENDED, {"turn_id": "t1", "agent_id": "a", "lease_expires_at": 32.0,
+                                        "first_chunk_s": 0.75, "at": 2.0})]
 
 
 def test_a_first_chunk_without_a_usable_stamp_is_measured_when_it_is_read():

@@ -16,6 +16,9 @@ from app.domain.settings import PoolSettings
 from tests.golden.record import API, SCRIPTED
 
 ALL_TYPES = {ev.POOL_CREATED, ev.AGENT_HIBERNATED, ev.AGENT_WOKEN} | ev.INPUTS | ev.DECISIONS
+# Decisions of rules added after the golden logs were recorded: test_capacity_rules
+# round-trips them from the core's own output.
+LATER_TYPES = {ev.LANE_LIMIT_CHANGED, ev.PROVIDER_OUTAGE_SUSPECTED, ev.PROVIDER_RECOVERED, ev.RATE_RECOVERED}
 
 
 def _logged() -> list[dict]:
@@ -48,7 +51,7 @@ def test_every_recorded_event_round_trips_to_the_same_json():
         assert type(event).TYPE == line["type"]
         assert json.dumps(event.to_dict(), sort_keys=True) == json.dumps(line["data"], sort_keys=True)
         seen.add(line["type"])
-    assert seen == ALL_TYPES                            # the recorded logs hold every type
+    assert seen == ALL_TYPES - LATER_TYPES              # the recorded logs hold every older type
 
 
 def test_optional_fields_are_absent_unless_set_and_explicit_nulls_are_kept():

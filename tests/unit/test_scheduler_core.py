@@ -159,9 +159,9 @@ def test_streaming_turn_without_a_first_chunk_is_reaped_at_its_start_deadline():
     retry_deadline = dict(out)[ev.TURN_GRANTED]["lease_expires_at"] - later
     assert abs(retry_deadline - min(30.0, 2 * s.start.timeout(100, 0.5, 30.0, 0))) < 1e-9
     assert retry_deadline > 2 * deadline
-    # Its first chunk gives it the whole lease.
+    # Its first chunk gives it the stall deadline: 6 s from each heartbeat while it streams.
     out = decide(s, ev.HEARTBEAT_SENT, {"turn_id": "retry"}, later + 0.5)
-    assert out[0][1]["lease_expires_at"] == later + 30.5
+    assert out[0][1]["lease_expires_at"] == later + 6.5 and out[0][1]["stall_deadline"] is True
 
 
 def test_a_slow_starter_backs_off_instead_of_being_quarantined():

@@ -40,8 +40,8 @@ class AgentRM(Policy):
       count, max output = the call's max_tokens) and waits for the grant; it learns of
       grants, reaps and cancels `client_delay_s` later, as over a subscription;
     - it requests turns with `streams: true`: it heartbeats when the answer's first chunk
-      arrives and then every lease/3 s from the task that reads the stream, i.e. only after
-      a chunk has arrived. A call that never returns sends no chunk, so it never heartbeats
+      arrives and then every stall_timeout/3 s (lease/3 without a stall deadline) from the
+      task that reads the stream, i.e. only while chunks arrive. A call that never returns sends no chunk, so it never heartbeats
       and is reaped at its start deadline. (A client that heartbeats from an independent
       timer would keep a hung call's lease alive forever; tying heartbeats to stream
       progress is the behaviour a correct client library must have.)
@@ -60,7 +60,11 @@ class AgentRM(Policy):
         # in its own run, the benchmark uses MEASURED_*_DELAY_S.
         self.client_delay_s = float(ctx.options.get("client_delay_s", MEASURED_CLIENT_DELAY_S))
         self.report_delay_s = float(ctx.options.get("report_delay_s", MEASURED_REPORT_DELAY_S))
-        self.heartbeat_s = settings.lease_seconds / 3.0
+        # A streaming client heartbeats with its chunks: a third of the stall deadline apart
+        # while they flow (a third of the lease where there is none), so a live stream is
+        # never taken for a stalled one.
+        stall = settings.stall_timeout_seconds
+        self.heartbeat_s = min(settings.lease_seconds, stall if stall is not None else settings.lease_seconds) / 3.0
         # The client streams and promises a heartbeat at the first chunk (`streams: true`);
         # agentrm-nodeadline asks with streams false, so its grants keep the plain lease.
         self.streams = bool(ctx.options.get("streams", True))
