@@ -38,6 +38,7 @@ MAX_TOKENS_PER_CALL = 10_000_000
 MAX_WAIT_SECONDS = 300.0
 DECISION_TIMEOUT = 5.0      # how long a command waits for the scheduler's answer
 MAX_HEADERS = 100
+MAX_RUN_ID = 200           # characters of a runId (a client's own name for its run)
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -244,7 +245,7 @@ class Service:
 
     async def request_turn(self, principal: Principal | None, estimated_tokens: int,
                            max_output_tokens: int | None = None, wait_seconds: float = 0.0,
-                           streams: bool = False) -> dict:
+                           streams: bool = False, run_id: str | None = None) -> dict:
         agent = await self.fresh(self._calling_agent, principal)
         est = _check_int("estimatedTokens", estimated_tokens, 0, MAX_TOKENS_PER_CALL)
         out = _check_int("maxOutputTokens", 0 if max_output_tokens is None else max_output_tokens,
@@ -252,6 +253,9 @@ class Service:
         wait = _check_float("waitSeconds", wait_seconds or 0.0, 0.0, MAX_WAIT_SECONDS)
         if not isinstance(streams, bool):
             raise BadInput("streams must be true or false")
+        if run_id is not None and not (isinstance(run_id, str) and 1 <= len(run_id) <= MAX_RUN_ID
+                                       and run_id.isprintable()):
+            raise BadInput(f"runId must be 1-{MAX_RUN_ID} printable characters")
         settings = self.model.pools[agent["pool"]].settings
         if est + out > settings.tpm:
             raise BadInput(f"estimatedTokens + maxOutputTokens = {est + out} exceeds pool "
@@ -265,6 +269,8 @@ class Service:
                 "estimated_tokens": est, "max_output_tokens": out, "at": self.clock()}
         if streams:
             data["streams"] = True
+        if run_id is not None:
+            data["run_id"] = run_id   # the pool charges the run's attained service (ordering.py)
         await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data,
                                      self._meta(principal, turn_id))], {turn_stream(turn_id): NO_STREAM})
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.

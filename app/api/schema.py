@@ -163,7 +163,7 @@ class Mutation(ContextMutation):
     async def request_turn(self, info: Info, input: t.TurnRequestInput) -> t.Turn:
         return t.Turn.of(await runtime(info).service.request_turn(
             principal(info), input.estimated_tokens, input.max_output_tokens, input.wait_seconds,
-            streams=input.streams))
+            streams=input.streams, run_id=input.run_id))
 
     @strawberry.mutation
     async def heartbeat(self, info: Info, turn_id: strawberry.ID) -> t.Turn:

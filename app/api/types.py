@@ -219,6 +219,10 @@ class TurnRequestInput:
         "Promise to heartbeat as soon as the answer's first chunk arrives (then at least every "
         "lease/3). The grant then lasts only until an adaptive start deadline unless that "
         "heartbeat comes, so a provider call that never starts frees its lane in seconds."))
+    run_id: str | None = strawberry.field(default=None, description=(
+        "The client's run (one program: a chat answer, a job) this call belongs to, at most "
+        "200 characters. A pool with run slack set orders turns by the lane time their run "
+        "has already used (short runs first, with a bounded wait for long ones)."))
 
 
 @strawberry.input

@@ -220,6 +220,7 @@ class TurnRequested(Event):
     max_output_tokens: int | None = None
     at: float | None = None
     streams: bool | None = None
+    run_id: str | None = None          # the client's run (program); absent in older logs
 
 
 @event
@@ -291,6 +292,7 @@ class TurnQueued(Decided):
     requested_at: float
     priority_class: str
     streams: bool | None = None        # absent in logs written before the start deadline
+    run_id: str | None = None          # set when the request named its run
 
 
 @event
@@ -304,6 +306,9 @@ class TurnGranted(Decided):
     reserved_tokens: int
     start_deadline: bool | None = None     # set (True) when the lease ends at the start deadline
     start_backoff: int | None = None       # set (> 0) when that deadline was doubled
+    # Policy "deadline" only: the virtual deadline the turn won by, and its terms (ordering.py).
+    order_deadline: float | None = None
+    run_service_s: float | None = None     # its run's attained service when granted
 
 
 @event
