@@ -43,6 +43,7 @@ MAX_WAIT_SECONDS = 300.0
 DECISION_TIMEOUT = 5.0      # how long a command waits for the scheduler's answer
 MAX_HEADERS = 100
 MAX_QUEUED_PER_AGENT = 32   # containment: turns one agent may have waiting at once
+MAX_RUN_ID = 200           # characters of a runId (a client's own name for its run)
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -295,9 +296,9 @@ class Service:
         wait = _check_float("waitSeconds", wait_seconds or 0.0, 0.0, MAX_WAIT_SECONDS)
         if not isinstance(streams, bool):
             raise BadInput("streams must be true or false")
-        if run_id is not None and (not isinstance(run_id, str) or not 1 <= len(run_id) <= 128
-                                   or "\x00" in run_id):
-            raise BadInput("runId must be 1 to 128 characters, without NUL")
+        if run_id is not None and not (isinstance(run_id, str) and 1 <= len(run_id) <= MAX_RUN_ID
+                                       and run_id.isprintable()):
+            raise BadInput(f"runId must be 1-{MAX_RUN_ID} printable characters")
         turn_id = self.ids() if request_id is None else idempotency.turn_id_for(agent["agent_id"], request_id)
         if request_id is not None and turn_id in self.model.turns:   # a retry: the first answer
             idempotency.same_turn_request(self.turn_view(turn_id), request_id, est, out, streams)
@@ -328,7 +329,7 @@ class Service:
         if request_id is not None:
             data["request_id"] = request_id
         if run_id is not None:
-            data["run_id"] = run_id
+            data["run_id"] = run_id   # the pool charges the run's attained service (ordering.py)
         agent_id = agent["agent_id"]
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
         async with self.replies.expect(turn_id, answers_request) as answered, \

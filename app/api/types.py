@@ -231,7 +231,10 @@ class TurnRequestInput:
     request_id: str | None = strawberry.field(default=None, description=(
         "The client's id for this command: a retry with the same id returns the first answer "
         "and appends nothing."))
-    run_id: str | None = strawberry.field(default=None, description="The agent run this turn belongs to.")
+    run_id: str | None = strawberry.field(default=None, description=(
+        "The client's run (one program: a chat answer, a job) this call belongs to, at most "
+        "200 characters. A pool with run slack set orders turns by the lane time their run "
+        "has already used (short runs first, with a bounded wait for long ones)."))
 
 
 @strawberry.input

@@ -179,9 +179,14 @@ async def _whatif(url: str, args) -> int:
     try:
         workload = extract_workload(records, args.pool, args.start, args.end)
         allot = tuple(float(x) for x in args.allotment_seconds.split(",")) if args.allotment_seconds else None
+        slack = tuple(float(x) for x in args.class_slack.split(",")) if args.class_slack else None
         settings = counterfactual_settings(workload.settings, lanes=args.lanes, policy=args.policy,
                                            lease_seconds=args.lease, levels=args.levels,
-                                           boost_seconds=args.boost, allotment_seconds=allot)
+                                           boost_seconds=args.boost, allotment_seconds=allot,
+                                           class_slack_seconds=slack, run_slack_per_service=args.run_slack,
+                                           run_slack_cap_seconds=args.run_slack_cap,
+                                           size_slack_per_ktoken=args.size_slack,
+                                           size_slack_cap_seconds=args.size_slack_cap)
     except ValueError as exc:
         print(f"what-if: {exc}", file=sys.stderr)
         return 2
@@ -292,11 +297,17 @@ def add_commands(subparsers) -> None:
     whatif.add_argument("--from", dest="start", type=int, default=0, help="first position of the workload")
     whatif.add_argument("--to", dest="end", type=int, help="last position of the workload (default: the end)")
     whatif.add_argument("--lanes", type=int, help="lanes in the counterfactual")
-    whatif.add_argument("--policy", choices=["fifo", "mlfq"], help="scheduling policy")
+    whatif.add_argument("--policy", choices=["fifo", "mlfq", "deadline"], help="scheduling policy")
     whatif.add_argument("--lease", type=float, help="lease seconds")
     whatif.add_argument("--levels", type=int, help="MLFQ levels")
     whatif.add_argument("--boost", type=float, help="boost period in seconds")
     whatif.add_argument("--allotment-seconds", help="comma-separated lane-seconds per level, e.g. 10,60")
+    # The deadline order's terms (README "Scheduling rules"); they apply under --policy deadline.
+    whatif.add_argument("--class-slack", help="seconds of slack for interactive,batch,background, e.g. 0,6,12")
+    whatif.add_argument("--run-slack", type=float, help="seconds of slack per lane-second the run has used")
+    whatif.add_argument("--run-slack-cap", type=float, help="the most run slack, in seconds")
+    whatif.add_argument("--size-slack", type=float, help="seconds of slack per 1,000 reserved tokens")
+    whatif.add_argument("--size-slack-cap", type=float, help="the most size slack, in seconds")
     whatif.add_argument("--json", action="store_true", help="print the report as JSON")
     whatif.set_defaults(func=_runner(_whatif, "running the recorded workload again"))
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from app.domain import events as ev
 from app.domain import turn_history
 from app.domain.decide import decide_events, decide_many_events, next_deadline
-from app.domain.settings import PoolSettings
+from app.domain.settings import ORDER_FIELDS, PoolSettings
 from app.domain.state import PoolState
 
 from . import Record
@@ -168,11 +168,18 @@ def _spec(h: turn_history.TurnHistory, seen_at: dict[int, float]) -> TurnSpec:
 def counterfactual_settings(recorded: PoolSettings, *, lanes: int | None = None, policy: str | None = None,
                             lease_seconds: float | None = None, levels: int | None = None,
                             boost_seconds: float | None = None,
-                            allotment_seconds: tuple[float, ...] | None = None) -> PoolSettings:
+                            allotment_seconds: tuple[float, ...] | None = None,
+                            **order: float | tuple[float, ...] | None) -> PoolSettings:
+    """The recorded settings with some changed. `order` takes the deadline order's settings
+    (class_slack_seconds, run_slack_per_service, run_slack_cap_seconds, size_slack_per_ktoken,
+    size_slack_cap_seconds, run_forget_seconds); they apply under policy "deadline"."""
+    unknown = set(order) - set(ORDER_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     changes: dict = {}
     for key, value in (("lanes", lanes), ("policy", policy), ("lease_seconds", lease_seconds),
                        ("levels", levels), ("boost_seconds", boost_seconds),
-                       ("allotment_seconds", allotment_seconds)):
+                       ("allotment_seconds", allotment_seconds), *order.items()):
         if value is not None:
             changes[key] = value
     if changes.get("policy") == "fifo":

@@ -12,7 +12,7 @@ import math
 from . import events as ev
 from .admission import aimd_factor
 from .settings import PoolSettings
-from .state import AgentState, PoolState, TurnState
+from .state import AgentState, PoolState, RunState, TurnState
 
 
 def new_pool(data: dict | ev.PoolCreated) -> PoolState:
@@ -75,6 +75,33 @@ def _release_lane(state: PoolState, turn: TurnState) -> None:
         state.lanes[turn.lane] = None
 
 
+def _run_joined(state: PoolState, turn: TurnState, at: float) -> None:
+    if turn.run_id is None:
+        return
+    run = state.runs.setdefault(turn.run_id, RunState())
+    run.live += 1
+    run.last_at = at
+
+
+def _run_charged(state: PoolState, turn: TurnState, lane_seconds: float, at: float) -> None:
+    """A turn of a run has left the state: its lane time is the run's attained service
+    (PLAS charges a program the service of its calls)."""
+    run = state.runs.get(turn.run_id) if turn.run_id is not None else None
+    if run is None:
+        return
+    run.service_s += max(0.0, lane_seconds)
+    run.live = max(0, run.live - 1)
+    run.last_at = at
+
+
+def _forget_idle_runs(state: PoolState, at: float) -> None:
+    """A run with nothing live for run_forget_seconds is over (the client never says so):
+    its service is dropped, as Autellix drops a finished program, which bounds the state."""
+    horizon = at - state.settings.run_forget_seconds
+    for run_id in [r for r, run in state.runs.items() if run.live == 0 and run.last_at <= horizon]:
+        del state.runs[run_id]
+
+
 def apply(state: PoolState, type_: str, data: dict) -> PoolState:
     """Fold one logged decision (type and data, as the log stores it); other types are not
     the scheduler's and change nothing."""
@@ -111,8 +138,9 @@ def _turn_queued(state: PoolState, d: ev.TurnQueued) -> None:
     turn = TurnState(turn_id=d.turn_id, agent_id=d.agent_id, level=d.level, seq=d.seq,
                      status=ev.QUEUED, estimated_tokens=d.estimated_tokens,
                      max_output_tokens=d.max_output_tokens, requested_at=d.requested_at,
-                     queued_at=d.at, streams=bool(d.streams))
+                     queued_at=d.at, streams=bool(d.streams), run_id=d.run_id)
     state.turns[turn.turn_id] = turn
+    _run_joined(state, turn, d.at)
     state.next_seq = max(state.next_seq, turn.seq + 1)
     _enqueue(state, turn)
 
@@ -156,6 +184,7 @@ def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
         busy = sum(1 for lane in state.lanes if lane is not None)
         state.lane_limit.grow_unmeasured(busy, state.settings.lanes)
     _release_lane(state, turn)
+    _run_charged(state, turn, d.lane_seconds, d.at)
     used = d.prompt_tokens + d.completion_tokens
     # Reconcile the reservation with real usage; never above the bucket's capacity.
     capacity = state.tokens.capacity(state.rate_factor)
@@ -177,6 +206,7 @@ def _turn_cancelled(state: PoolState, d: ev.TurnCancelled) -> None:
         return
     _dequeue(state, turn)
     _release_lane(state, turn)
+    _run_charged(state, turn, d.lane_seconds or 0.0, d.at)
     agent = state.agents.get(turn.agent_id)
     if agent is not None and d.lane_seconds:
         agent.used_seconds += d.lane_seconds
@@ -185,6 +215,7 @@ def _turn_cancelled(state: PoolState, d: ev.TurnCancelled) -> None:
 def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
     turn = state.turns.pop(d.turn_id)
     _release_lane(state, turn)
+    _run_charged(state, turn, d.at - turn.granted_at if turn.granted_at is not None else 0.0, d.at)
     # A start deadline shorter than the lease may just have been too short (a slow provider,
     # a long prompt): it backs off (start_misses) but does not count towards quarantine.
     # Only a reap after a whole lease of silence marks a zombie.
@@ -253,6 +284,8 @@ def _levels_boosted(state: PoolState, d: ev.LevelsBoosted) -> None:
         turn.level = 0 if d.at - turn.queued_at >= s.boost_seconds else entry
         state.queues[turn.level].append(turn.turn_id)
     state.last_boost_at = d.at
+    if state.runs:
+        _forget_idle_runs(state, d.at)
 
 
 def _turn_promoted(state: PoolState, d: ev.TurnPromoted) -> None:

@@ -18,6 +18,9 @@ MLFQ rules (after OSTEP ch. 8, adapted to one-call turns):
     that has waited one boost period is promoted to level 0 at that moment (aging, with
     its own deadline rather than at the next boost instant), so no wait much exceeds one
     period plus the work ahead of it at level 0: nothing starves.
+Policy "deadline" replaces rules 1, 2, 4 and 5 with one virtual deadline per queued turn
+(class slack, run attained service, size; ordering.py): no demotions, no promotions, and
+the earliest deadline is granted first.
 Start deadline: a turn whose client streams (it heartbeats at the answer's first chunk) is
 granted with a lease that ends at its start deadline (see settings); its first heartbeat
 gives the full lease and is the sample the deadline is estimated from. A provider call
@@ -33,7 +36,7 @@ from collections.abc import Callable
 
 from . import deadlines
 from . import events as ev
-from . import rules
+from . import ordering, rules
 from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_headers
 from .apply import apply_event
 from .state import PoolState, TurnState
@@ -124,13 +127,14 @@ def next_deadline(state: PoolState, now: float) -> float | None:
                           if t.status == ev.GRANTED and t.lease_expires_at is not None]
     if state.agents:
         times.append(state.last_boost_at + state.settings.boost_seconds)
-    aging = [t.queued_at + state.settings.boost_seconds for q in state.queues[1:] for t in
-             (state.turns[tid] for tid in q[:1])]  # FIFO: a level's oldest turn ages first
-    times.extend(aging)
+    if not ordering.by_deadline(state):  # deadlines age by themselves (ordering.py)
+        aging = [t.queued_at + state.settings.boost_seconds for q in state.queues[1:] for t in
+                 (state.turns[tid] for tid in q[:1])]  # FIFO: a level's oldest turn ages first
+        times.extend(aging)
     if state.paused_until is not None:
         times.append(state.paused_until)
     else:
-        head = state.head()
+        head = ordering.next_turn(state)
         if head is not None and deadlines.grants_allowed(state) > 0:
             wait = max(state.requests.seconds_until(1, now, state.rate_factor),
                        state.tokens.seconds_until(head.need_tokens, now, state.rate_factor))
@@ -193,7 +197,7 @@ def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
         step.emit(ev.LevelsBoosted)
     if state.paused_until is not None and now >= state.paused_until:
         step.emit(ev.PoolResumed)
-    for level in range(1, len(state.queues)):
+    for level in range(1, len(state.queues) if not ordering.by_deadline(state) else 1):
         for turn_id in list(state.queues[level]):
             turn = state.turns[turn_id]
             # Compare with the very expression next_deadline() arms (float rounding).
@@ -213,8 +217,8 @@ def _after_usage(step: _Step, agent_id: str) -> None:
     """Rule 4: demote an agent that has used up its allotment at its level."""
     state = step.state
     agent = state.agents.get(agent_id)
-    if agent is None or agent.level >= state.settings.levels - 1:
-        return
+    if agent is None or agent.level >= state.settings.levels - 1 or ordering.by_deadline(state):
+        return  # under "deadline" a level only shows the class; the run slack charges use
     seconds, tokens = state.settings.allotment(agent.level)
     if agent.used_seconds >= seconds or agent.used_tokens >= tokens:
         reason = "lane-seconds" if agent.used_seconds >= seconds else "tokens"
@@ -255,7 +259,8 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
     step.emit(ev.TurnQueued, turn_id=turn_id, agent_id=agent_id, level=agent.level,
               seq=state.next_seq, estimated_tokens=d.estimated_tokens,
               max_output_tokens=max_output, requested_at=d.at if d.has("at") else step.now,
-              priority_class=agent.priority_class, streams=bool(d.streams or False))
+              priority_class=agent.priority_class, streams=bool(d.streams or False),
+              run_id=d.run_id if isinstance(d.run_id, str) and d.run_id else None)
 
 
 def _reason(refusal: rules.Refusal) -> str:
@@ -402,7 +407,7 @@ def _dispatch(step: _Step) -> None:
         return
     free = state.free_lanes()
     while free and deadlines.grants_allowed(state) > 0:
-        head = state.head()
+        head = ordering.next_turn(state)
         if head is None:
             return
         requests, tokens = available(state, now)
@@ -421,7 +426,8 @@ def _dispatch(step: _Step) -> None:
             deadline = True
         step.emit(ev.TurnGranted, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
                   level=head.level, lease_expires_at=now + lease, reserved_tokens=head.need_tokens,
-                  start_deadline=deadline, start_backoff=backoff or None, probe=True if probe else None)
+                  start_deadline=deadline, start_backoff=backoff or None, probe=True if probe else None,
+                  **ordering.grant_fields(state, head))
 
 
 def _rate_recovered(step: _Step, head: TurnState) -> bool:

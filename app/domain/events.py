@@ -322,6 +322,7 @@ class TurnQueued(Decided):
     requested_at: float
     priority_class: str
     streams: bool | None = None        # absent in logs written before the start deadline
+    run_id: str | None = None          # set when the request named its run
 
 
 @event
@@ -336,6 +337,9 @@ class TurnGranted(Decided):
     start_deadline: bool | None = None     # set (True) when the lease ends at the start deadline
     start_backoff: int | None = None       # set (> 0) when that deadline was doubled
     probe: bool | None = None              # set (True) for a grant made during a suspected outage
+    # Policy "deadline" only: the virtual deadline the turn won by, and its terms (ordering.py).
+    order_deadline: float | None = None
+    run_service_s: float | None = None     # its run's attained service when granted
 
 
 @event

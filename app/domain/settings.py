@@ -41,6 +41,9 @@ import math
 from dataclasses import asdict, dataclass, field
 
 MAX_LANES = 1024
+POLICIES = ("mlfq", "fifo", "deadline")
+ORDER_FIELDS = ("class_slack_seconds", "run_slack_per_service", "run_slack_cap_seconds",
+                "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds")
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class PoolSettings:
     aimd_floor: float = 0.10
     retry_after_default: float = 2.0
     jitter_seconds: float = 1.0
-    policy: str = "mlfq"           # "mlfq" or "fifo" (one level, for counterfactual replay)
+    policy: str = "deadline"       # "mlfq", "fifo" (one level) or "deadline" (app/domain/ordering.py)
     upstream_base_url: str | None = None
     tokenizer: str = "cl100k_base"
     # Rules added after pools were first recorded (see LEGACY): a pool created before them
@@ -70,6 +73,15 @@ class PoolSettings:
     outage_after_silent_reaps: int = 3          # 0: no outage detection
     adaptive_lanes: bool = True                 # False: every configured lane is used
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    # The grant order of policy "deadline" (app/domain/ordering.py has the rule and the reasons).
+    # Written to the log only by pools of that policy, so logs of the other policies keep their
+    # exact settings JSON and state hash.
+    class_slack_seconds: tuple[float, ...] = (0.0, 6.0, 12.0)   # INTERACTIVE, BATCH, BACKGROUND
+    run_slack_per_service: float = 0.0     # seconds of slack per lane-second its run has used
+    run_slack_cap_seconds: float = 120.0
+    size_slack_per_ktoken: float = 0.0     # seconds of slack per 1,000 reserved tokens
+    size_slack_cap_seconds: float = 30.0
+    run_forget_seconds: float = 600.0      # a run idle this long is forgotten (its service too)
 
     def entry_level(self, priority_class: str) -> int:
         if self.policy == "fifo":
@@ -104,8 +116,20 @@ class PoolSettings:
             problems.append("levels must be between 1 and 8")
         if self.boost_seconds <= 0:
             problems.append("boost period must be positive")
-        if self.policy not in ("mlfq", "fifo"):
-            problems.append("policy must be mlfq or fifo")
+        if self.policy not in POLICIES:
+            problems.append("policy must be mlfq, fifo or deadline")
+        slacks = self.class_slack_seconds
+        if len(slacks) != 3 or not all(isinstance(x, (int, float)) and 0 <= x <= 3600 for x in slacks):
+            problems.append("classSlackSeconds must be three numbers between 0 and 3600 "
+                            "(interactive, batch, background)")
+        for label, value, top in (("runSlackPerService", self.run_slack_per_service, 1000),
+                                  ("runSlackCapSeconds", self.run_slack_cap_seconds, 3600),
+                                  ("sizeSlackPerKtoken", self.size_slack_per_ktoken, 3600),
+                                  ("sizeSlackCapSeconds", self.size_slack_cap_seconds, 3600)):
+            if not (isinstance(value, (int, float)) and 0 <= value <= top):
+                problems.append(f"{label} must be between 0 and {top}")
+        if not (isinstance(self.run_forget_seconds, (int, float)) and 1 <= self.run_forget_seconds <= 86_400):
+            problems.append("runForgetSeconds must be between 1 and 86400")
         if not 0 < self.aimd_floor <= 1:
             # A floor of 0 lets a run of 429s drive the factor to 0: the buckets then never
             # refill and the pool would admit nothing, ever.
@@ -133,6 +157,11 @@ class PoolSettings:
         for key, legacy in LEGACY.items():
             if d[key] == legacy:
                 del d[key]
+        if self.policy != "deadline":
+            for key in ORDER_FIELDS:
+                d.pop(key)
+        else:
+            d["class_slack_seconds"] = list(d["class_slack_seconds"])
         return d
 
     @classmethod
@@ -141,6 +170,8 @@ class PoolSettings:
         for key in ("allotment_seconds", "allotment_tokens"):
             if key in d:
                 d[key] = tuple(math.inf if v is None else v for v in d[key])
+        if isinstance(d.get("class_slack_seconds"), list):
+            d["class_slack_seconds"] = tuple(d["class_slack_seconds"])
         known = set(cls.__dataclass_fields__) - {"extra"}
         return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in known}})
 

@@ -35,6 +35,13 @@ class TurnState:
     streams: bool = False        # the client heartbeats at its first chunk (start deadline applies)
     start_backoff: int = 0       # how many times its start deadline was doubled (Karn)
     progressed: bool = False     # a heartbeat arrived since the grant
+    run_id: str | None = None    # the client's run (program) this call belongs to, if it said
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if d["run_id"] is None:
+            del d["run_id"]      # as before runs existed: old logs keep their state hash
+        return d
 
     @property
     def need_tokens(self) -> int:
@@ -105,6 +112,15 @@ class StartEstimator:
 
 
 @dataclass
+class RunState:
+    """A client's run (one agent program: a chat answer, a job): the lane-seconds its finished
+    calls held (attained service, as PLAS charges a program) and when it was last active."""
+    service_s: float = 0.0
+    last_at: float = 0.0
+    live: int = 0                  # its turns queued or granted now
+
+
+@dataclass
 class AgentState:
     agent_id: str
     name: str
@@ -141,6 +157,7 @@ class PoolState:
     granted_total: int = 0         # grants ever made
     clock: float = 0.0             # the latest `at` folded in (time never runs backwards)
     start: StartEstimator = field(default_factory=lambda: StartEstimator())
+    runs: dict[str, RunState] = field(default_factory=dict)   # by run id (turns that name one)
     # Capacity and failure rules added later; stored only when not at their initial value,
     # so the state of a pool that never used them serialises as it always did.
     lane_limit: LaneLimit = field(default_factory=lambda: LaneLimit())
@@ -188,13 +205,15 @@ class PoolState:
             "requests": self.requests.to_dict(), "tokens": self.tokens.to_dict(),
             "version": self.version, "position": self.position, "inputs_through": self.inputs_through,
             "agents": {k: asdict(v) for k, v in sorted(self.agents.items())},
-            "turns": {k: asdict(v) for k, v in sorted(self.turns.items())},
+            "turns": {k: v.to_dict() for k, v in sorted(self.turns.items())},
             "queues": self.queues, "lanes": self.lanes, "rate_factor": self.rate_factor,
             "rate_factor_at": self.rate_factor_at, "paused_until": self.paused_until,
             "last_boost_at": self.last_boost_at, "next_seq": self.next_seq, "clock": self.clock,
             "reserved_total": self.reserved_total, "granted_total": self.granted_total,
             "start": asdict(self.start),
         }
+        if self.runs:  # absent while no turn names a run: old logs keep their state hash
+            d["runs"] = {k: asdict(v) for k, v in sorted(self.runs.items())}
         if self.lane_limit != LaneLimit():
             d["lane_limit"] = asdict(self.lane_limit)
         for key in self._LATER:
@@ -219,6 +238,7 @@ class PoolState:
                 setattr(state, key, d[key])
         state.agents = {k: AgentState(**v) for k, v in d["agents"].items()}
         state.turns = {k: TurnState(**v) for k, v in d["turns"].items()}
+        state.runs = {k: RunState(**v) for k, v in d.get("runs", {}).items()}
         return state
 
     def canonical_json(self) -> str:

@@ -151,3 +151,30 @@ async def test_a_pool_created_later_gets_its_scheduler_from_the_log(app, registe
     [created] = await app.store.read(0, 10, types=[ev.POOL_CREATED], streams=[pool_stream("later")])
     assert set(app.supervisor.schedulers) == {"default", "later"}
     assert app.supervisor.schedulers["later"].state.version >= 1 and created.version == 0
+
+
+async def test_a_run_id_is_recorded_with_the_request_and_charged_to_its_run(app, register, clock):
+    me = await register()
+    turn = await app.service.request_turn(me, 100, 50, run_id="chat-7")
+    [requested] = await app.store.read(0, 100, streams=[turn_stream(turn["turn_id"])], types=[ev.TURN_REQUESTED])
+    assert requested.data["run_id"] == "chat-7"
+    [queued] = await decisions(app, ev.TURN_QUEUED)
+    assert queued.data["run_id"] == "chat-7"
+    clock.advance(4_000)
+    await app.service.complete_turn(me, turn["turn_id"], ev.OK, 90, 40)
+    pool = app.projector.model.pools["default"]
+    assert await app.projector.wait_until(lambda: pool.runs.get("chat-7") is not None
+                                          and pool.runs["chat-7"].live == 0, SETTLE)
+    assert pool.runs["chat-7"].service_s == 4.0
+    plain = await app.service.request_turn(me, 100, 50)
+    [requested] = await app.store.read(0, 100, streams=[turn_stream(plain["turn_id"])], types=[ev.TURN_REQUESTED])
+    assert "run_id" not in requested.data
+
+
+async def test_a_bad_run_id_is_refused_and_appends_nothing(app, register):
+    me = await register()
+    head = await app.store.head()
+    for bad in ("", "x" * 201, "tab\there", 7):
+        with pytest.raises(BadInput, match="runId"):
+            await app.service.request_turn(me, 100, 50, run_id=bad)
+    assert await app.store.head() == head

@@ -12,7 +12,7 @@ from app.domain.decide import decide_many, next_deadline
 from app.domain.settings import PoolSettings
 
 POOL = "golden"
-SETTINGS = PoolSettings(name=POOL, lanes=3, rpm=40, tpm=30_000, lease_seconds=12.0, boost_seconds=40.0,
+SETTINGS = PoolSettings(name=POOL, policy="mlfq", lanes=3, rpm=40, tpm=30_000, lease_seconds=12.0, boost_seconds=40.0,
                         allotment_seconds=(6.0, 20.0, float("inf")),
                         allotment_tokens=(9_000, 40_000, float("inf"))).legacy()
 # legacy(): the log was recorded before the stall deadline, outage detection and adaptive

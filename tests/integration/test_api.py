@@ -345,3 +345,24 @@ async def test_streaming_turn_that_never_starts_is_reaped_at_its_start_deadline(
         await operator("""mutation($name: String!) { createPool(input: {name: $name, lanes: 1, rpm: 60,
             tpm: 1000, startTimeoutFloorSeconds: 0}) { name } }""", name=unique("p"))
     assert err.value.code == "BAD_USER_INPUT" and "startTimeoutFloorSeconds" in str(err.value)
+
+
+RUN_REQUEST = f"""mutation($run: String) {{
+  requestTurn(input: {{estimatedTokens: 10, maxOutputTokens: 10, waitSeconds: 5, runId: $run}}) {{ {TURN_FIELDS} }} }}"""
+
+
+async def test_a_run_id_travels_from_graphql_into_the_log_and_a_bad_one_is_refused(server, operator):
+    pool = await new_pool(operator)
+    agent_id, token = await register(operator, "runner", pool)
+    async with GraphQLClient(server, token) as agent:
+        before = await head(server)
+        turn = (await agent(RUN_REQUEST, run="job-42"))["requestTurn"]
+        assert turn["status"] == "GRANTED"
+        found = await events_of(operator, before, ["TurnRequested", "TurnQueued"])
+        assert [(e["type"], e["data"]["turn_id"], e["data"]["run_id"]) for e in found] == \
+            [("TurnRequested", turn["id"], "job-42"), ("TurnQueued", turn["id"], "job-42")]
+        before = await head(server)
+        with pytest.raises(GraphQLError) as err:
+            await agent(RUN_REQUEST, run="x" * 201)
+        assert err.value.code == "BAD_USER_INPUT" and "runId" in str(err.value.errors)
+        assert await events_of(operator, before, None) == []

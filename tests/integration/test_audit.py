@@ -87,6 +87,21 @@ async def test_replay_under_the_recorded_settings_reproduces_the_real_run(server
     assert body["settings"]["lanes"] == 1 and body["actual"]["completed_ok"] == 12
     code, out = await agentrm(server.url, "replay", "whatif", "--pool", pool)
     assert code == 0 and "grant order and lanes of 12 turns with known durations: identical" in out, out
+    # Old policy against new on the same recorded log, from the command line.
+    assert w.settings.policy == "deadline"
+    code, out = await agentrm(server.url, "replay", "whatif", "--pool", pool, "--policy", "mlfq", "--json")
+    assert code == 0, out
+    body = json.loads(out)
+    assert body["settings"]["policy"] == "mlfq" and "class_slack_seconds" not in body["settings"]
+    assert body["whatif"]["completed_ok"] == 12
+    code, out = await agentrm(server.url, "replay", "whatif", "--pool", pool, "--policy", "deadline",
+                              "--class-slack", "0,30,60", "--run-slack", "2", "--json")
+    assert code == 0, out
+    body = json.loads(out)
+    assert body["settings"]["class_slack_seconds"] == [0.0, 30.0, 60.0]
+    assert body["settings"]["run_slack_per_service"] == 2.0 and body["whatif"]["completed_ok"] == 12
+    code, out = await agentrm(server.url, "replay", "whatif", "--pool", pool, "--class-slack", "0,x,1")
+    assert code == 2, out
 
 
 async def test_verify_passes_on_the_live_log_and_catches_a_forged_copy(server, recorded_run, fresh_database):

@@ -26,7 +26,7 @@ def decisions(out) -> list[tuple[str, dict]]:
 
 
 def pool(**kw):
-    s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 60_000, "lease_seconds": 1000.0,
+    s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 60_000, "lease_seconds": 1000.0, "policy": "mlfq",
                         "boost_seconds": 1000.0, "jitter_seconds": 0.0, **kw})
     return new_pool({"settings": s.to_dict(), "at": 0.0})
 
@@ -329,7 +329,7 @@ def test_the_boost_clears_every_agents_usage():
 
 
 def test_a_new_pool_starts_its_clocks_at_its_creation():
-    s = new_pool({"settings": PoolSettings(boost_seconds=60.0).to_dict(), "at": 1000.0})
+    s = new_pool({"settings": PoolSettings(boost_seconds=60.0, policy="mlfq").to_dict(), "at": 1000.0})
     assert (s.created_at, s.clock, s.rate_factor_at, s.last_boost_at) == (1000.0, 1000.0, 1000.0, 1000.0)
     register(s, "a", now=1000.0)
     assert next_deadline(s, 1000.0) == 1060.0      # the first boost one period after creation

@@ -25,7 +25,7 @@ def decisions(out) -> list[tuple[str, dict]]:
 
 
 def pool(**kw):
-    s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 60_000, "lease_seconds": 5.0, **kw})
+    s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 60_000, "lease_seconds": 5.0, "policy": "mlfq", **kw})
     return new_pool({"settings": s.to_dict(), "at": 0.0})
 
 

@@ -158,7 +158,8 @@ def test_a_saturating_workload_stays_within_the_budget(bursts):
     with usage from nothing to twice the reservation and now and then a 429: the bound is
     tight here."""
     from .workload import start
-    run = start(PoolSettings(name="p", lanes=6, rpm=20, tpm=12_000, lease_seconds=20.0, boost_seconds=30.0))
+    run = start(PoolSettings(name="p", lanes=6, rpm=20, tpm=12_000, lease_seconds=20.0, boost_seconds=30.0,
+                             policy="mlfq"))
     granted_now: list[tuple[str, int]] = []
     for i, (wait, n, est) in enumerate(bursts):
         # Every seventh completion is a 429, so the AIMD factor moves and recovers too.

@@ -18,7 +18,7 @@ from .workload import Ledger
 
 
 def pool(**kw):
-    s = PoolSettings(**{"lanes": 2, "rpm": 600, "tpm": 100_000, **kw})
+    s = PoolSettings(**{"lanes": 2, "rpm": 600, "tpm": 100_000, "policy": "mlfq", **kw})
     return new_pool({"settings": s.to_dict(), "at": 0.0})
 
 

@@ -136,3 +136,48 @@ def test_percentile_interpolates_like_numpy():
 def test_unknown_pool_is_an_error():
     with pytest.raises(ValueError):
         extract_workload(record_fleet().records, "nope")
+
+
+def _deadline_order_holds(decisions, settings) -> None:
+    from tests.unit.workload import Ledger
+    ledger = Ledger(settings)
+    for d in decisions:
+        ledger.fold(d.TYPE, d.to_dict())   # raises on a grant out of deadline order
+
+
+def test_what_if_compares_the_recorded_mlfq_with_the_deadline_order():
+    w = extract_workload(record_fleet().records, "p")
+    assert w.settings.policy == "mlfq"
+    settings = counterfactual_settings(w.settings, policy="deadline", class_slack_seconds=(0.0, 30.0, 60.0))
+    report = what_if(w, settings)
+    assert report.simulation_complete and not report.same_grant_order
+    assert report.whatif.completed_ok == report.actual.completed_ok == 13
+    run = simulate(w, settings)
+    grants = [d for d in run.decisions if isinstance(d, ev.TurnGranted)]
+    assert grants and all(g.order_deadline is not None for g in grants)
+    assert not any(isinstance(d, (ev.AgentDemoted, ev.TurnPromoted)) for d in run.decisions)
+    _deadline_order_holds(run.decisions, settings)
+    # With a batch slack this large, interactive calls never wait behind a batch call queued
+    # after them: their latency is no worse than under the recorded MLFQ (which demotes them).
+    interactive = {t: s for t, s in w.turns.items() if t.startswith("i")}
+    assert measure(interactive, run.decisions).latency_max <= measure(interactive, w.actual).latency_max
+
+
+def test_a_log_recorded_under_the_deadline_order_replays_exactly_and_compares_with_mlfq():
+    log = record_fleet(policy="deadline", class_slack_seconds=(0.0, 2.0, 4.0), run_slack_per_service=1.0)
+    w = extract_workload(log.records, "p")
+    assert w.settings == log.settings
+    same = what_if(w, w.settings)
+    assert same.simulation_complete and same.same_grant_order, same.first_divergence
+    mlfq = what_if(w, counterfactual_settings(w.settings, policy="mlfq"))
+    assert mlfq.simulation_complete and mlfq.settings.policy == "mlfq"
+    assert all(g.order_deadline is None for g in simulate(w, mlfq.settings).decisions
+               if isinstance(g, ev.TurnGranted))
+
+
+def test_an_unknown_order_setting_is_refused():
+    w = extract_workload(record_fleet().records, "p")
+    with pytest.raises(ValueError, match="unknown setting"):
+        counterfactual_settings(w.settings, class_slack=(0.0, 1.0, 2.0))
+    with pytest.raises(ValueError, match="classSlackSeconds"):
+        counterfactual_settings(w.settings, policy="deadline", class_slack_seconds=(0.0, 1.0))

@@ -5,7 +5,7 @@ The ledger folds the decision log with its own code (not apply()), restating the
 the decisions must follow, so comparing it with the scheduler's state is not circular."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import strategies as st
 
@@ -17,7 +17,14 @@ from app.domain.settings import PoolSettings
 AGENTS = [("a0", ev.INTERACTIVE), ("a1", ev.INTERACTIVE), ("a2", ev.BATCH), ("a3", ev.BACKGROUND)]
 
 # A small budget that binds: a few calls empty either bucket.
-SETTINGS = PoolSettings(name="p", lanes=4, rpm=30, tpm=20_000, lease_seconds=20.0, boost_seconds=30.0)
+SETTINGS = PoolSettings(name="p", lanes=4, rpm=30, tpm=20_000, lease_seconds=20.0, boost_seconds=30.0,
+                        policy="mlfq")
+# The same pool under policy "deadline" with every term of the order switched on, and runs
+# forgotten soon enough that the workloads below forget some.
+DEADLINE_SETTINGS = replace(SETTINGS, policy="deadline", class_slack_seconds=(0.0, 6.0, 12.0),
+                            run_slack_per_service=2.0, run_slack_cap_seconds=40.0,
+                            size_slack_per_ktoken=1.0, size_slack_cap_seconds=5.0, run_forget_seconds=100.0)
+RUNS = (None, "r0", "r1", "r2")
 
 headers = st.one_of(
     st.none(),
@@ -30,7 +37,7 @@ headers = st.one_of(
 
 action = st.one_of(
     st.tuples(st.just("request"), st.integers(0, len(AGENTS) - 1), st.integers(0, 8_000),
-              st.integers(0, 4_000), st.booleans()),
+              st.integers(0, 4_000), st.booleans(), st.sampled_from(RUNS)),
     st.tuples(st.just("complete"), st.integers(0, 60), st.sampled_from([ev.OK, ev.OK, ev.OK, ev.RATE_LIMITED, ev.ERROR]),
               st.integers(0, 9_000), st.integers(0, 3_000), headers),
     st.tuples(st.just("heartbeat"), st.integers(0, 60)),
@@ -80,16 +87,18 @@ def to_inputs(run: Run, actions) -> list[tuple[str, dict]]:
         if kind == "request":
             turn_id = f"t{len(run.issued)}"
             run.issued.append(turn_id)
-            inputs.append((ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": AGENTS[act[1]][0],
-                                               "estimated_tokens": act[2], "max_output_tokens": act[3],
-                                               "streams": act[4]}))
+            request = {"turn_id": turn_id, "agent_id": AGENTS[act[1]][0], "estimated_tokens": act[2],
+                       "max_output_tokens": act[3], "streams": act[4]}
+            if len(act) > 5 and act[5] is not None:
+                request["run_id"] = f"{AGENTS[act[1]][0]}.{act[5]}"
+            inputs.append((ev.TURN_REQUESTED, request))
             continue
         if not run.issued:
             continue
         turn_id = run.issued[act[1] % len(run.issued)]
         if kind == "complete":
             data = {"turn_id": turn_id, "outcome": act[2], "prompt_tokens": act[3], "completion_tokens": act[4]}
-            if act[5] is not None:
+            if len(act) > 5 and act[5] is not None:
                 data["rate_limit_headers"] = act[5]
             inputs.append((ev.COMPLETION_REPORTED, data))
         elif kind == "heartbeat":
@@ -120,6 +129,26 @@ class Ledger:
     finished: set[str] = field(default_factory=set)
     lanes: dict[int, str] = field(default_factory=dict)
     agents: dict[str, dict] = field(default_factory=dict)     # level, state, class
+    runs: dict[str, dict] = field(default_factory=dict)       # service, live turns, last activity
+
+    def deadline(self, t: dict) -> float:
+        """Policy "deadline": queued_at + class slack + run slack + size slack (README)."""
+        s = self.settings
+        total = s.class_slack_seconds[{ev.INTERACTIVE: 0, ev.BATCH: 1, ev.BACKGROUND: 2}[
+            self.agents[t["agent"]]["class"]]]
+        if s.run_slack_per_service > 0 and t["run"] is not None:
+            run = self.runs.get(t["run"])
+            total += min(s.run_slack_cap_seconds, s.run_slack_per_service * (run["service"] if run else 0.0))
+        if s.size_slack_per_ktoken > 0:
+            total += min(s.size_slack_cap_seconds, s.size_slack_per_ktoken * t["need"] / 1000.0)
+        return t["queued_at"] + total
+
+    def _charge(self, turn: dict, seconds: float, at: float) -> None:
+        run = self.runs.get(turn["run"]) if turn["run"] is not None else None
+        if run is not None:
+            run["service"] += max(0.0, seconds)
+            run["live"] -= 1
+            run["last"] = at
 
     def entry(self, cls: str) -> int:
         return min({ev.INTERACTIVE: 0, ev.BATCH: 1, ev.BACKGROUND: 2}[cls], self.settings.levels - 1)
@@ -139,30 +168,46 @@ class Ledger:
             need(self.agents[d["agent_id"]]["state"] == ev.ACTIVE, "queued for an inactive agent")
             need(d["level"] == self.agents[d["agent_id"]]["level"], "queued off its agent's level")
             self.turns[d["turn_id"]] = {"status": ev.QUEUED, "lane": None, "level": d["level"], "seq": d["seq"],
-                                        "queued_at": d["at"], "agent": d["agent_id"]}
+                                        "queued_at": d["at"], "agent": d["agent_id"], "run": d.get("run_id"),
+                                        "need": d["estimated_tokens"] + d["max_output_tokens"]}
+            if d.get("run_id") is not None:
+                run = self.runs.setdefault(d["run_id"], {"service": 0.0, "live": 0, "last": d["at"]})
+                run["live"] += 1
+                run["last"] = d["at"]
         elif type_ == ev.TURN_GRANTED:
             need(turn is not None and turn["status"] == ev.QUEUED, "granted but not queued")
             need(0 <= d["lane"] < self.settings.lanes and d["lane"] not in self.lanes, "lane busy or absent")
             waiting = [t for t in self.turns.values() if t["status"] == ev.QUEUED]
-            head = min(waiting, key=lambda t: (t["level"], t["seq"]))
-            need(head is turn, "granted out of MLFQ order (lowest level, then FIFO)")
+            if self.settings.policy == "deadline":
+                head = min(waiting, key=lambda t: (self.deadline(t), t["seq"]))
+                need(head is turn, "granted out of deadline order (earliest virtual deadline, then FIFO)")
+                need(d["order_deadline"] == self.deadline(turn), "recorded a deadline it was not granted by")
+            else:
+                head = min(waiting, key=lambda t: (t["level"], t["seq"]))
+                need(head is turn, "granted out of MLFQ order (lowest level, then FIFO)")
+                need("order_deadline" not in d, "an MLFQ grant with a deadline")
             turn.update(status=ev.GRANTED, lane=d["lane"])
             self.lanes[d["lane"]] = d["turn_id"]
         elif type_ in (ev.TURN_COMPLETED, ev.TURN_REAPED):
             need(turn is not None and turn["status"] == ev.GRANTED, "settled but not granted")
+            held = d["lane_seconds"] if type_ == ev.TURN_COMPLETED else d["at"] - d["granted_at"]
+            self._charge(turn, held, d["at"])
             self._finish(d["turn_id"])
         elif type_ == ev.TURN_CANCELLED:
             if turn is not None:
+                self._charge(turn, d.get("lane_seconds") or 0.0, d["at"])
                 self._finish(d["turn_id"])
             else:
                 need(d["turn_id"] not in self.finished, "cancelled after it finished")
                 self.finished.add(d["turn_id"])   # refused on arrival
         elif type_ == ev.TURN_PROMOTED:
+            need(self.settings.policy != "deadline", "a promotion under deadlines (they age by themselves)")
             need(turn is not None and turn["status"] == ev.QUEUED, "promoted but not queued")
             need(d["from_level"] == turn["level"] > 0 and d["to_level"] == 0, "promoted from the top or elsewhere")
             need(d["at"] - turn["queued_at"] >= self.settings.boost_seconds - 1e-9, "promoted before it aged")
             turn["level"] = d["to_level"]
         elif type_ == ev.AGENT_DEMOTED:
+            need(self.settings.policy != "deadline", "a demotion under deadlines")
             agent = self.agents[d["agent_id"]]
             need(d["from_level"] == agent["level"] and d["to_level"] == agent["level"] + 1, "demoted oddly")
             agent["level"] = d["to_level"]
@@ -176,6 +221,8 @@ class Ledger:
                 if t["status"] == ev.QUEUED:
                     aged = d["at"] - t["queued_at"] >= self.settings.boost_seconds
                     t["level"] = 0 if aged else self.agents[t["agent"]]["level"]
+            forget = d["at"] - self.settings.run_forget_seconds
+            self.runs = {r: x for r, x in self.runs.items() if x["live"] > 0 or x["last"] > forget}
         elif type_ == ev.AGENT_QUARANTINED:
             self.agents[d["agent_id"]]["state"] = ev.QUARANTINED
         elif type_ == ev.QUARANTINE_LIFTED:
@@ -199,3 +246,5 @@ class Ledger:
             assert queue == expected, f"level {level}"
         assert {a: (x.level, x.state) for a, x in state.agents.items()} == \
             {a: (x["level"], x["state"]) for a, x in self.agents.items()}
+        assert {r: (x.service_s, x.live) for r, x in state.runs.items()} == \
+            {r: (x["service"], x["live"]) for r, x in self.runs.items()}

@@ -39,6 +39,8 @@ class AgentRM(Policy):
     - before each LLM call the client requests a turn (estimated tokens = the prompt's exact
       count, max output = the call's max_tokens) and waits for the grant; it learns of
       grants, reaps and cancels `client_delay_s` later, as over a subscription;
+    - it names the run each call belongs to (`runId`: the chat answer, the job, the cron
+      firing), as a client that knows its own program does, so the pool can charge the run;
     - it requests turns with `streams: true`: it heartbeats when the answer's first chunk
       arrives and then every stall_timeout/3 s (lease/3 without a stall deadline) from the
       task that reads the stream, i.e. only while chunks arrive. A call that never returns sends no chunk, so it never heartbeats
@@ -156,7 +158,7 @@ class AgentRM(Policy):
         self._decide(ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": cur.agent.agent_id,
                                          "estimated_tokens": call.prompt_tokens,
                                          "max_output_tokens": call.max_output_tokens, "at": self.sim.now,
-                                         "streams": self.streams})
+                                         "streams": self.streams, "run_id": cur.run_key})
 
     def _granted(self, cur: Cursor, turn_id: str, token: int) -> None:
         if cur.token != token or turn_id not in self.by_turn:

@@ -1,0 +1,93 @@
+"""The order in which a pool's queued turns are granted.
+
+Policies "mlfq" and "fifo" grant the head of the lowest non-empty level (levels first, then
+arrival order), as they always have. Policy "deadline" gives every queued turn a virtual
+deadline and grants the earliest (ties in arrival order):
+
+    deadline = queued_at + class slack + run slack + size slack
+
+- class slack (class isolation): a fixed slack per priority class, `class_slack_seconds`
+  (interactive, batch, background). A batch turn yields to any interactive turn that arrived
+  less than the difference before it, and to no other: interactive work goes first while
+  batch is in the queue, yet no lane idles while anything is queued (work conserving).
+- run slack (run-level attained service, after Autellix's PLAS): `run_slack_per_service`
+  seconds per lane-second the turn's run (the `runId` of its request) has already held,
+  at most `run_slack_cap_seconds`. Short runs overtake long ones, so mean run completion
+  falls. PLAS lifts a waiting call to the top queue once waited >= beta x attained service;
+  here the same beta bounds the extra wait directly, and the cap bounds it for long runs.
+- size slack (size-aware, SRPT-like): `size_slack_per_ktoken` seconds per 1,000 reserved
+  tokens (prompt estimate + max output), at most `size_slack_cap_seconds`.
+
+Why deadlines rather than more levels: every term is bounded, so aging is built in. A turn's
+deadline never exceeds queued_at + the largest class slack + both caps, and every turn queued
+later than that instant has a later deadline; so a turn waits at most that sum plus the time
+to serve the turns queued before that instant: nothing starves, without a separate aging
+rule (tests/unit/test_ordering.py checks the bound). A call in flight is never preempted:
+the order decides only which queued turn takes the next free lane.
+
+The run's attained service is folded from the log (apply: a run's finished turns add the
+lane-seconds they held), so the order is a pure function of the folded state and replay
+reproduces it exactly. Each grant records the deadline it won by (TurnGranted.order_deadline).
+"""
+from __future__ import annotations
+
+from .state import PoolState, TurnState
+
+DEADLINE = "deadline"
+CLASS_INDEX = {"INTERACTIVE": 0, "BATCH": 1, "BACKGROUND": 2}
+
+
+def by_deadline(state: PoolState) -> bool:
+    return state.settings.policy == DEADLINE
+
+
+def run_service(state: PoolState, turn: TurnState) -> float:
+    run = state.runs.get(turn.run_id) if turn.run_id is not None else None
+    return run.service_s if run is not None else 0.0
+
+
+def slack(state: PoolState, turn: TurnState) -> float:
+    s = state.settings
+    agent = state.agents.get(turn.agent_id)
+    index = CLASS_INDEX.get(agent.priority_class, 2) if agent is not None else 2
+    total = s.class_slack_seconds[index]
+    if s.run_slack_per_service > 0 and turn.run_id is not None:
+        total += min(s.run_slack_cap_seconds, s.run_slack_per_service * run_service(state, turn))
+    if s.size_slack_per_ktoken > 0:
+        total += min(s.size_slack_cap_seconds, s.size_slack_per_ktoken * turn.need_tokens / 1000.0)
+    return total
+
+
+def deadline(state: PoolState, turn: TurnState) -> float:
+    return turn.queued_at + slack(state, turn)
+
+
+def max_slack(state: PoolState) -> float:
+    """The largest slack any turn can get: the starvation bound's constant."""
+    s = state.settings
+    return (max(s.class_slack_seconds) + (s.run_slack_cap_seconds if s.run_slack_per_service > 0 else 0.0)
+            + (s.size_slack_cap_seconds if s.size_slack_per_ktoken > 0 else 0.0))
+
+
+def next_turn(state: PoolState) -> TurnState | None:
+    """The queued turn the next free lane goes to (if the rate budget takes it: the choice
+    is never skipped for a smaller turn behind it, so big requests cannot starve either)."""
+    if not by_deadline(state):
+        return state.head()
+    best, best_key = None, None
+    for queue in state.queues:
+        for turn_id in queue:
+            turn = state.turns[turn_id]
+            key = (deadline(state, turn), turn.seq)
+            if best_key is None or key < best_key:
+                best, best_key = turn, key
+    return best
+
+
+def grant_fields(state: PoolState, turn: TurnState) -> dict:
+    """What a grant records of the order that chose it (nothing under mlfq and fifo, whose
+    grants keep their old shape)."""
+    if not by_deadline(state):
+        return {}
+    return {"order_deadline": deadline(state, turn),
+            "run_service_s": run_service(state, turn) if turn.run_id is not None else None}

@@ -1,0 +1,198 @@
+"""Policy "deadline" (app/domain/ordering.py): grants by the earliest virtual deadline
+(queued_at + class slack + run slack + size slack). Properties over random batched
+workloads checked by the independent ledger (order, no double grant, lanes within capacity,
+each run's attained service), replay equal to live, a bound on waiting under sustained load,
+and worked examples of each term."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from hypothesis import given, settings
+
+from app.domain import events as ev
+from app.domain.apply import apply, new_pool
+from app.domain.decide import decide_many
+from app.domain.ordering import max_slack
+from app.domain.settings import PoolSettings
+from app.domain.state import PoolState
+
+from .examples import examples
+from .test_starvation import CALL_S, DEPTH, LANES, Hog
+from .workload import DEADLINE_SETTINGS, Ledger, drive, start, to_inputs, workload
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(workload)
+def test_every_grant_is_the_earliest_deadline_and_the_stored_log_rebuilds_the_state(batches):
+    run = start(DEADLINE_SETTINGS)
+    ledger = Ledger(DEADLINE_SETTINGS)
+    for type_, data in run.log:
+        ledger.fold(type_, data)
+    for wait, actions in batches:
+        for type_, data in run.step(run.now + wait, to_inputs(run, actions)):
+            ledger.fold(type_, data)     # order, lanes, lifecycles, no demotion or promotion
+        ledger.matches(run.state)        # ... and each run's service, after every batch
+    shadow = new_pool(run.created)
+    for type_, data in json.loads(json.dumps(run.log, allow_nan=False)):
+        apply(shadow, type_, data)
+    assert shadow.canonical_json() == run.state.canonical_json()
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(workload, workload)
+def test_a_reloaded_state_orders_exactly_as_the_original(first, then):
+    run = drive(first, DEADLINE_SETTINGS)
+    reloaded = PoolState.from_dict(json.loads(json.dumps(run.state.to_dict(), allow_nan=False)))
+    assert reloaded.canonical_json() == run.state.canonical_json()
+    twin = drive([], DEADLINE_SETTINGS)
+    twin.state, twin.issued, twin.now, twin.position = reloaded, list(run.issued), run.now, run.position
+    mark_run, mark_twin = len(run.log), len(twin.log)
+    for wait, actions in then:
+        twin.step(twin.now + wait, to_inputs(twin, actions))
+        run.step(run.now + wait, to_inputs(run, actions))
+    assert json.dumps(twin.log[mark_twin:]) == json.dumps(run.log[mark_run:])
+
+
+# -- nothing starves --------------------------------------------------------------------
+
+def test_a_background_turn_of_a_long_run_waits_at_most_its_capped_slack_plus_the_work_ahead():
+    """Sixteen interactive agents keep every lane busy and DEPTH turns queued at all times;
+    a background turn whose run has already held lanes arrives. Its slack is the background
+    class's plus the run's, capped (uncapped it would be 100 s per lane-second); every hog
+    turn queued after its deadline comes after it, so it waits at most that slack, then the
+    DEPTH turns queued before its deadline, then one call to free a lane."""
+    hog = Hog(policy="deadline", class_slack_seconds=(0.0, 6.0, 12.0), run_slack_per_service=100.0,
+              run_slack_cap_seconds=30.0)
+    hog.run_until(20.0)
+    request = hog.request("bg.0", "bg")
+    hog.run_until(60.0, [(request[0], {**request[1], "run_id": "job"})])
+    assert "bg.0" in hog.granted_at
+    assert hog.state.runs["job"].service_s == CALL_S      # completed: the run is charged
+    arrival = hog.now
+    request = hog.request("bg.1", "bg")
+    hog.run_until(arrival + 400.0, [(request[0], {**request[1], "run_id": "job"})])
+    assert "bg.1" in hog.granted_at, "the background turn starved"
+    slack = 12.0 + 30.0
+    assert max_slack(hog.state) == slack
+    waited = hog.granted_at["bg.1"] - arrival
+    bound = slack + (DEPTH / LANES + 1) * CALL_S
+    assert slack - CALL_S <= waited <= bound, f"waited {waited:.1f} s, bound {bound:.1f}"
+    assert all(lane is not None for lane in hog.state.lanes)   # the hog saturated the pool
+    assert hog.spins == 0
+
+
+# -- worked examples ----------------------------------------------------------------------
+
+def pool(**settings) -> PoolState:
+    s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 100_000, "lease_seconds": 60.0,
+                        "class_slack_seconds": (0.0, 10.0, 20.0), **settings})
+    state = new_pool({"settings": s.to_dict(), "at": 0.0})
+    agents = [("i", ev.INTERACTIVE), ("j", ev.INTERACTIVE), ("b", ev.BATCH), ("g", ev.BACKGROUND)]
+    decide_many(state, [(ev.AGENT_REGISTERED, {"agent_id": a, "name": a, "priority_class": c}, None)
+                        for a, c in agents], 0.0)
+    return state
+
+
+def request(turn_id, agent_id, at, est=100, out=0, run=None):
+    data = {"turn_id": turn_id, "agent_id": agent_id, "estimated_tokens": est, "max_output_tokens": out,
+            "at": at}
+    if run is not None:
+        data["run_id"] = run
+    return ev.TURN_REQUESTED, data, None
+
+
+def complete(turn_id):
+    return ev.COMPLETION_REPORTED, {"turn_id": turn_id, "outcome": ev.OK, "prompt_tokens": 1,
+                                    "completion_tokens": 1}, None
+
+
+def granted(out) -> list[str]:
+    return [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED]
+
+
+def test_interactive_goes_ahead_of_batch_by_the_class_slack_and_no_further():
+    state = pool()
+    assert granted(decide_many(state, [request("hold", "i", 0.0)], 0.0)) == ["hold"]
+    decide_many(state, [request("batch", "b", 1.0)], 1.0)          # deadline 11
+    decide_many(state, [request("chat", "i", 5.0)], 5.0)           # deadline 5
+    decide_many(state, [request("late", "j", 12.0)], 12.0)         # deadline 12
+    out = decide_many(state, [complete("hold")], 13.0)
+    assert granted(out) == ["chat"]
+    assert [d["order_deadline"] for t, d in out if t == ev.TURN_GRANTED] == [5.0]
+    assert granted(decide_many(state, [complete("chat")], 14.0)) == ["batch"]   # 11 < 12
+    assert granted(decide_many(state, [complete("batch")], 15.0)) == ["late"]
+    assert not any(t in (ev.AGENT_DEMOTED, ev.TURN_PROMOTED) for t, _ in
+                   decide_many(state, [], 500.0))
+
+
+def test_a_short_run_overtakes_a_long_one_by_its_attained_service():
+    state = pool(class_slack_seconds=(0.0, 0.0, 0.0), run_slack_per_service=2.0, run_slack_cap_seconds=25.0)
+    decide_many(state, [request("long.1", "i", 0.0, run="long")], 0.0)
+    decide_many(state, [complete("long.1")], 8.0)                   # the long run has used 8 s
+    assert state.runs["long"].service_s == 8.0
+    decide_many(state, [request("hold", "j", 8.0)], 8.0)
+    decide_many(state, [request("long.2", "i", 9.0, run="long")], 9.0)   # 9 + min(25, 16) = 25
+    decide_many(state, [request("short.1", "j", 20.0, run="short")], 20.0)   # 20 + 0
+    out = decide_many(state, [complete("hold")], 21.0)
+    assert granted(out) == ["short.1"]
+    assert [d["run_service_s"] for t, d in out if t == ev.TURN_GRANTED] == [0.0]
+    out = decide_many(state, [complete("short.1")], 22.0)
+    assert granted(out) == ["long.2"]
+    assert [(d["order_deadline"], d["run_service_s"]) for t, d in out if t == ev.TURN_GRANTED] == [(25.0, 8.0)]
+
+
+def test_the_run_slack_is_capped_so_a_long_run_is_never_starved():
+    state = pool(class_slack_seconds=(0.0, 0.0, 0.0), run_slack_per_service=100.0, run_slack_cap_seconds=5.0)
+    decide_many(state, [request("long.1", "i", 0.0, run="long")], 0.0)
+    decide_many(state, [complete("long.1")], 50.0)                  # 5000 s of slack uncapped
+    decide_many(state, [request("hold", "j", 50.0)], 50.0)
+    decide_many(state, [request("long.2", "i", 51.0, run="long")], 51.0)   # 51 + 5 = 56
+    decide_many(state, [request("new", "j", 57.0, run="new")], 57.0)     # 57
+    assert granted(decide_many(state, [complete("hold")], 58.0)) == ["long.2"]
+
+
+def test_a_smaller_reservation_goes_first_within_the_size_cap():
+    state = pool(class_slack_seconds=(0.0, 0.0, 0.0), size_slack_per_ktoken=1.0, size_slack_cap_seconds=4.0)
+    decide_many(state, [request("hold", "i", 0.0)], 0.0)
+    decide_many(state, [request("big", "i", 1.0, est=9_000, out=1_000)], 1.0)   # 1 + min(4, 10) = 5
+    decide_many(state, [request("small", "j", 2.0, est=500, out=500)], 2.0)     # 2 + 1 = 3
+    decide_many(state, [request("later", "j", 4.5, est=500, out=500)], 4.5)     # 4.5 + 1 = 5.5
+    assert granted(decide_many(state, [complete("hold")], 6.0)) == ["small"]
+    assert granted(decide_many(state, [complete("small")], 7.0)) == ["big"]
+
+
+def test_an_idle_run_is_forgotten_at_a_boost_and_a_live_one_is_kept():
+    state = pool(run_slack_per_service=1.0, run_forget_seconds=100.0, boost_seconds=60.0)
+    decide_many(state, [request("a.1", "i", 0.0, run="a")], 0.0)
+    decide_many(state, [complete("a.1"), request("b.1", "j", 10.0, run="b")], 10.0)  # b.1 queued behind nothing
+    decide_many(state, [request("b.2", "j", 11.0, run="b")], 11.0)
+    assert set(state.runs) == {"a", "b"} and state.runs["b"].live == 2   # one granted, one queued
+    decide_many(state, [], 130.0)                                   # boosts at 60 and 120
+    assert set(state.runs) == {"b"}                                 # a: idle since 10; b: live
+
+
+def test_a_log_without_run_ids_keeps_its_shape_and_state_hash():
+    """TurnRequested and TurnQueued without run_id, as every log before runs: the decisions
+    carry no run fields and the state has no `runs` key (the golden logs rely on it)."""
+    s = PoolSettings(name="p", lanes=1, policy="mlfq")
+    state = new_pool({"settings": s.to_dict(), "at": 0.0})
+    decide_many(state, [(ev.AGENT_REGISTERED, {"agent_id": "a", "name": "a", "priority_class": ev.BATCH}, None)], 0.0)
+    out = decide_many(state, [request("t", "a", 0.0)], 0.0)
+    assert all("run_id" not in d and "order_deadline" not in d for _, d in out)
+    assert "runs" not in state.to_dict() and "run_id" not in state.to_dict()["turns"]["t"]
+    assert "class_slack_seconds" not in s.to_dict()          # settings JSON as before, too
+    assert PoolSettings.from_dict(s.to_dict()) == s
+
+
+def test_deadline_settings_round_trip_and_bad_ones_are_refused():
+    s = replace(DEADLINE_SETTINGS)
+    assert PoolSettings.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    for bad in ({"class_slack_seconds": (0.0, 1.0)}, {"class_slack_seconds": (0.0, -1.0, 2.0)},
+                {"run_slack_per_service": -1.0}, {"size_slack_cap_seconds": 1e9}, {"run_forget_seconds": 0.0},
+                {"policy": "lottery"}):
+        try:
+            replace(s, **bad).validate()
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad}")
