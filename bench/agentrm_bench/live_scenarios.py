@@ -41,7 +41,7 @@ import contextlib
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from app.domain import events as ev
@@ -220,6 +220,16 @@ def sim_overrides(stored: dict) -> dict:
 
 # -- the clients ----------------------------------------------------------------------------------
 
+@dataclass
+class ScenarioClientStats(lc.ClientStats):
+    """live_check.ClientStats, plus the turns the clients themselves saw end each way: what
+    the log-derived metrics can be checked against, turn by turn."""
+    ok_turns: set = field(default_factory=set)            # completed OK, the service accepted it
+    rate_limited_turns: set = field(default_factory=set)  # reported RATE_LIMITED, accepted
+    reaped_turns: set = field(default_factory=set)        # the client found its turn reaped
+    late_turns: set = field(default_factory=set)          # its report lost to a reap (or a cancel)
+
+
 class ScenarioAgent(lc.LiveAgent):
     """live_check.LiveAgent, with the trace's fault (hang, stall or slow) sent with a call's
     attempts until one of them is admitted, as sim.ProviderLink gives the fault to the first
@@ -238,10 +248,34 @@ class ScenarioAgent(lc.LiveAgent):
                 return False
             if answer.kind == "reaped":
                 self.stats.reaps_seen += 1
+                self.stats.reaped_turns.add(turn["id"])
                 continue
             if await self._complete(turn["id"], call, answer):
                 return True
         return False
+
+    async def _complete(self, turn_id: str, call: dict, answer: lc.Answer) -> bool:
+        """Report the answer; True when the call is done. Unlike the generic check's client,
+        it reads the state the report left the turn in: a report that reaches the service
+        after the scheduler reaped the turn is accepted as an input but loses to the reap
+        (the turn comes back REAPED), and the call must be asked again, as in the simulation."""
+        ok = answer.kind == "ok"
+        if not ok:
+            self.stats.rate_limited += 1
+        try:
+            turn = (await self.gql(lc.COMPLETE, id=turn_id, outcome=ev.OK if ok else ev.RATE_LIMITED,
+                                   p=call["prompt_tokens"] if ok else 0, c=answer.completion_tokens if ok else 0,
+                                   retry=answer.retry_after, headers=answer.headers))["completeTurn"]
+        except lc.GraphQLFailure as exc:
+            if exc.code != "CONFLICT":
+                raise
+            turn = {"status": None}
+        if turn["status"] != ev.COMPLETED:    # reaped while the answer was on its way
+            self.stats.late_completions += 1
+            self.stats.late_turns.add(turn_id)
+            return False
+        (self.stats.ok_turns if ok else self.stats.rate_limited_turns).add(turn_id)
+        return ok
 
     async def _stream(self, turn_id: str, call: dict, with_fault: bool, lease: dict) -> lc.Answer:
         fake = {"output_tokens": call["output_tokens"], "latency_s": call["provider_latency_s"],
@@ -296,7 +330,7 @@ async def live_run(endpoints: list[str], store, trace: Trace, s: ScenarioSetting
         stored, created_at, first_position = await stored_settings(store, pool)
         t0 = lc._aligned_start(created_at, stored["boost_seconds"])
         provider.outage_origin = t0
-        clock, stats = lc.Clock(t0, compressed.duration_s), lc.ClientStats()
+        clock, stats = lc.Clock(t0, compressed.duration_s), ScenarioClientStats()
         scripts = call_attempts(compressed)
         agents = []
         for i, (name, token) in enumerate(tokens.items()):
@@ -562,6 +596,10 @@ async def run_async(database_url: str, out_dir: str | Path | None = None, **kwar
         out.mkdir(parents=True, exist_ok=True)
         (out / f"live_{s.scenario}.md").write_text(to_markdown(result))
         (out / f"live_{s.scenario}.json").write_text(json.dumps(result, sort_keys=True, default=str, indent=1))
+    # Not written out (thousands of ids): what the clients saw, turn by turn, for checking.
+    result["client_turns"] = {"ok": set(stats.ok_turns), "rate_limited": set(stats.rate_limited_turns),
+                              "reaped": set(stats.reaped_turns), "late": set(stats.late_turns)}
+    result["provider_access_log"] = list(raw["provider"].access_log)
     return result
 
 
