@@ -5,6 +5,8 @@ the start deadline off), set only through PoolSettings.
 """
 from __future__ import annotations
 
+import random
+
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.decide import decide, decide_events, next_deadline
@@ -60,6 +62,12 @@ class AgentRM(Policy):
         # in its own run, the benchmark uses MEASURED_*_DELAY_S.
         self.client_delay_s = float(ctx.options.get("client_delay_s", MEASURED_CLIENT_DELAY_S))
         self.report_delay_s = float(ctx.options.get("report_delay_s", MEASURED_REPORT_DELAY_S))
+        # A live check may pass the delays it measured one by one instead (`*_samples`): on a
+        # loaded machine they are heavy-tailed, and a constant mean puts every call past a
+        # deadline that only the tail crosses live. Drawn from a seeded stream of their own.
+        self._delay_rng = random.Random(f"{ctx.seed}/client-delays")
+        self._client_samples = list(ctx.options.get("client_delay_samples") or ())
+        self._report_samples = list(ctx.options.get("report_delay_samples") or ())
         self.heartbeat_s = settings.lease_seconds / 3.0
         # The client streams and promises a heartbeat at the first chunk (`streams: true`);
         # agentrm-nodeadline asks with streams false, so its grants keep the plain lease.
@@ -113,7 +121,7 @@ class AgentRM(Policy):
         if isinstance(d, ev.TurnGranted):
             cur.hold = self.recorder.hold(self.sim.now, f"lane{d.lane}")
             token = cur.token
-            self.sim.after(self.client_delay_s, lambda: self._granted(cur, d.turn_id, token))
+            self.sim.after(self._client_delay(), lambda: self._granted(cur, d.turn_id, token))
         elif isinstance(d, ev.TurnCompleted):
             self._drop_turn(cur, d.turn_id)
         elif isinstance(d, ev.TurnReaped):
@@ -124,7 +132,7 @@ class AgentRM(Policy):
             cur.token += 1
             if cur.attempt is not None and cur.attempt.ended_at is None:
                 cur.attempt.abandon(self.sim.now)
-            self.sim.after(self.client_delay_s, lambda: self._request_turn(cur))
+            self.sim.after(self._client_delay(), lambda: self._request_turn(cur))
         elif isinstance(d, ev.TurnCancelled):
             self._drop_turn(cur, d.turn_id)
             cur.token += 1
@@ -173,9 +181,16 @@ class AgentRM(Policy):
                                  if turn_id in self.by_turn else None)
         self.sim.after(self.heartbeat_s, lambda: self._heartbeat(cur, turn_id, attempt))
 
+    def _client_delay(self) -> float:
+        if self._client_samples:
+            return self._client_samples[self._delay_rng.randrange(len(self._client_samples))]
+        return self.client_delay_s
+
     def _after_report_delay(self, callback) -> None:
-        if self.report_delay_s > 0:
-            self.sim.after(self.report_delay_s, callback)
+        delay = self._report_samples[self._delay_rng.randrange(len(self._report_samples))] \
+            if self._report_samples else self.report_delay_s
+        if delay > 0:
+            self.sim.after(delay, callback)
         else:
             callback()
 
