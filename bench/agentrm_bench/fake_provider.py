@@ -22,6 +22,16 @@ Header `x-client-request-id` (OpenAI's own name for it) tags the access log entr
   `data: [DONE]`. The token charge is corrected to real usage when the stream ends.
 - over the limit: after `Provider.REJECT_LATENCY_S`, 429 with `retry-after` and the headers.
 - hang: admitted (charged in full, never settled) and then silent until the client closes.
+
+The scenarios' provider behaviours (sim.py's, on the wall clock; all optional):
+- `"fault": "stall"` with `"stall_after_s"`: the stream starts, then goes silent for ever
+  `stall_after_s` after its first chunk; `"fault": "slow"` with `"slow_extra_s"`: the first
+  chunk comes that much later. A fault applies only if the call is admitted.
+- `outages` (seconds after `outage_origin`): every call admitted inside a window hangs.
+- `max_concurrent`: beyond that many admitted calls in flight, 429 with retry-after 1.
+- `saturation` (a sim.Saturation in wall-clock units): processor sharing over at most
+  `max_running` calls, the rest queued, as sim._SaturatedEngine does; the trace's latency is
+  then ignored and the engine decides when each chunk and the last byte come.
 """
 from __future__ import annotations
 
@@ -31,7 +41,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .sim import Provider
+from .sim import Provider, Saturation
 
 MAX_HEADER_BYTES = 16_384
 
@@ -44,6 +54,8 @@ class AccessEntry:
     received_at: float
     finished_at: float | None = None   # last byte sent; None for a hung or aborted call
     hung: bool = False
+    hung_from: float | None = None     # when it became a call that will never answer
+    first_chunk_at: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -64,9 +76,14 @@ class FakeProvider:
     chunk_interval_s: float = 0.05
     host: str = "127.0.0.1"
     access_log: list[AccessEntry] = field(default_factory=list)
+    outages: tuple[tuple[float, float], ...] = ()
+    outage_origin: float = 0.0          # wall time the outage windows count from
+    max_concurrent: int | None = None
+    saturation: Saturation | None = None
 
     def __post_init__(self) -> None:
-        self.limiter = Provider(self.rpm, self.tpm)
+        self.limiter = Provider(self.rpm, self.tpm, max_concurrent=self.max_concurrent)
+        self.engine = _WallSaturatedEngine(self.saturation) if self.saturation is not None else None
         self._started_at = time.time()
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
@@ -135,12 +152,31 @@ class FakeProvider:
         answer = self.limiter.submit(self._now(), prompt, max_tokens)
         if not answer.admitted:
             return await self._reject(writer, entry, answer.headers)
-        if fake.get("hang"):
-            return await self._hang(reader, entry)
-        await self._stream(writer, entry, answer.headers, prompt, max_tokens,
-                           int(fake.get("output_tokens", 1)), float(fake.get("latency_s", 0.0)),
-                           float(fake.get("first_chunk_s", 0.0)))
-        return True
+        try:   # admitted: in flight until answered or closed by the client (max_concurrent)
+            if fake.get("hang") or fake.get("fault") == "hang" or self._in_outage(entry.received_at):
+                return await self._hang(reader, entry)
+            fault = fake.get("fault")
+            first_chunk = float(fake.get("first_chunk_s", 0.0))
+            latency = float(fake.get("latency_s", 0.0))
+            if fault == "slow":
+                extra = float(fake.get("slow_extra_s", 0.0))
+                first_chunk, latency = first_chunk + extra, latency + extra
+            stall_after = float(fake.get("stall_after_s", 0.0)) if fault == "stall" else None
+            if self.engine is not None and stall_after is None:
+                await self._stream_saturated(writer, entry, answer.headers, prompt, max_tokens,
+                                             int(fake.get("output_tokens", 1)))
+                return True
+            done = await self._stream(writer, entry, answer.headers, prompt, max_tokens,
+                                      int(fake.get("output_tokens", 1)), latency, first_chunk, stall_after)
+            if not done:   # stalled: silent until the client hangs up
+                await self._drain_until_closed(reader)
+                return False
+            return True
+        finally:
+            self.limiter.inflight -= 1
+
+    def _in_outage(self, at: float) -> bool:
+        return any(start <= at - self.outage_origin < end for start, end in self.outages)
 
     # -- the three answers ------------------------------------------------------------------
     async def _reject(self, writer, entry: AccessEntry, headers: dict) -> bool:
@@ -155,30 +191,72 @@ class FakeProvider:
     async def _hang(self, reader: asyncio.StreamReader, entry: AccessEntry) -> bool:
         # Admitted and charged, then nothing: the promise that never settles. Wait for the
         # client to give up (EOF) so the connection is not reused for another call.
-        entry.status, entry.hung = 200, True
+        entry.status, entry.hung, entry.hung_from = 200, True, entry.received_at
+        await self._drain_until_closed(reader)
+        return False
+
+    @staticmethod
+    async def _drain_until_closed(reader: asyncio.StreamReader) -> None:
         with contextlib.suppress(ConnectionError):
             while await reader.read(65_536):
                 pass
-        return False
 
     async def _stream(self, writer, entry: AccessEntry, headers: dict, prompt: int, max_tokens: int,
-                      output: int, latency: float, first_chunk: float = 0.0) -> None:
+                      output: int, latency: float, first_chunk: float = 0.0,
+                      stall_after: float | None = None) -> bool:
+        """Stream one answer; False when it stalled (the stream stopped for ever)."""
         entry.status = 200
         started = time.time()
         # Time to first token (prefill): nothing at all arrives before it, headers included,
         # as with hosted APIs that answer once the first token is ready.
         if first_chunk > 0:
             await asyncio.sleep(min(first_chunk, latency))
-        head = {**headers, "content-type": "text/event-stream", "transfer-encoding": "chunked",
-                "x-request-id": entry.request_id or "fake"}
-        writer.write(_status_line(200) + _header_block(head))
-        await _chunk(writer, _sse({"choices": [{"delta": {"role": "assistant"}, "index": 0}]}))
+        await self._first_chunk(writer, entry, headers)
+        if stall_after is not None:
+            # A stall: chunks flow for stall_after, then nothing, ever (the answer never comes).
+            stalls_at = time.time() + stall_after
+            while (until := stalls_at - time.time()) > 0:
+                await asyncio.sleep(min(self.chunk_interval_s, until))
+                if time.time() < stalls_at:
+                    await _chunk(writer, _sse({"choices": [{"delta": {"content": "…"}, "index": 0}]}))
+            entry.hung, entry.hung_from = True, stalls_at
+            return False
         # Chunks at a steady cadence until the call's latency has passed: the client sees
         # progress as it would while tokens stream in.
         while (left := started + latency - time.time()) > 0:
             await asyncio.sleep(min(self.chunk_interval_s, left))
             if time.time() < started + latency:
                 await _chunk(writer, _sse({"choices": [{"delta": {"content": "…"}, "index": 0}]}))
+        await self._last_chunk(writer, entry, prompt, max_tokens, output)
+        return True
+
+    async def _first_chunk(self, writer, entry: AccessEntry, headers: dict) -> None:
+        head = {**headers, "content-type": "text/event-stream", "transfer-encoding": "chunked",
+                "x-request-id": entry.request_id or "fake"}
+        writer.write(_status_line(200) + _header_block(head))
+        await _chunk(writer, _sse({"choices": [{"delta": {"role": "assistant"}, "index": 0}]}))
+        entry.first_chunk_at = time.time()
+
+    async def _stream_saturated(self, writer, entry: AccessEntry, headers: dict, prompt: int,
+                                max_tokens: int, output: int) -> None:
+        entry.status = 200
+        job = _Job(float(output))
+        try:
+            await self.engine.admit(job, prompt)
+            await self._first_chunk(writer, entry, headers)
+            self.engine.start_decoding(job)
+            while True:
+                left = self.engine.seconds_left(job)
+                if left <= 1e-6:
+                    break
+                await asyncio.sleep(min(self.chunk_interval_s, left))
+                if self.engine.seconds_left(job) > 1e-6:
+                    await _chunk(writer, _sse({"choices": [{"delta": {"content": "…"}, "index": 0}]}))
+        finally:
+            self.engine.leave(job)   # answered, or the client hung up: the server stops on it
+        await self._last_chunk(writer, entry, prompt, max_tokens, output)
+
+    async def _last_chunk(self, writer, entry: AccessEntry, prompt: int, max_tokens: int, output: int) -> None:
         usage = {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output}
         await _chunk(writer, _sse({"choices": [{"delta": {}, "finish_reason": "stop", "index": 0}],
                                    "usage": usage}))
@@ -194,7 +272,72 @@ class FakeProvider:
         return {"requests": len(log), "admitted": sum(e.status == 200 for e in log),
                 "rate_limited": sum(e.status == 429 for e in log), "hung": sum(e.hung for e in log),
                 "answered": sum(e.status == 200 and e.finished_at is not None for e in log),
+                "stalled": sum(e.hung and e.first_chunk_at is not None for e in log),
                 "rpm": self.rpm, "tpm": self.tpm}
+
+
+# -- a saturating provider on the wall clock ------------------------------------------------------
+
+@dataclass(eq=False)
+class _Job:
+    remaining: float              # output tokens still to decode
+    decoding: bool = False
+    ttft: float = 0.0
+    admitted: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class _WallSaturatedEngine:
+    """sim._SaturatedEngine on the wall clock: at most `max_running` calls run (prefilling or
+    decoding), the rest wait in FIFO order; a call's first chunk comes ttft(running) +
+    prefill after it starts running; decoding calls share X(n) tokens/s equally, n counting
+    every running call, as in the simulation. Remaining tokens are advanced whenever the
+    running set changes or a stream asks, so the rate is exact piecewise."""
+
+    def __init__(self, model: Saturation):
+        self.model = model
+        self.running: list[_Job] = []
+        self.waiting: list[_Job] = []
+        self.updated_at = time.time()
+
+    def _advance(self) -> None:
+        now = time.time()
+        rate = self.model.per_request_rate(len(self.running))
+        for job in self.running:
+            if job.decoding:
+                job.remaining -= (now - self.updated_at) * rate
+        self.updated_at = now
+
+    async def admit(self, job: _Job, prompt: int) -> None:
+        self._advance()
+        if len(self.running) < self.model.max_running:
+            self._run(job)
+        else:
+            self.waiting.append(job)
+        await job.admitted.wait()
+        # ttft with the running count at the moment it starts running (as the simulation).
+        await asyncio.sleep(job.ttft + prompt / self.model.prefill_tokens_per_s)
+
+    def _run(self, job: _Job) -> None:
+        self.running.append(job)
+        job.ttft = self.model.ttft(len(self.running))
+        job.admitted.set()
+
+    def start_decoding(self, job: _Job) -> None:
+        self._advance()
+        job.decoding = True
+
+    def seconds_left(self, job: _Job) -> float:
+        self._advance()
+        return max(0.0, job.remaining) / self.model.per_request_rate(len(self.running))
+
+    def leave(self, job: _Job) -> None:
+        self._advance()
+        if job in self.running:
+            self.running.remove(job)
+        elif job in self.waiting:
+            self.waiting.remove(job)
+        while self.waiting and len(self.running) < self.model.max_running:
+            self._run(self.waiting.pop(0))
 
 
 # -- HTTP/1.1 plumbing ------------------------------------------------------------------------

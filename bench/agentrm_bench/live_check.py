@@ -3,6 +3,7 @@ against the simulation.
 
     agentrm bench live [--agents 30] [--minutes 10] [--compression 20] [--seed 1]
         [--hang-rate 0.02] [--out DIR] [--json]
+    agentrm bench live --scenario NAME [...]    (live_scenarios.py: one frozen scenario)
 
 What runs: the seeded trace of `agentrm bench scheduler` (scaled down to a few dozen agents
 and its pool scaled with it), time-compressed by a factor c: every duration of the trace
@@ -934,6 +935,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--scenario" or a.startswith("--scenario=") for a in argv):
+        from .live_scenarios import main as scenario_main   # one frozen scenario of benchmark v2
+        return scenario_main(argv)
     args = _parser().parse_args(argv)
     try:
         LiveSettings(agents=args.agents, minutes=args.minutes, compression=args.compression,

@@ -115,6 +115,7 @@ class Saturation:
     max_running: int = 48
     ttft_base_s: float = 0.055
     ttft_quad_s: float = 0.00027
+    prefill_tokens_per_s: float = 20_000.0   # the workload's prefill speed (a live check compresses it)
 
     def per_request_rate(self, running: int) -> float:
         return self.x_max_tokens_per_s / (max(1, running) + self.k)
@@ -407,7 +408,7 @@ class _SaturatedEngine:
     def _run(self, attempt, call, on_first_chunk, on_done) -> None:
         entry = [attempt, float(call.output_tokens), False, on_done]
         self.running.append(entry)
-        ttft = self.model.ttft(len(self.running)) + call.prompt_tokens / 20_000.0
+        ttft = self.model.ttft(len(self.running)) + call.prompt_tokens / self.model.prefill_tokens_per_s
 
         def first() -> None:
             self._advance()

@@ -5,6 +5,8 @@ the start deadline off), set only through PoolSettings.
 """
 from __future__ import annotations
 
+import random
+
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.decide import decide, decide_events, next_deadline
@@ -62,6 +64,12 @@ class AgentRM(Policy):
         # in its own run, the benchmark uses MEASURED_*_DELAY_S.
         self.client_delay_s = float(ctx.options.get("client_delay_s", MEASURED_CLIENT_DELAY_S))
         self.report_delay_s = float(ctx.options.get("report_delay_s", MEASURED_REPORT_DELAY_S))
+        # A live check may pass the delays it measured one by one instead (`*_samples`): on a
+        # loaded machine they are heavy-tailed, and a constant mean puts every call past a
+        # deadline that only the tail crosses live. Drawn from a seeded stream of their own.
+        self._delay_rng = random.Random(f"{ctx.seed}/client-delays")
+        self._client_samples = list(ctx.options.get("client_delay_samples") or ())
+        self._report_samples = list(ctx.options.get("report_delay_samples") or ())
         # A streaming client heartbeats with its chunks: a third of the stall deadline apart
         # while they flow (a third of the lease where there is none), so a live stream is
         # never taken for a stalled one.
@@ -119,7 +127,7 @@ class AgentRM(Policy):
         if isinstance(d, ev.TurnGranted):
             cur.hold = self.recorder.hold(self.sim.now, f"lane{d.lane}")
             token = cur.token
-            self.sim.after(self.client_delay_s, lambda: self._granted(cur, d.turn_id, token))
+            self.sim.after(self._client_delay(), lambda: self._granted(cur, d.turn_id, token))
         elif isinstance(d, ev.TurnCompleted):
             self._drop_turn(cur, d.turn_id)
         elif isinstance(d, ev.TurnReaped):
@@ -130,7 +138,7 @@ class AgentRM(Policy):
             cur.token += 1
             if cur.attempt is not None and cur.attempt.ended_at is None:
                 cur.attempt.abandon(self.sim.now)
-            self.sim.after(self.client_delay_s, lambda: self._request_turn(cur))
+            self.sim.after(self._client_delay(), lambda: self._request_turn(cur))
         elif isinstance(d, ev.TurnCancelled):
             self._drop_turn(cur, d.turn_id)
             cur.token += 1
@@ -179,9 +187,16 @@ class AgentRM(Policy):
                                  if turn_id in self.by_turn else None)
         self.sim.after(self.heartbeat_s, lambda: self._heartbeat(cur, turn_id, attempt))
 
+    def _client_delay(self) -> float:
+        if self._client_samples:
+            return self._client_samples[self._delay_rng.randrange(len(self._client_samples))]
+        return self.client_delay_s
+
     def _after_report_delay(self, callback) -> None:
-        if self.report_delay_s > 0:
-            self.sim.after(self.report_delay_s, callback)
+        delay = self._report_samples[self._delay_rng.randrange(len(self._report_samples))] \
+            if self._report_samples else self.report_delay_s
+        if delay > 0:
+            self.sim.after(delay, callback)
         else:
             callback()
 
