@@ -53,8 +53,7 @@ from .fake_provider import FakeProvider
 from .metrics import envelope_excess
 from .scenarios import AGENTRM_DEFAULTS, SCENARIOS, Scenario
 from .scheduler_bench import simulate
-from .sim import Saturation
-from .workload import CLASSES, Trace, WorkloadParams, call_attempts, generate
+from .workload import Trace, WorkloadParams, call_attempts, generate
 
 TOLERANCE = 0.15
 FULL_FLEET = 200                 # the scenarios' fleet; the live run scales it down
