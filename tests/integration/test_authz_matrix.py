@@ -34,6 +34,7 @@ class Row:
     document: str
     variables: object          # ctx -> dict
     expect: dict
+    needs_lease: bool = False  # the row aims at A's resource lease (made only where needed: it costs)
 
 
 QUERIES = {
@@ -60,6 +61,22 @@ QUERIES = {
                   lambda c: {"a": c.agent}, OPERATOR_ONLY),
     "replayCheck": Row("query($pool: String) { replayCheck(pool: $pool) { matches } }",
                        lambda c: {"pool": c.pool}, OPERATOR_ONLY),
+    # The console's operator views.
+    "logHead": Row("{ logHead }", lambda c: {}, OPERATOR_ONLY),
+    "agentActivity": Row("query($pool: String) { agentActivity(pool: $pool) { __typename } }",
+                         lambda c: {"pool": c.pool}, OPERATOR_ONLY),
+    "agentTurns": Row("query($a: ID!) { agentTurns(agentId: $a) { id } }", lambda c: {"a": c.agent}, OPERATOR_ONLY),
+    "contextTiers": Row("query($a: ID!) { contextTiers(agentId: $a) { __typename } }",
+                        lambda c: {"a": c.agent}, OPERATOR_ONLY),
+    "verify": Row("query($pool: String) { verify(pool: $pool) { __typename } }",
+                  lambda c: {"pool": c.pool}, OPERATOR_ONLY),
+    # Resources. Agents contend for them, so every agent sees which exist (the names and
+    # capacities asked here; holders are visible by design: a waiter may ask whom it waits on).
+    "resources": Row("{ resources { name capacity } }", lambda c: {}, AUTHENTICATED),
+    "resourceLease": Row("query($id: ID!) { resourceLease(id: $id) { id status } }",
+                         lambda c: {"id": c.lease}, SELF_OR_OPERATOR),
+    "accessGrants": Row("query($a: ID) { accessGrants(agentId: $a) { id } }", lambda c: {"a": c.agent},
+                        SELF_OR_OPERATOR),
 }
 
 MUTATIONS = {
@@ -92,6 +109,21 @@ MUTATIONS = {
                           lambda c: {"a": c.agent}, SELF_OR_OPERATOR),
     "wakeAgent": Row("mutation($a: ID!) { wakeAgent(agentId: $a) { id } }", lambda c: {"a": c.agent},
                      SELF_OR_OPERATOR),
+    "defineResource": Row("mutation($n: String!) { defineResource(input: {name: $n, capacity: 2}) { name } }",
+                          lambda c: {"n": f"tool:mx_{uuid.uuid4().hex[:8]}"}, OPERATOR_ONLY),
+    "acquireResource": Row("mutation($n: String!) { acquireResource(input: {name: $n, mode: SHARED}) { id status } }",
+                           lambda c: {"n": c.spare}, ANY_AGENT_FOR_ITSELF, needs_lease=True),
+    "heartbeatResource": Row("mutation($id: ID!) { heartbeatResource(leaseId: $id) { id } }",
+                             lambda c: {"id": c.lease}, AGENT_ITSELF, needs_lease=True),
+    "releaseResource": Row("mutation($id: ID!) { releaseResource(leaseId: $id) { id } }",
+                           lambda c: {"id": c.lease}, SELF_OR_OPERATOR, needs_lease=True),
+    # A grant would switch default deny on for the whole session's server (README, access), so
+    # the operator's row is an allowed call with a bad pattern, and a revoke of no grant: the
+    # answer shows the operator passed the authorization check and nothing else did.
+    "grantAccess": Row("mutation($a: ID!) { grantAccess(input: {agentId: $a, pattern: \" \"}) { id } }",
+                       lambda c: {"a": c.agent}, {**OPERATOR_ONLY, "operator": "BAD_USER_INPUT"}),
+    "revokeAccess": Row("mutation { revokeAccess(grantId: \"no-such-grant\") { id } }", lambda c: {},
+                        {**OPERATOR_ONLY, "operator": "NOT_FOUND"}),
 }
 
 SUBSCRIPTIONS = {
@@ -127,6 +159,9 @@ class Ctx:
     tokens: dict[str, str | None]
     other_agent: str
     other_pool: str
+    resource: str | None = None   # held EXCLUSIVE by A, through `lease`
+    lease: str | None = None
+    spare: str | None = None      # defined, held by nobody
 
 
 async def make_pools(operator) -> tuple[str, str]:
@@ -139,8 +174,10 @@ async def make_pools(operator) -> tuple[str, str]:
     return pools
 
 
-async def make_ctx(server, operator, pools: tuple[str, str] | None = None, *, context: bool = True) -> Ctx:
-    """Agent A (with a granted turn and, if asked, some context) in pool P; agent B in pool Q."""
+async def make_ctx(server, operator, pools: tuple[str, str] | None = None, *, context: bool = True,
+                   lease: bool = False) -> Ctx:
+    """Agent A (with a granted turn and, if asked, some context and a held resource) in pool P;
+    agent B in pool Q."""
     pool, other_pool = pools or await make_pools(operator)
     a_id, a_token = await register(operator, "a", pool)
     b_id, b_token = await register(operator, "b", other_pool)
@@ -149,10 +186,20 @@ async def make_ctx(server, operator, pools: tuple[str, str] | None = None, *, co
         if context:
             await a("mutation { appendContext(input: {role: \"user\", content: \"remember the blue door\"}) "
                     "{ agentId } }")
+        resource = lease_id = spare = None
+        if lease:
+            # A lease longer than the session: its reaping appends nothing while tests count events.
+            resource, spare = f"repo:mx_{uuid.uuid4().hex[:8]}", f"env:mx_{uuid.uuid4().hex[:8]}"
+            for name in (resource, spare):
+                await operator("mutation($n: String!) { defineResource(input: {name: $n, capacity: 5, "
+                               "leaseSeconds: 86400}) { name } }", n=name)
+            held = await a("mutation($n: String!) { acquireResource(input: {name: $n}) { id status } }", n=resource)
+            assert held["acquireResource"]["status"] == "HELD"
+            lease_id = held["acquireResource"]["id"]
     assert turn["requestTurn"]["status"] == "GRANTED"
     return Ctx(pool, a_id, turn["requestTurn"]["id"], await server.runtime.store.head(),
                {"none": None, "invalid": "agt_not-a-real-token", "other": b_token, "own": a_token,
-                "operator": "op_test_token"}, b_id, other_pool)
+                "operator": "op_test_token"}, b_id, other_pool, resource, lease_id, spare)
 
 
 def outcome(body: dict, field: str) -> str:
@@ -173,7 +220,7 @@ async def check_other_sees_nothing_of_a(body: dict, ctx: Ctx, where: str, failur
 
 
 async def test_queries_against_every_role(server, operator):
-    ctx, failures = await make_ctx(server, operator), []
+    ctx, failures = await make_ctx(server, operator, lease=True), []
     for field, row in QUERIES.items():
         for role in ROLES:
             async with GraphQLClient(server, ctx.tokens[role]) as client:
@@ -187,11 +234,14 @@ async def test_queries_against_every_role(server, operator):
 
 
 async def test_mutations_against_every_role(server, operator):
-    failures, pools = [], await make_pools(operator)
+    failures = []
     for field, row in MUTATIONS.items():
+        # Pools of the row's own: each role's A holds a lane for the session, and a new pool
+        # starts below its configured lanes (adaptive lanes, README).
+        pools = await make_pools(operator)
         for role in ROLES:
             # Fresh agents: a mutation may use A's turn or token up.
-            ctx = await make_ctx(server, operator, pools, context=False)
+            ctx = await make_ctx(server, operator, pools, context=False, lease=row.needs_lease)
             head = await server.runtime.store.head()
             async with GraphQLClient(server, ctx.tokens[role]) as client:
                 body = await client.raw(row.document, row.variables(ctx))
