@@ -189,7 +189,7 @@ def hybrid_ranking(query_vector: np.ndarray | None, query_tokens: list[str], chr
                    neighbour_weight: float = NEIGHBOUR_WEIGHT, dense: bool = True, bm25: bool = True) -> list[int]:
     """Message seqs, most relevant first: RRF of the dense ranking (cosine plus neighbour
     propagation, over messages that have a vector) and the BM25 ranking. A message the
-    indexer has not reached yet competes on BM25 alone."""
+    indexer has not reached yet competes on BM25 alone; messages in neither come last."""
     rankings: list[list[int]] = []
     if dense and query_vector is not None and vectors is not None and len(vectors.seqs):
         wanted = set(chronological)
@@ -199,4 +199,9 @@ def hybrid_ranking(query_vector: np.ndarray | None, query_tokens: list[str], chr
         rankings.append(ranked(with_neighbours(scores, in_order, neighbour_weight)))
     if bm25:
         rankings.append(lexical.ranking(query_tokens))
-    return reciprocal_rank_fusion(rankings)
+    fused = reciprocal_rank_fusion(rankings)
+    # A message no ranking holds (no query word, and no vector yet, or dense off) still
+    # competes for the budget the ranked ones leave, newest first: under a budget that fits
+    # everything, the view must not drop a message because the indexer has not reached it.
+    ranked_seqs = set(fused)
+    return fused + [s for s in reversed(chronological) if s not in ranked_seqs]

@@ -65,4 +65,5 @@ def test_a_message_without_a_vector_yet_competes_on_bm25_alone():
                              [1, 2, 3], cache.get("a"), index)
     assert set(ranking) == {1, 2, 3} and ranking[0] in (2, 3)
     assert hybrid_ranking(query, [], [1, 2, 3], cache.get("a"), index, bm25=False)[0] == 2
-    assert hybrid_ranking(None, lexical.tokenize("vault password"), [1, 2, 3], None, index) == [3]
+    # BM25 alone ranks only 3; the others still come after it, newest first, for the budget left.
+    assert hybrid_ranking(None, lexical.tokenize("vault password"), [1, 2, 3], None, index) == [3, 2, 1]
