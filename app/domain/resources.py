@@ -35,7 +35,9 @@ keeps its request from being granted: the holders it does not fit beside, and ev
 waiter ahead of it (FIFO makes it wait for them). The graph has no cycle before a request
 (invariant), so any cycle after placing one runs through the requesting agent: decide
 looks for that cycle before the request waits, and refuses the request with the cycle
-named instead of letting it hang. Re-entrant requests (an agent asking for a resource it
+named instead of letting it hang. A request granted at once is checked too: of a lower
+level than waiters already queued, it passes them, and they then wait for its agent,
+which may itself be waiting elsewhere. Re-entrant requests (an agent asking for a resource it
 holds, or waits for, in a conflicting way) are the cycle of length one.
 """
 from __future__ import annotations
@@ -373,20 +375,25 @@ def _on_acquire(step: _Step, e: rev.ResourceAcquireRequested) -> None:
     common = dict(lease_id=e.lease_id, agent_id=e.agent_id, resource=e.resource, mode=e.mode,
                   level=e.level, seq=seq, requested_at=e.at)
     ahead = [x for x in state.waiters(e.resource) if x.order < lease.order]
-    if not ahead and state.fits(e.resource, e.mode):
-        step.emit(rev.ResourceGranted, **common, lease_expires_at=step.now + definition.lease_seconds,
-                  rule=verdict.rule)
-        return
+    grant_now = not ahead and state.fits(e.resource, e.mode)
+    if grant_now:
+        # Granted at once it may pass waiters of a higher level, which then wait for this
+        # agent: if the agent itself waits elsewhere, that can close a cycle too.
+        lease.status, lease.granted_at = rev.HELD, step.now
     # Would it close a cycle? Try it in the graph, take it out again.
     state.add_lease(lease)
     try:
         cycle = find_cycle(_WaitsFor(state), e.agent_id)
-        blocked_by = sorted({x.agent_id for x in blockers(state, lease)})
+        blocked_by = [] if grant_now else sorted({x.agent_id for x in blockers(state, lease)})
     finally:
         state.drop_lease(e.lease_id)
     if cycle is not None:
         _refuse(step, e, rev.DEADLOCK, f"acquiring {e.resource} ({e.mode}) would deadlock: "
                 + describe_cycle(cycle), cycle=cycle)
+        return
+    if grant_now:
+        step.emit(rev.ResourceGranted, **common, lease_expires_at=step.now + definition.lease_seconds,
+                  rule=verdict.rule)
         return
     step.emit(rev.ResourceWaiting, **common, lease_expires_at=lease.lease_expires_at,
               blocked_by=blocked_by, rule=verdict.rule)

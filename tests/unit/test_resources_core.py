@@ -199,6 +199,49 @@ def test_a_deadlock_through_the_fifo_order_is_found_too():
     assert [(x["agent_id"], x["waits_for"]) for x in refused.cycle] == [("a", "c"), ("c", "b"), ("b", "a")]
 
 
+def test_a_grant_at_once_that_passes_a_lower_priority_waiter_is_checked_for_a_cycle():
+    """b holds m and waits (batch level 2) for an EXCLUSIVE hold on s, which c shares; a waits
+    for b on m. a's interactive SHARED request for s fits and nobody of its level is ahead,
+    but granting it would make b wait for a as well: a -> b -> a. It is refused, the cycle
+    named, and nothing is held or queued for it."""
+    log = Log()
+    log.define("m")
+    log.define("s", capacity=2)
+    log.acquire("b", "m")
+    log.acquire("c", "s", rev.SHARED)
+    _lease, waiting = log.acquire("b", "s", rev.EXCLUSIVE, level=2)
+    assert waiting.TYPE == rev.RESOURCE_WAITING
+    _lease, waiting = log.acquire("a", "m")
+    assert waiting.TYPE == rev.RESOURCE_WAITING
+    before = log.state.to_dict()["leases"]
+    lease, refused = log.acquire("a", "s", rev.SHARED, level=0)
+    assert refused.TYPE == rev.RESOURCE_REFUSED and refused.reason == rev.DEADLOCK
+    assert refused.cycle == [{"agent_id": "a", "waits_for": "b", "resource": "m"},
+                             {"agent_id": "b", "waits_for": "a", "resource": "s"}]
+    assert lease not in log.state.leases and log.state.to_dict()["leases"] == before
+    graph = wait_for_graph(log.state)
+    assert all(find_cycle(graph, agent) is None for agent in graph)
+    # Without the wait elsewhere the same request is granted at once, ahead of the batch waiter.
+    _lease, granted = log.acquire("d", "s", rev.SHARED, level=0)
+    assert granted.TYPE == rev.RESOURCE_GRANTED
+
+
+def test_passing_ones_own_lower_priority_waiter_is_the_cycle_of_one():
+    """The property test's shrunk example: b waits (level 1) for an EXCLUSIVE hold on s that
+    a shares; b's SHARED request at level 0 fits beside a and would be granted ahead of b's
+    own waiting request, which would then wait for b."""
+    log = Log()
+    log.define("s", capacity=2)
+    log.acquire("a", "s", rev.SHARED)
+    _lease, waiting = log.acquire("b", "s", rev.EXCLUSIVE, level=1)
+    assert waiting.TYPE == rev.RESOURCE_WAITING
+    _lease, refused = log.acquire("b", "s", rev.SHARED, level=0)
+    assert refused.reason == rev.DEADLOCK
+    assert refused.cycle == [{"agent_id": "b", "waits_for": "b", "resource": "s"}]
+    graph = wait_for_graph(log.state)
+    assert all(find_cycle(graph, agent) is None for agent in graph)
+
+
 def test_asking_again_for_what_one_holds_is_the_cycle_of_one():
     log = Log()
     log.define("x", capacity=3)
