@@ -17,24 +17,16 @@ from app.domain.access import AccessPolicy
 from app.domain.streams import RESOURCE_DECISIONS_STREAM
 
 from . import Record
-from .verify import Violation
+from .verify import Violation, ViolationsReport
 
 CATEGORIES = ("resource", "lease", "access", "resources")
 
 
 @dataclass
-class ResourceVerifyReport:
+class ResourceVerifyReport(ViolationsReport):
     decisions_checked: int = 0
     grants_checked: int = 0
     violations: list[Violation] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    @property
-    def first(self) -> Violation | None:
-        return self.violations[0] if self.violations else None
 
 
 def _policy_at(access: list[Record], position: int) -> AccessPolicy:

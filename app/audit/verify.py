@@ -37,12 +37,12 @@ class Violation:
         return f"position {self.position} ({self.type} in {self.stream}): {self.message}"
 
 
-@dataclass
-class VerifyReport:
-    events_checked: int = 0
-    decisions_checked: int = 0
-    pools: list[str] = field(default_factory=list)
-    violations: list[Violation] = field(default_factory=list)
+class ViolationsReport:
+    """What every checker's report answers the same way: each checker stops at its first
+    violation, so a report is ok when it has none, and `first` is the one that matters.
+    A plain mixin, not a dataclass, so that each report keeps its own field order."""
+
+    violations: list[Violation]
 
     @property
     def ok(self) -> bool:
@@ -51,6 +51,14 @@ class VerifyReport:
     @property
     def first(self) -> Violation | None:
         return self.violations[0] if self.violations else None
+
+
+@dataclass
+class VerifyReport(ViolationsReport):
+    events_checked: int = 0
+    decisions_checked: int = 0
+    pools: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
 
 
 class _PoolCheck:

@@ -19,6 +19,7 @@ from app.domain.streams import ACCESS, LEASE, RESOURCE, RESOURCE_DECISIONS_STREA
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.ports import Clock, EventLog, Leadership, Lease, Wakeups
 from app.scheduler.inbox import LogInbox
+from app.scheduler.writer import LostLeadership, next_batch, write_step
 from app.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -28,10 +29,6 @@ LEADERSHIP_NAME = "resources:manager"
 CATEGORIES = (RESOURCE, LEASE, ACCESS, RESOURCES)
 _FOLLOWED = rev.RESOURCE_INPUTS | rev.RESOURCE_DECISIONS
 PAGE = 5000
-
-
-class LostLeadership(Exception):
-    pass
 
 
 async def read_all(store: EventLog, up_to: int) -> list[RecordedEvent]:
@@ -140,36 +137,14 @@ class ResourceManager:
 
     async def _next_batch(self, state: ResourceState, inbox: asyncio.Queue) -> list[RecordedEvent]:
         now = self.clock()
-        deadline = next_deadline(state)
-        wait = 1.0 if deadline is None else min(max(0.0, deadline - now), 1.0)
-        batch: list[RecordedEvent] = []
-        try:
-            async with asyncio.timeout(wait):
-                batch.append(await inbox.get())
-        except TimeoutError:
-            return batch
-        while not inbox.empty():
-            batch.append(inbox.get_nowait())
-        return [e for e in batch if e is not None]
+        return await next_batch(inbox, next_deadline(state), now)
 
     async def _process(self, state: ResourceState, batch: list[RecordedEvent]) -> None:
-        expected = state.version
-        inputs = []
-        for event in batch:
-            if event.stream == RESOURCE_DECISIONS_STREAM:
-                if event.version <= expected:
-                    continue  # our own decision coming back through the log
-                raise LostLeadership(f"foreign write at {event.stream} v{event.version}")
-            if event.position > state.inputs_through:
-                inputs.append(event)
-        by_position = {e.position: e for e in inputs}
-        decisions = decide(state, [(e.type, e.data, e.position) for e in inputs], self.clock())
-        if not decisions:
-            return
-        new = [NewEvent(RESOURCE_DECISIONS_STREAM, d.TYPE, d.to_dict(), self._metadata(d, by_position.get(d.cause)))
-               for d in decisions]
-        recorded = await self.store.append(new, {RESOURCE_DECISIONS_STREAM: expected})
-        state.version = recorded[-1].version
+        def to_events(inputs, by_position: dict[int, RecordedEvent]) -> list[NewEvent]:
+            return [NewEvent(RESOURCE_DECISIONS_STREAM, d.TYPE, d.to_dict(), self._metadata(d, by_position.get(d.cause)))
+                    for d in decide(state, inputs, self.clock())]
+
+        await write_step(self.store, RESOURCE_DECISIONS_STREAM, state, batch, to_events)
 
     @staticmethod
     def _metadata(d, cause: RecordedEvent | None) -> dict:

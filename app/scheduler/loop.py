@@ -22,6 +22,7 @@ from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.ports import Clock, EventLog, Leadership, Lease, Wakeups
 from app.scheduler.inbox import LogInbox
 from app.scheduler.pool_fold import fold_pool_stream
+from app.scheduler.writer import LostLeadership, next_batch, write_step
 from app.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,6 @@ log = logging.getLogger(__name__)
 # (an append of any other type to it would still bump its version, and our next append
 # would fail on the expected version).
 _FOLLOWED = ev.INPUTS | ev.DECISIONS | {ev.POOL_CREATED}
-
-
-class LostLeadership(Exception):
-    pass
 
 
 class PoolScheduler:
@@ -131,42 +128,17 @@ class PoolScheduler:
 
     async def _next_batch(self, state: PoolState, inbox: asyncio.Queue) -> list[RecordedEvent]:
         now = self.clock()
-        deadline = next_deadline(state, now)
-        timeout = None if deadline is None else max(0.0, deadline - now)
-        batch: list[RecordedEvent] = []
-        try:
-            # A due timer (timeout 0) must fire now, not after the 1 s liveness poll.
-            wait = 1.0 if timeout is None else min(timeout, 1.0)
-            # asyncio.timeout, not wait_for: 3.11's wait_for returns the item and swallows a
-            # cancellation that lands as the item arrives, and the loop would then never stop.
-            async with asyncio.timeout(wait):
-                batch.append(await inbox.get())
-        except TimeoutError:
-            return batch
-        while not inbox.empty():
-            batch.append(inbox.get_nowait())
-        return [e for e in batch if e is not None]  # None: a tick(), only timers to look at
+        return await next_batch(inbox, next_deadline(state, now), now)
 
     async def _process(self, state: PoolState, batch: list[RecordedEvent]) -> None:
-        expected = state.version
-        inputs: list[RecordedEvent] = []
-        for event in batch:
-            if event.stream == self.stream:
-                if event.version <= expected:
-                    continue  # our own decision coming back through the log
-                raise LostLeadership(f"foreign write at {self.stream} v{event.version}")
-            if event.position > state.inputs_through:
-                inputs.append(event)
-        by_position = {e.position: e for e in inputs}
-        # With no inputs this just fires the timers due and grants what now fits.
-        decisions = decide_many(state, [(e.type, e.data, e.position) for e in inputs], self.clock())
-        if not decisions:
-            return
-        new = [NewEvent(self.stream, type_, data, self._metadata(data, by_position.get(data.get("cause"))))
-               for type_, data in decisions]
-        recorded = await self.store.append(new, {self.stream: expected})
-        state.version = recorded[-1].version
-        state.position = recorded[-1].position
+        def to_events(inputs, by_position: dict[int, RecordedEvent]) -> list[NewEvent]:
+            # With no inputs this just fires the timers due and grants what now fits.
+            return [NewEvent(self.stream, type_, data, self._metadata(data, by_position.get(data.get("cause"))))
+                    for type_, data in decide_many(state, inputs, self.clock())]
+
+        recorded = await write_step(self.store, self.stream, state, batch, to_events)
+        if recorded:
+            state.position = recorded[-1].position
 
     def _metadata(self, data: dict, cause: RecordedEvent | None) -> dict:
         meta = {"actor": f"scheduler:{self.pool}",
