@@ -25,6 +25,7 @@ import uuid
 import httpx
 
 from app.auth import authenticate
+from app.db.outage import is_outage
 from app.domain import events as ev
 from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthenticated, Unavailable
 
@@ -160,6 +161,14 @@ class GatewayEndpoint:
             x.status = 499  # nginx's "client closed request", for the metrics
         except BadRequest as exc:
             await x.error(400, str(exc))
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # The database is unreachable for now: a retriable 503 in the provider's shape,
+            # as the GraphQL API answers UNAVAILABLE, never a bare 500.
+            log.warning("gateway: database unavailable: %s", exc)
+            if not x.status:   # nothing sent yet: the client can still be told
+                await x.error(503, "AgentRM's database is unavailable right now; retry shortly")
         finally:
             x.close()
             metrics.GATEWAY_DURATION.labels(self.wire.name, str(x.status or 499)).observe(
