@@ -8,6 +8,7 @@ tokens a request may take, and where the usage is in a reply or a stream. The pr
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,37 +62,43 @@ class BadRequest(ValueError):
     """The client's request cannot be forwarded (not JSON, no messages, ...)."""
 
 
-class WireFormat:
+class WireFormat(ABC):
+    """One provider's wire format: what the gateway reads from and writes to it."""
     name: str
     path: str                      # the upstream path, appended to the pool's base URL
 
-    def api_key(self, headers) -> str | None:
-        raise NotImplementedError
+    @abstractmethod
+    def api_key(self, headers) -> str | None: ...
 
-    def error_body(self, status: int, message: str) -> dict:
-        raise NotImplementedError
+    @abstractmethod
+    def error_body(self, status: int, message: str) -> dict: ...
 
-    def messages(self, body: dict) -> list[tuple[str, str]]:
-        raise NotImplementedError
+    @abstractmethod
+    def messages(self, body: dict) -> list[tuple[str, str]]: ...
 
     def count_prompt(self, body: dict, encoding: str) -> int:
-        return REPLY_PRIMING_TOKENS + sum(count_message(r, c, encoding) for r, c in self.messages(body))
+        # The pool's tiktoken encoding is the estimate the turn reserves for every format
+        # (Claude's tokenizer is not public); the completion then reports the provider's count.
+        n = REPLY_PRIMING_TOKENS + sum(count_message(r, c, encoding) for r, c in self.messages(body))
+        if body.get("tools"):
+            n += count_text(json.dumps(body["tools"], sort_keys=True, ensure_ascii=False), encoding)
+        return n
 
-    def max_output_tokens(self, body: dict) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def max_output_tokens(self, body: dict) -> int: ...
 
-    def usage(self, reply: dict) -> tuple[int | None, int | None]:
-        raise NotImplementedError
+    @abstractmethod
+    def usage(self, reply: dict) -> tuple[int | None, int | None]: ...
 
-    def reply_text(self, reply: dict) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def reply_text(self, reply: dict) -> str: ...
 
+    @abstractmethod
     def on_event(self, payload: dict, usage: StreamUsage) -> None:
         """Fold one SSE `data:` object of the stream into `usage`."""
-        raise NotImplementedError
 
-    def upstream_headers(self, client_headers, api_key: str | None) -> dict[str, str]:
-        raise NotImplementedError
+    @abstractmethod
+    def upstream_headers(self, client_headers, api_key: str | None) -> dict[str, str]: ...
 
     def stream_error(self, status: int, message: str) -> bytes:
         """An error event that ends a stream already begun; both SDKs raise on it."""
@@ -135,12 +142,6 @@ class OpenAIChat(WireFormat):
                 text += json.dumps(m["tool_calls"], sort_keys=True, ensure_ascii=False)
             out.append((m["role"], text))
         return out
-
-    def count_prompt(self, body: dict, encoding: str) -> int:
-        n = super().count_prompt(body, encoding)
-        if body.get("tools"):
-            n += count_text(json.dumps(body["tools"], sort_keys=True, ensure_ascii=False), encoding)
-        return n
 
     def max_output_tokens(self, body: dict) -> int:
         for key in ("max_completion_tokens", "max_tokens"):
@@ -199,14 +200,6 @@ class AnthropicMessages(WireFormat):
             out.append(("system", _content_text(system)))
         out.extend((m["role"], _content_text(m.get("content"))) for m in body["messages"])
         return out
-
-    def count_prompt(self, body: dict, encoding: str) -> int:
-        # Claude's tokenizer is not public: the pool's tiktoken encoding is the estimate
-        # the turn reserves; the completion then reports the provider's own count.
-        n = super().count_prompt(body, encoding)
-        if body.get("tools"):
-            n += count_text(json.dumps(body["tools"], sort_keys=True, ensure_ascii=False), encoding)
-        return n
 
     def parse(self, raw: bytes) -> dict:
         body = super().parse(raw)
