@@ -25,6 +25,7 @@ from app.runtime import Runtime
 from .schema import build_schema, schema
 from .security import MAX_BODY_BYTES
 from .slow_subscribers import bounded_send_handler
+from .ws_errors import with_syntax_errors_as_messages
 
 # The console's built assets (`npm run build` in frontend/, which `make setup` runs).
 CONSOLE = Path(__file__).resolve().parents[2] / "frontend" / "dist"
@@ -37,8 +38,8 @@ class AgentRMGraphQL(GraphQL):
                          subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
                          keep_alive=True, keep_alive_interval=15)
         self.rt_holder = rt_holder
-        self.graphql_transport_ws_handler_class = bounded_send_handler(
-            subscriber_send_timeout if subscriber_send_timeout is not None else subscriber_send_timeout_seconds())
+        self.graphql_transport_ws_handler_class = with_syntax_errors_as_messages(bounded_send_handler(
+            subscriber_send_timeout if subscriber_send_timeout is not None else subscriber_send_timeout_seconds()))
 
     async def get_context(self, request, response) -> dict:
         rt = self.rt_holder["runtime"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from graphql import GraphQLError
 from strawberry.extensions import ParserCache, ValidationCache
 
 DOCUMENT_CACHE_SIZE = 256
@@ -28,9 +29,16 @@ class SmallDocumentParserCache(ParserCache):
 
     def on_parse(self) -> Iterator[None]:
         if _small(self):
-            yield from super().on_parse()
-        else:
-            yield
+            try:
+                self.execution_context.graphql_document = self.cached_parse_document(
+                    self.execution_context.query, **self.execution_context.parse_options)
+            except GraphQLError:
+                # A syntax error: leave the document unset, so that strawberry parses it
+                # again itself, inside its own error handling, and the error goes through
+                # the operation's extensions (ErrorCodes gives it its code). Raised from
+                # here it escaped them and reached the client without a code.
+                pass
+        yield
 
 
 class SmallDocumentValidationCache(ValidationCache):

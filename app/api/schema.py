@@ -23,7 +23,7 @@ from .context_schema import ContextMutation, ContextQuery
 from .resources_schema import ResourceMutation, ResourceQuery
 from .context import principal, runtime
 from .document_cache import SmallDocumentParserCache, SmallDocumentValidationCache
-from .errors import ErrorCodes, as_graphql_error
+from .errors import ErrorCodes, as_graphql_error, assign_codes, is_input_error
 from .security import RefuseInvalidCredentials, limit_extensions
 
 
@@ -270,10 +270,29 @@ class Subscription:
 class AgentRMSchema(strawberry.Schema):
     def process_errors(self, errors, execution_context=None) -> None:
         # A client's mistake is an answer, not a server fault: log only the unexpected.
-        unexpected = [e for e in errors if e.original_error is not None
+        unexpected = [e for e in errors if e.original_error is not None and not is_input_error(e)
                       and not isinstance(e.original_error, ServiceError) and not is_outage(e.original_error)]
         if unexpected:
             super().process_errors(unexpected, execution_context)
+
+    # Errors that strawberry catches around the extensions (one raised by an extension
+    # itself) never pass ErrorCodes: they get their code here, on the way out.
+    async def execute(self, *args, **kwargs):
+        result = await super().execute(*args, **kwargs)
+        assign_codes(result.errors, escaped=True)
+        return result
+
+    async def stream(self, *args, **kwargs):
+        results = await super().stream(*args, **kwargs)
+        if not hasattr(results, "__aiter__"):
+            assign_codes(results.errors, escaped=True)
+            return results
+
+        async def coded():
+            async for result in results:
+                assign_codes(getattr(result, "errors", None), escaped=True)
+                yield result
+        return coded()
 
 
 def build_schema(*, introspection: bool = True) -> AgentRMSchema:

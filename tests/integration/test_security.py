@@ -81,11 +81,45 @@ async def test_documents_too_deep_too_long_or_too_aliased_are_refused(server, op
     monkeypatch.undo()
     long = "{ " + " ".join(["__typename"] * 2_500) + " }"
     aliased = "{ " + " ".join(f"a{i}: __typename" for i in range(30)) + " }"
-    for body in (too_deep, await operator.raw(long), await operator.raw(aliased)):
+    for body, code in ((too_deep, "GRAPHQL_VALIDATION_FAILED"), (await operator.raw(aliased), "GRAPHQL_VALIDATION_FAILED"),
+                       (await operator.raw(long), "GRAPHQL_PARSE_FAILED")):   # the parser counts tokens
         assert body.get("data") is None and len(body["errors"]) == 1, body
-        assert body["errors"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED", body
+        assert body["errors"][0]["extensions"]["code"] == code, body
         assert "Traceback" not in str(body)
     assert "exceeds maximum operation depth" in too_deep["errors"][0]["message"]
+
+
+async def test_every_error_of_a_bad_document_has_a_code_over_http_and_websocket(server, operator, caplog):
+    """Not GraphQL, not fitting the schema, variables not fitting their types: each answer
+    names its kind in extensions.code, with no trace, nothing logged as a failure, and
+    nothing appended."""
+    head = await server.runtime.store.head()
+    cases = [("{ me { id ", {}, "GRAPHQL_PARSE_FAILED"),          # short: the parser cache's path
+             ("{ me { id " + " " * 5_000, {}, "GRAPHQL_PARSE_FAILED"),   # long: strawberry parses it
+             ("mutation { requestTurn(input: {estimatedTokens: 1} { id } }", {}, "GRAPHQL_PARSE_FAILED"),
+             ("{ noSuchField }", {}, "GRAPHQL_VALIDATION_FAILED"),
+             ("mutation { requestTurn(input: {estimatedTokens: \"many\"}) { id } }", {}, "GRAPHQL_VALIDATION_FAILED"),
+             ("mutation($e: Int!) { requestTurn(input: {estimatedTokens: $e}) { id } }", {"e": "many"},
+              "BAD_USER_INPUT"),
+             ("mutation($e: Int!) { requestTurn(input: {estimatedTokens: $e}) { id } }", {}, "BAD_USER_INPUT")]
+    agent_id, token = await register(operator, unique("sloppy"))
+    async with GraphQLClient(server, token) as agent:
+        for query, variables, code in cases:
+            body = await agent.raw(query, variables)
+            assert body.get("data") is None and [e["extensions"]["code"] for e in body["errors"]] == [code], \
+                (query, body)
+            assert "Traceback" not in str(body) and "File " not in str(body)
+            async with agent.subscribe(query, **variables) as sub:
+                with pytest.raises(GraphQLError) as err:
+                    await sub.next()
+                assert [e["extensions"]["code"] for e in err.value.errors] == [code], (query, err.value.errors)
+        async with agent.subscribe("subscription { turn(turnId: ") as sub:
+            with pytest.raises(GraphQLError) as err:
+                await sub.next()
+            assert err.value.code == "GRAPHQL_PARSE_FAILED"
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    assert [e.type for e in await server.runtime.store.read(head, 100) if not e.stream.startswith("pool-")] \
+        == [ev.AGENT_REGISTERED]
 
 
 async def test_a_body_over_the_cap_is_refused_before_it_is_read_whole(server, operator, monkeypatch):
