@@ -44,6 +44,7 @@ DECISION_TIMEOUT = 5.0      # how long a command waits for the scheduler's answe
 MAX_HEADERS = 100
 MAX_QUEUED_PER_AGENT = 32   # containment: turns one agent may have waiting at once
 MAX_RUN_ID = 200           # characters of a runId (a client's own name for its run)
+MAX_ATTEMPTS = 5           # a command with a request id, against concurrent appends to its turn
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -301,7 +302,8 @@ class Service:
             raise BadInput(f"runId must be 1-{MAX_RUN_ID} printable characters")
         turn_id = self.ids() if request_id is None else idempotency.turn_id_for(agent["agent_id"], request_id)
         if request_id is not None and turn_id in self.model.turns:   # a retry: the first answer
-            idempotency.same_turn_request(self.turn_view(turn_id), request_id, est, out, streams)
+            self._refused_for_queue(idempotency.same_turn_request(self.turn_view(turn_id), request_id,
+                                                                  est, out, streams))
             return await self._await_grant(turn_id, wait)
         pool = self.model.pools[agent["pool"]]
         settings = pool.settings
@@ -322,8 +324,12 @@ class Service:
             await self.pool_guard(principal, agent)
         if agent["hibernated"]:
             await self.set_hibernated(principal, agent["agent_id"], False, {"reason": "turn requested"})
+        # The cap travels with the request: the pool's scheduler, which sees every worker's
+        # requests in log order, refuses the one over it (this worker's check above sees
+        # only its own requests on their way and what its projection has folded).
         data = {"turn_id": turn_id, "agent_id": agent["agent_id"], "pool": agent["pool"],
-                "estimated_tokens": est, "max_output_tokens": out, "at": self.clock()}
+                "estimated_tokens": est, "max_output_tokens": out, "at": self.clock(),
+                "queue_cap": self.max_queued_per_agent}
         if streams:
             data["streams"] = True
         if request_id is not None:
@@ -352,9 +358,15 @@ class Service:
                     self._unanswered[agent_id] = left
                 else:
                     self._unanswered.pop(agent_id, None)
+            self._refused_for_queue(self.turn_view(turn_id))
             if wait > 0 and self.turn_view(turn_id)["status"] == ev.QUEUED:
                 await left_queue.wait(wait)
         return self.turn_view(turn_id)
+
+    def _refused_for_queue(self, doc: dict) -> None:
+        """LIMIT_EXCEEDED for a turn the scheduler refused over the agent's queue cap."""
+        if doc["status"] == ev.CANCELLED and rules.is_queue_full_reason(doc.get("reason")):
+            raise LimitExceeded(f"{doc['reason']}; finish or cancel some first")
 
     async def _await_grant(self, turn_id: str, wait: float) -> dict:
         """A queued turn's view once granted (or ended), or after `wait` seconds."""
@@ -386,13 +398,15 @@ class Service:
         return doc
 
     async def _input_and_wait(self, principal: Principal, doc: dict, type_: str, data: dict,
-                              answered) -> dict:
+                              answered, expected: int | None = None) -> dict:
         """Append a turn's input and wait (briefly) for the first decision that `answered`
-        takes as the scheduler's reply to it."""
+        takes as the scheduler's reply to it. `expected`: the turn stream's version the
+        append requires (ConcurrencyError if anything was appended to it since)."""
         turn_id = doc["turn_id"]
         data = {"turn_id": turn_id, "agent_id": doc["agent_id"], "pool": doc["pool"], "at": self.clock(), **data}
         async with self.replies.expect(turn_id, answered) as reply:
-            await self._append([NewEvent(turn_stream(turn_id), type_, data, self._meta(principal, turn_id))])
+            await self._append([NewEvent(turn_stream(turn_id), type_, data, self._meta(principal, turn_id))],
+                               None if expected is None else {turn_stream(turn_id): expected})
             await reply.wait(DECISION_TIMEOUT)
         return self.turn_view(turn_id)
 
@@ -401,9 +415,11 @@ class Service:
         if request_id is None:
             return await self._heartbeat(principal, turn_id, None)
         async with self._retry_lock(turn_id):
-            return await self._heartbeat(principal, turn_id, request_id)
+            return await self._once(turn_id, lambda expected: self._heartbeat(principal, turn_id, request_id,
+                                                                              expected))
 
-    async def _heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None) -> dict:
+    async def _heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None,
+                         expected: int | None = None) -> dict:
         doc = await self._granted_turn(principal, turn_id)
         if request_id is not None and (last := await self._answered_before(doc, "heartbeat_request_id",
                                                                            request_id)):
@@ -411,7 +427,7 @@ class Service:
         if rules.report_refusal(doc["status"]):
             raise Conflict(f"turn {turn_id} is {doc['status']}; only a GRANTED turn takes heartbeats")
         data = {} if request_id is None else {"request_id": request_id}
-        return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, data, changes_turn)
+        return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, data, changes_turn, expected)
 
     async def complete_turn(self, principal: Principal | None, turn_id: str, outcome: str = ev.OK,
                             prompt_tokens: int | None = None, completion_tokens: int | None = None,
@@ -420,13 +436,15 @@ class Service:
         request_id = idempotency.checked(request_id)
         if request_id is not None:
             async with self._retry_lock(turn_id):
-                return await self._complete_turn(principal, turn_id, outcome, prompt_tokens, completion_tokens,
-                                                 retry_after_seconds, rate_limit_headers, request_id)
+                return await self._once(turn_id, lambda expected: self._complete_turn(
+                    principal, turn_id, outcome, prompt_tokens, completion_tokens, retry_after_seconds,
+                    rate_limit_headers, request_id, expected))
         return await self._complete_turn(principal, turn_id, outcome, prompt_tokens, completion_tokens,
                                          retry_after_seconds, rate_limit_headers, None)
 
     async def _complete_turn(self, principal, turn_id, outcome, prompt_tokens, completion_tokens,
-                             retry_after_seconds, rate_limit_headers, request_id: str | None) -> dict:
+                             retry_after_seconds, rate_limit_headers, request_id: str | None,
+                             expected: int | None = None) -> dict:
         doc = await self._granted_turn(principal, turn_id)
         if request_id is not None and (first := await self._answered_before(doc, "completion_request_id",
                                                                             request_id)):
@@ -448,16 +466,18 @@ class Service:
             state = doc["status"].lower()
             raise Conflict(f"turn {turn_id} is already {state}" if doc["finished_at"]
                            else f"turn {turn_id} is {doc['status']}; only a GRANTED turn can complete")
-        return await self._input_and_wait(principal, doc, ev.COMPLETION_REPORTED, data, ends_turn)
+        return await self._input_and_wait(principal, doc, ev.COMPLETION_REPORTED, data, ends_turn, expected)
 
     async def cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> dict:
         request_id = idempotency.checked(request_id)
         if request_id is None:
             return await self._cancel_turn(principal, turn_id, None)
         async with self._retry_lock(turn_id):
-            return await self._cancel_turn(principal, turn_id, request_id)
+            return await self._once(turn_id, lambda expected: self._cancel_turn(principal, turn_id, request_id,
+                                                                                expected))
 
-    async def _cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None) -> dict:
+    async def _cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None,
+                           expected: int | None = None) -> dict:
         await self.recall_turn(turn_id)
         doc = await self.fresh(lambda: self._own_turn(principal, turn_id, operator_ok=True))
         if request_id is not None and (first := await self._answered_before(doc, "cancel_request_id", request_id)):
@@ -467,7 +487,7 @@ class Service:
         data = {"reason": f"cancelled by {principal.actor}"}
         if request_id is not None:
             data["request_id"] = request_id
-        return await self._input_and_wait(principal, doc, ev.CANCEL_REQUESTED, data, ends_turn)
+        return await self._input_and_wait(principal, doc, ev.CANCEL_REQUESTED, data, ends_turn, expected)
 
     # -- retries ----------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -485,10 +505,26 @@ class Service:
             if not entry[1]:
                 del self._retry_locks[turn_id]
 
+    async def _once(self, turn_id: str, command):
+        """Run a turn command that has a request id so that it appends at most once across
+        workers. `command(expected)` checks the earlier answers (`_answered_before`, which
+        reads the log to its head) and appends its input only at the turn stream's version
+        `expected`, read before that check: an attempt appended by another worker in
+        between makes our append fail, and the command runs again, finding it. The
+        in-process retry lock cannot do this: the retries may be on two workers."""
+        for _ in range(MAX_ATTEMPTS):
+            expected = await self.store.stream_version(turn_stream(turn_id))
+            try:
+                return await command(expected)
+            except ConcurrencyError:
+                continue   # something was appended to the turn meanwhile: look again
+        raise Conflict(f"turn {turn_id} kept changing under this command; retry it")
+
     async def _answered_before(self, doc: dict, key: str, request_id: str) -> dict | None:
         """The turn as the first command with `request_id` left it, if there was one; the
-        log is read up to its head first (the first attempt may have gone to another worker)."""
-        if doc.get(key) is None:
+        log is read up to its head first (the first attempt may have gone to another worker,
+        and a heartbeat's key may hold an earlier heartbeat's id)."""
+        if doc.get(key) != request_id:
             await self.projector.catch_up()
             doc = self.turn_view(doc["turn_id"])
         return doc if doc.get(key) == request_id else None

@@ -252,7 +252,8 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
     max_output = d.max_output_tokens if d.has("max_output_tokens") else 0
     refusal = (rules.agent_refusal(agent.state if agent is not None else None)
                or rules.reservation_refusal(rules.reservation(d.estimated_tokens, max_output),
-                                            state.settings.tpm))
+                                            state.settings.tpm)
+               or _queue_refusal(state, agent_id, d.queue_cap))
     if refusal is not None:
         step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=_reason(refusal))
         return
@@ -263,8 +264,19 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
               run_id=d.run_id if isinstance(d.run_id, str) and d.run_id else None)
 
 
+def _queue_refusal(state: PoolState, agent_id: str, cap) -> rules.Refusal | None:
+    """The request's own cap on its agent's queued turns (the API writes it; older logs and
+    the simulator have none). Decided here, in log order, it holds across API workers."""
+    if isinstance(cap, bool) or not isinstance(cap, int):
+        return None
+    queued = sum(1 for t in state.turns.values() if t.agent_id == agent_id and t.status == ev.QUEUED)
+    return rules.queue_refusal(queued, cap)
+
+
 def _reason(refusal: rules.Refusal) -> str:
     """A refused request's reason, as the log has always spelled it."""
+    if refusal.kind == rules.QUEUE_FULL:
+        return rules.queue_full_reason(refusal)
     if refusal.kind == rules.TOO_BIG:
         return f"reservation of {refusal.need} tokens exceeds the pool's tpm of {refusal.limit}"
     return {rules.UNKNOWN_AGENT: "unknown agent", rules.QUARANTINED: "agent quarantined"}[refusal.kind]

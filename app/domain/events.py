@@ -248,6 +248,7 @@ class TurnRequested(Event):
     streams: bool | None = None
     request_id: str | None = None      # the client's id for the command: a retry appends nothing
     run_id: str | None = None          # the client's run (program); absent in older logs
+    queue_cap: int | None = None       # the most turns its agent may have queued; absent: no cap
 
 
 @event

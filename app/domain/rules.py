@@ -57,6 +57,19 @@ def queue_refusal(queued: int, cap: int) -> Refusal | None:
     return Refusal(QUEUE_FULL, need=queued + 1, limit=cap) if queued >= cap else None
 
 
+QUEUE_FULL_REASON = "queue full"
+
+
+def queue_full_reason(refusal: Refusal) -> str:
+    """How the log words a request refused over the cap (the API answers LIMIT_EXCEEDED)."""
+    return (f"{QUEUE_FULL_REASON}: the agent has {refusal.need - 1} turns waiting, "
+            f"the most one agent may have is {refusal.limit}")
+
+
+def is_queue_full_reason(reason: str | None) -> bool:
+    return isinstance(reason, str) and reason.startswith(QUEUE_FULL_REASON + ":")
+
+
 def release_refusal(agent_state: str | None) -> Refusal | None:
     """Only a quarantined agent can be released."""
     return None if agent_state == ev.QUARANTINED else Refusal(NOT_QUARANTINED)
