@@ -527,7 +527,34 @@ class Service:
         if doc.get(key) != request_id:
             await self.projector.catch_up()
             doc = self.turn_view(doc["turn_id"])
-        return doc if doc.get(key) == request_id else None
+        if doc.get(key) != request_id:
+            return None
+        return await self._once_answered(doc, key, request_id)
+
+    async def _once_answered(self, doc: dict, key: str, request_id: str) -> dict:
+        """The turn once the scheduler has answered that first command: on another worker
+        it may have been appended a moment ago and not be answered yet."""
+        turn_id = doc["turn_id"]
+        if key != "heartbeat_request_id":   # a completion or a cancel: answered when the turn ends
+            async with self.replies.expect(turn_id, ends_turn) as ended:
+                if self.turn_view(turn_id)["finished_at"] is None:
+                    await ended.wait(DECISION_TIMEOUT)
+            return self.turn_view(turn_id)
+        # A heartbeat: answered by the lease extension that cites its input as its cause.
+        [first] = await self.store.read(0, 1, streams=[turn_stream(turn_id)], types=[ev.HEARTBEAT_SENT],
+                                        data={"request_id": request_id})
+
+        def extends_for_it(d) -> bool:
+            return isinstance(d, ev.LeaseExtended) and isinstance(d.cause, int) and d.cause >= first.position
+        async with self.replies.expect(turn_id, extends_for_it) as extended:
+            answer = await self.store.read(first.position, 1, streams=[pool_stream(doc["pool"])],
+                                           types=[ev.LEASE_EXTENDED], data={"turn_id": turn_id,
+                                                                            "cause": first.position})
+            if answer:
+                await self.projector.wait_position(answer[0].position)
+            else:
+                await extended.wait(DECISION_TIMEOUT)
+        return self.turn_view(turn_id)
 
 
 def _check_headers(headers: Any) -> dict:
