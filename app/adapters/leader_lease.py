@@ -12,6 +12,11 @@ the silent leader's sessions (`pg_terminate_backend`): the lock session, and eve
 of that worker that is inside a transaction, since one may be parked inside an append
 holding the log's append lock. The lock comes free and the standby takes it on its next poll.
 
+Standbys of all the pools a worker waits for share one watch (`_StandbyWatch`): one
+connection and one query per poll for all of them, saying which locks are free and which
+leases have lapsed. Only a pool whose lock looks free is tried, on its own connection
+(the session advisory lock lives as long as the session that took it).
+
 A leader that wakes after its lease lapsed finds `held` false (its own monotonic clock
 says the lease is over, and its lock session is gone), so it steps down before its next
 batch. A batch it was in the middle of is fenced off by the pool stream's expected
@@ -61,9 +66,19 @@ UPDATE pool_leaders SET expires_at = clock_timestamp() + make_interval(secs => $
 WHERE pool = $1 AND backend_pid = pg_backend_pid() AND term = $3
 """
 
-_TRY = """
-SELECT pg_try_advisory_lock($1),
-       (SELECT backend_pid FROM pool_leaders WHERE pool = $2 AND expires_at < clock_timestamp())
+# For every pool a worker stands by for, in one round trip: is its lock held, and has the
+# holder's lease lapsed (the pid the lease names, or null).
+_WATCH = """
+WITH held AS MATERIALIZED (
+    SELECT classid, objid FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 1
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+SELECT p.pool,
+       EXISTS (SELECT 1 FROM held h WHERE h.classid = ((p.key >> 32) & 4294967295)::oid
+                                      AND h.objid = (p.key & 4294967295)::oid) AS held,
+       (SELECT backend_pid FROM pool_leaders l WHERE l.pool = p.pool AND l.expires_at < clock_timestamp())
+           AS lapsed_pid
+FROM unnest($1::text[], $2::bigint[]) AS p(pool, key)
 """
 
 _LAPSED = """
@@ -94,6 +109,7 @@ class LeaseLeadership:
         # A standby checks the lock and the lease this often: takeover comes at most one
         # poll after the lease lapses (plus the fold of the pool's stream).
         self.poll_seconds = poll_seconds if poll_seconds is not None else min(0.25, lease_seconds / 10)
+        self._watch = _StandbyWatch(self)
 
     @contextlib.asynccontextmanager
     async def lead(self, pool: str) -> AsyncIterator[HeldLease]:
@@ -103,14 +119,9 @@ class LeaseLeadership:
         renewing: asyncio.Task | None = None
         try:
             key = advisory_lock.lock_key(pool)  # looked up at call time, as the lock adapter does
-            while True:
-                # One round trip per poll: with many pools and workers, standbys poll a lot.
-                got, lapsed_pid = await conn.fetchrow(_TRY, key, pool)
-                if got:
-                    break
-                if lapsed_pid is not None:
-                    await self._end_silent_leader(conn, pool, key)
-                await asyncio.sleep(self.poll_seconds)
+            # Tried at once, then each time the worker's standby watch sees the lock free.
+            while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+                await self._watch.until_free(pool, key)
             started = time.monotonic()
             term = await conn.fetchval(_CLAIM, pool, self.worker, self.lease_seconds)
             lease = HeldLease(conn, term, started + self.lease_seconds)
@@ -172,3 +183,63 @@ class LeaseLeadership:
             sorted(set(pids)))
         log.warning("worker %s let its lease on pool %s lapse: ended %d of its sessions",
                     worker, pool, ended)
+
+
+class _StandbyWatch:
+    """The standby polling of one worker: one connection and one query per poll for every
+    pool it waits to lead, however many. A pool whose lock is free wakes its waiter (which
+    tries the lock on its own connection); one whose leader let its lease lapse gets its
+    silent leader's sessions ended. Runs while anyone waits; the last waiter to leave ends it."""
+
+    def __init__(self, leadership: LeaseLeadership):
+        self.leadership = leadership
+        self.waiting: dict[str, tuple[int, asyncio.Event]] = {}
+        self._task: asyncio.Task | None = None
+
+    async def until_free(self, pool: str, key: int) -> None:
+        free = asyncio.Event()
+        self.waiting[pool] = (key, free)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="standby-watch")
+        try:
+            await free.wait()
+        finally:
+            if self.waiting.get(pool, (None, None))[1] is free:
+                del self.waiting[pool]
+            if not self.waiting and self._task is not None:
+                task, self._task = self._task, None
+                task.cancel()
+                await asyncio.wait([task])   # its connection is closed before we go on
+
+    async def _run(self) -> None:
+        lead = self.leadership
+        conn: asyncpg.Connection | None = None
+        failing = False
+        try:
+            while self.waiting:
+                try:
+                    if conn is None or conn.is_closed():
+                        conn = await asyncpg.connect(lead.url, server_settings={"application_name": lead.worker})
+                    pools = list(self.waiting)
+                    rows = await conn.fetch(_WATCH, pools, [self.waiting[p][0] for p in pools])
+                    for row in rows:
+                        entry = self.waiting.get(row["pool"])
+                        if entry is None:
+                            continue
+                        if not row["held"]:
+                            entry[1].set()
+                        elif row["lapsed_pid"] is not None:
+                            await lead._end_silent_leader(conn, row["pool"], entry[0])
+                    failing = False
+                except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+                    # The database may be restarting: reconnect on the next poll (said once).
+                    if not failing:
+                        log.warning("standby watch could not poll (retrying every poll): %r", exc)
+                    failing = True
+                    if conn is not None:
+                        conn.terminate()
+                    conn = None
+                await asyncio.sleep(lead.poll_seconds)
+        finally:
+            if conn is not None:
+                conn.terminate()   # cancelled mid-query or not: nothing of this session is needed

@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -298,3 +299,56 @@ async def test_serve_with_two_workers_grants_turns_and_delivers_events(fresh_dat
             except asyncio.TimeoutError:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_a_standby_watches_every_pool_with_one_session_and_takes_them_all_over(fresh_database):
+    """A worker standing by for several pools polls them all with one query on one session;
+    the pools' own lock sessions try once and then wait, silent, until the watch sees a lock
+    free. When the leader goes, the standby takes every pool."""
+    pools = ["default", "p1", "p2", "p3"]
+    a = await Runtime(fresh_database).start(PoolSettings(lanes=2))
+    for name in pools[1:]:
+        await a.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=1))
+    for name in pools:
+        await asyncio.wait_for(_scheduler(a, name).leading.wait(), 10)
+    b = await Runtime(fresh_database).start()
+    watcher = await asyncpg.connect(fresh_database)
+    try:
+        await _until(lambda: _has(b.supervisor.schedulers, pools))
+        watch = "query LIKE '%WITH held AS MATERIALIZED%'"
+        tries = "query = 'SELECT pg_try_advisory_lock($1)' AND state = 'idle'"
+
+        async def sessions(where: str) -> list:
+            return await watcher.fetch(f"SELECT pid, query_start FROM pg_stat_activity WHERE {where} "
+                                       "AND datname = current_database() AND application_name = $1", b.worker)
+        await _until(lambda: _count(sessions(tries), len(pools)))   # b's lock sessions, one per pool
+        before = {r["pid"]: r["query_start"] for r in await sessions(tries)}
+        [first] = await sessions(watch)
+
+        async def polled_three_times() -> bool:
+            [now] = await sessions(watch)
+            return now["query_start"] > first["query_start"] + timedelta(seconds=3 * a.leadership.poll_seconds)
+        await _until(polled_three_times)
+        assert len(await sessions(watch)) == 1, "one watch session for all of b's pools"
+        assert {r["pid"]: r["query_start"] for r in await sessions(tries)} == before, \
+            "the lock sessions do not poll"
+        assert not any(_scheduler(b, name).leading.is_set() for name in pools)
+        await a.stop()
+        for name in pools:
+            await asyncio.wait_for(_scheduler(b, name).leading.wait(), 30)
+        await _until(lambda: _count(sessions(watch), 0))   # nothing left to wait for: the watch ends
+    finally:
+        await watcher.close()
+        await b.stop()
+
+
+def _scheduler(rt: Runtime, pool: str):
+    return rt.supervisor.schedulers[pool]
+
+
+async def _has(schedulers: dict, pools: list[str]) -> bool:
+    return all(p in schedulers for p in pools)
+
+
+async def _count(rows, n: int) -> bool:
+    return len(await rows) == n
