@@ -26,7 +26,7 @@ from app.auth import (
     require_self_or_operator,
 )
 from app.domain import events as ev
-from app.domain import rules
+from app.domain import pool_access, rules
 from app.domain.context import resume_point_for
 from app.domain.settings import PoolSettings
 from app.domain.streams import agent_stream, pool_stream, turn_stream
@@ -302,8 +302,8 @@ class Service:
             raise BadInput(f"runId must be 1-{MAX_RUN_ID} printable characters")
         turn_id = self.ids() if request_id is None else idempotency.turn_id_for(agent["agent_id"], request_id)
         if request_id is not None and turn_id in self.model.turns:   # a retry: the first answer
-            self._refused_for_queue(idempotency.same_turn_request(self.turn_view(turn_id), request_id,
-                                                                  est, out, streams))
+            self._refused_by_scheduler(idempotency.same_turn_request(self.turn_view(turn_id), request_id,
+                                                                     est, out, streams))
             return await self._await_grant(turn_id, wait)
         pool = self.model.pools[agent["pool"]]
         settings = pool.settings
@@ -358,15 +358,21 @@ class Service:
                     self._unanswered[agent_id] = left
                 else:
                     self._unanswered.pop(agent_id, None)
-            self._refused_for_queue(self.turn_view(turn_id))
+            self._refused_by_scheduler(self.turn_view(turn_id))
             if wait > 0 and self.turn_view(turn_id)["status"] == ev.QUEUED:
                 await left_queue.wait(wait)
         return self.turn_view(turn_id)
 
-    def _refused_for_queue(self, doc: dict) -> None:
-        """LIMIT_EXCEEDED for a turn the scheduler refused over the agent's queue cap."""
-        if doc["status"] == ev.CANCELLED and rules.is_queue_full_reason(doc.get("reason")):
+    def _refused_by_scheduler(self, doc: dict) -> None:
+        """The API's error for a request the scheduler refused on a rule this worker had
+        checked too but against what it had seen: the agent's queue cap (LIMIT_EXCEEDED),
+        its pool capability (FORBIDDEN). Both are decided again in log order."""
+        if doc["status"] != ev.CANCELLED:
+            return
+        if rules.is_queue_full_reason(doc.get("reason")):
             raise LimitExceeded(f"{doc['reason']}; finish or cancel some first")
+        if pool_access.is_refused_reason(doc.get("reason")):
+            raise Forbidden(doc["reason"])
 
     async def _await_grant(self, turn_id: str, wait: float) -> dict:
         """A queued turn's view once granted (or ended), or after `wait` seconds."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from app.domain import events as ev
+from app.domain import pool_access
 from app.domain import resource_events as rev
-from app.domain.access import AccessPolicy
-from app.domain.streams import RESOURCE_DECISIONS_STREAM
+from app.domain.access import POOL_PREFIX, AccessPolicy
+from app.domain.streams import RESOURCE_DECISIONS_STREAM, id_of
 
 from . import Record
 from .explain import when
@@ -37,6 +39,10 @@ def access_story(records: Iterable[Record], agent_id: str) -> dict:
         elif r.type == rev.ACCESS_REFUSED:
             pool_refusals.append({"position": r.position, "at": d["at"], "target": d["target"],
                                   "rule": d["rule"], "reason": d["reason"]})
+        elif r.type == ev.TURN_CANCELLED and d.get("rule") and pool_access.is_refused_reason(d.get("reason")):
+            # Refused by the pool's scheduler, in log order (a request the API's check let through).
+            pool_refusals.append({"position": r.position, "at": d["at"], "target": POOL_PREFIX + id_of(r.stream),
+                                  "rule": d["rule"], "reason": d["reason"], "turn_id": d["turn_id"]})
         elif r.type == rev.RESOURCE_ACQUIRE_REQUESTED:
             acquires[d["lease_id"]] = {"lease_id": d["lease_id"], "position": r.position, "at": d["at"],
                                        "resource": d["resource"], "mode": d["mode"], "status": None,

@@ -255,9 +255,22 @@ async def _resource_records(store) -> list[Record]:
         after = page[-1].position
 
 
+async def _cancellations_of(store, agent_id: str) -> list[Record]:
+    """The agent's cancelled turns: some are refusals by pool capability, made by the
+    pool's scheduler in log order (app/domain/pool_access.py)."""
+    out, after = [], 0
+    while True:
+        page = await store.read(after, 5000, types=[ev.TURN_CANCELLED], data={"agent_id": agent_id})
+        out += [Record(e.position, e.stream, e.version, e.type, e.data) for e in page]
+        if len(page) < 5000:
+            return out
+        after = page[-1].position
+
+
 async def _access(url: str, args) -> int:
     async with _store(url) as store:
-        story = access_story(await _resource_records(store), args.agent)
+        story = access_story(await _resource_records(store) + await _cancellations_of(store, args.agent),
+                             args.agent)
     print(json.dumps(story, indent=2) if args.json else render_access(story))
     return 0
 

@@ -36,7 +36,8 @@ from collections.abc import Callable
 
 from . import deadlines
 from . import events as ev
-from . import ordering, rules
+from . import ordering, pool_access, rules
+from .access import AccessPolicy
 from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_headers
 from .apply import apply_event
 from .state import PoolState, TurnState
@@ -52,8 +53,8 @@ _IN_TIME_INPUTS = (ev.HeartbeatSent, ev.CompletionReported, ev.CancelRequested)
 
 
 class _Step:
-    def __init__(self, state: PoolState, now: float, cause: int | None):
-        self.state, self.now, self.cause = state, now, cause
+    def __init__(self, state: PoolState, now: float, cause: int | None, access: AccessPolicy | None = None):
+        self.state, self.now, self.cause, self.access = state, now, cause, access
         self.out: list[ev.Decided] = []
 
     def emit(self, kind: type[ev.Decided], **fields) -> None:
@@ -76,11 +77,15 @@ def decide(state: PoolState, input_type: str | None, data: dict | None, now: flo
     return _as_logged(decide_events(state, input_type, data, now, cause))
 
 
-def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float) -> list[Decision]:
+def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float,
+                access: AccessPolicy | None = None) -> list[Decision]:
     """decide() for a batch of inputs that arrived together: timers fire once, each input is
     answered in order, and granting runs once at the end (its decisions cite the last
-    input as their cause). Same rules, less work per input under load."""
-    return _as_logged(decide_many_events(state, inputs, now))
+    input as their cause). Same rules, less work per input under load. With `access`, the
+    pool capability policy as of the batch's start (app/domain/pool_access.py): the
+    batch's grants and revocations are folded into it in order, and a request it refuses
+    is cancelled."""
+    return _as_logged(decide_many_events(state, inputs, now, access))
 
 
 def decide_events(state: PoolState, input_type: str | None, data: dict | None, now: float,
@@ -97,13 +102,17 @@ def decide_events(state: PoolState, input_type: str | None, data: dict | None, n
 
 
 def decide_many_events(state: PoolState, inputs: list[tuple[str, dict, int | None]],
-                       now: float) -> list[ev.Decided]:
+                       now: float, access: AccessPolicy | None = None) -> list[ev.Decided]:
     """decide_many(), with the decisions as typed events."""
     now = max(now, state.clock)
-    step = _Step(state, now, None)
-    typed = [(_input(type_, data), cause) for type_, data, cause in inputs]
-    _fire_timers(step, [event for event, _cause in typed if event is not None])
-    for event, cause in typed:
+    step = _Step(state, now, None, access)
+    typed = [(_input(type_, data), cause, type_, data) for type_, data, cause in inputs]
+    _fire_timers(step, [event for event, _cause, _t, _d in typed if event is not None])
+    for event, cause, type_, data in typed:
+        if type_ in pool_access.CHANGES:
+            if access is not None:
+                pool_access.fold(access, type_, data)   # not an input of ours: no decision cites it
+            continue
         step.cause = cause
         if event is not None:
             _INPUT_HANDLERS[event.TYPE](step, event)
@@ -256,6 +265,10 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
                or _queue_refusal(state, agent_id, d.queue_cap))
     if refusal is not None:
         step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=_reason(refusal))
+        return
+    if (verdict := pool_access.refusal(step.access, agent_id, state.settings.name)) is not None:
+        step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=pool_access.reason(verdict),
+                  rule=verdict.rule)
         return
     step.emit(ev.TurnQueued, turn_id=turn_id, agent_id=agent_id, level=agent.level,
               seq=state.next_seq, estimated_tokens=d.estimated_tokens,

@@ -379,6 +379,7 @@ class TurnCancelled(Decided):
     reason: str
     lane: int | None = None
     lane_seconds: float | None = None
+    rule: str | None = None      # a refusal by pool capability: the access rule that refused
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

@@ -15,6 +15,8 @@ import time
 
 from app.adapters.advisory_lock import AdvisoryLockLeadership, lock_key  # noqa: F401  (re-exported)
 from app.domain import events as ev
+from app.domain import pool_access
+from app.domain.access import AccessPolicy
 from app.domain.decide import decide_many, next_deadline
 from app.domain.state import PoolState
 from app.domain.streams import id_of, pool_stream
@@ -29,8 +31,9 @@ log = logging.getLogger(__name__)
 
 # What the inbox reads from the log: every input, and every type the pool's stream holds
 # (an append of any other type to it would still bump its version, and our next append
-# would fail on the expected version).
-_FOLLOWED = ev.INPUTS | ev.DECISIONS | {ev.POOL_CREATED}
+# would fail on the expected version); and the access grants and revocations, which decide
+# a turn request's pool capability in log order (app/domain/pool_access.py).
+_FOLLOWED = ev.INPUTS | ev.DECISIONS | {ev.POOL_CREATED} | pool_access.CHANGES
 
 
 class PoolScheduler:
@@ -45,6 +48,7 @@ class PoolScheduler:
         self.leadership = leadership if leadership is not None else AdvisoryLockLeadership(url)
         self.leading = asyncio.Event()
         self.state: PoolState | None = None
+        self.access: AccessPolicy | None = None   # the pool capability policy as of our last batch
         self.wakeups = wakeups
         self._inbox: asyncio.Queue[RecordedEvent | None] | None = None
         self._log_inbox: LogInbox | None = None
@@ -75,7 +79,7 @@ class PoolScheduler:
             await asyncio.sleep(self.retry_interval)
 
     def _relevant(self, event: RecordedEvent) -> bool:
-        if event.stream == self.stream:
+        if event.stream == self.stream or event.type in pool_access.CHANGES:
             return True
         return event.type in ev.INPUTS and event.data.get("pool") == self.pool
 
@@ -97,6 +101,9 @@ class PoolScheduler:
         inbox = self._inbox = self._log_inbox.queue
         follow = asyncio.create_task(self._log_inbox.follow(), name=f"scheduler-{self.pool}-inbox")
         self.state = state
+        # The policy as of the last input a decision answered; the grants and revocations
+        # after it come with the backlog, in log order with the requests.
+        self.access = await self._access_through(state.inputs_through)
         self.leading.set()
         log.info("scheduler for pool %s leads from position %d", self.pool, position)
         try:
@@ -113,18 +120,29 @@ class PoolScheduler:
                 await self._process(state, batch)
         finally:
             await cancel_all([follow])
-            self.state = None
+            self.state = self.access = None
             self._inbox = self._log_inbox = None
 
     async def _unanswered(self, after: int, up_to: int) -> list[RecordedEvent]:
         found: list[RecordedEvent] = []
         while after < up_to:
-            events = await self.store.read(after, 1000, types=ev.INPUTS, up_to=up_to)
+            events = await self.store.read(after, 1000, types=ev.INPUTS | pool_access.CHANGES, up_to=up_to)
             if not events:
                 break
-            found += [e for e in events if e.data.get("pool") == self.pool]
+            found += [e for e in events if e.type in pool_access.CHANGES or e.data.get("pool") == self.pool]
             after = events[-1].position
         return found
+
+    async def _access_through(self, position: int) -> AccessPolicy:
+        policy, after = AccessPolicy(), 0
+        while after < position:
+            events = await self.store.read(after, 1000, types=pool_access.CHANGES, up_to=position)
+            for event in events:
+                pool_access.fold(policy, event.type, event.data)
+            if len(events) < 1000:
+                break
+            after = events[-1].position
+        return policy
 
     async def _next_batch(self, state: PoolState, inbox: asyncio.Queue) -> list[RecordedEvent]:
         now = self.clock()
@@ -134,7 +152,7 @@ class PoolScheduler:
         def to_events(inputs, by_position: dict[int, RecordedEvent]) -> list[NewEvent]:
             # With no inputs this just fires the timers due and grants what now fits.
             return [NewEvent(self.stream, type_, data, self._metadata(data, by_position.get(data.get("cause"))))
-                    for type_, data in decide_many(state, inputs, self.clock())]
+                    for type_, data in decide_many(state, inputs, self.clock(), self.access)]
 
         recorded = await write_step(self.store, self.stream, state, batch, to_events)
         if recorded:

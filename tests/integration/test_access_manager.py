@@ -116,3 +116,29 @@ async def test_default_deny_grant_revoke_and_every_refusal_recorded(isolated):
     assert code == 0 and "pool:default  rule default-deny" in out, out
     code, out = await agentrm(server.url, "audit", "verify")
     assert code == 0 and "all resource invariants hold" in out, out
+
+
+async def test_a_revocation_the_worker_has_not_folded_yet_still_refuses_the_turn(isolated, monkeypatch):
+    """The API's pool check reads this worker's read model, which may not have folded a
+    revocation committed a moment ago (on another worker). The pool's scheduler decides the
+    request again, in log order, so the request behind the revocation is refused."""
+    server = isolated
+    async with GraphQLClient(server, OPERATOR_TOKEN) as operator:
+        agent_id, token = await register(operator, "late")
+        grant = (await operator(GRANT, agent=agent_id, pattern="pool:default", modes=None))["grantAccess"]
+        async with GraphQLClient(server, token) as agent:
+            first = (await agent(REQUEST, est=10, out=10, wait=5))["requestTurn"]
+            assert first["status"] == "GRANTED"
+            await operator(REVOKE, id=grant["id"])
+            # As if this worker had not folded the revocation: its own check passes the request.
+            monkeypatch.setattr(server.runtime.service, "pool_guard", None)
+            head = await server.runtime.store.head()
+            with pytest.raises(GraphQLError) as refused:
+                await agent(REQUEST, est=10, out=10, wait=5)
+            assert refused.value.code == "FORBIDDEN" and "was revoked" in str(refused.value), refused.value.errors
+    [cancelled] = await server.runtime.store.read(head, 100, types=["TurnCancelled"])
+    assert cancelled.stream == "pool-default" and cancelled.data["rule"] == f"grant:{grant['id']}"
+    code, out = await agentrm(server.url, "audit", "access", "--agent", agent_id)
+    assert code == 0 and f"pool:default  rule grant:{grant['id']}: access refused:" in out, out
+    code, out = await agentrm(server.url, "audit", "verify")
+    assert code == 0, out
