@@ -306,12 +306,14 @@ async def test_a_standby_watches_every_pool_with_one_session_and_takes_them_all_
     the pools' own lock sessions try once and then wait, silent, until the watch sees a lock
     free. When the leader goes, the standby takes every pool."""
     pools = ["default", "p1", "p2", "p3"]
-    a = await Runtime(fresh_database).start(PoolSettings(lanes=2))
+    # A long lease: a leader slowed down by a busy machine must not lose a pool mid-test.
+    a = await Runtime(fresh_database, leader_lease_seconds=60).start(PoolSettings(lanes=2))
     for name in pools[1:]:
         await a.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=1))
+    await _until(lambda: _has(a.supervisor.schedulers, pools))
     for name in pools:
         await asyncio.wait_for(_scheduler(a, name).leading.wait(), 10)
-    b = await Runtime(fresh_database).start()
+    b = await Runtime(fresh_database, leader_lease_seconds=60).start()
     watcher = await asyncpg.connect(fresh_database)
     try:
         await _until(lambda: _has(b.supervisor.schedulers, pools))
@@ -322,6 +324,7 @@ async def test_a_standby_watches_every_pool_with_one_session_and_takes_them_all_
             return await watcher.fetch(f"SELECT pid, query_start FROM pg_stat_activity WHERE {where} "
                                        "AND datname = current_database() AND application_name = $1", b.worker)
         await _until(lambda: _count(sessions(tries), len(pools)))   # b's lock sessions, one per pool
+        await _until(lambda: _count(sessions(watch), 1))   # b's watch has polled once at least
         before = {r["pid"]: r["query_start"] for r in await sessions(tries)}
         [first] = await sessions(watch)
 
