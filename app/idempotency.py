@@ -7,7 +7,10 @@ it, and two attempts racing on different workers cannot both append, because the
 stream must not exist yet (the second gets a ConcurrencyError and answers with the first's
 turn). A completion or a cancel records its request id in the event; the turns read model
 keeps the first one per turn, which is what a retry is answered from. Both live in the
-log, so they outlast any process."""
+log, so they outlast any process. Two attempts of one completion, cancel or heartbeat
+racing on two workers append once: each appends only at the turn stream's version it read
+before looking for the first answer (Service._once), so the later one fails its append,
+looks again, finds the first and waits for its answer."""
 from __future__ import annotations
 
 import uuid
