@@ -282,6 +282,8 @@ def _queue_refusal(state: PoolState, agent_id: str, cap) -> rules.Refusal | None
     the simulator have none). Decided here, in log order, it holds across API workers."""
     if isinstance(cap, bool) or not isinstance(cap, int):
         return None
+    if sum(map(len, state.queues)) < cap:
+        return None   # fewer queued turns in the whole pool than the cap (every queued turn is in a queue)
     queued = sum(1 for t in state.turns.values() if t.agent_id == agent_id and t.status == ev.QUEUED)
     return rules.queue_refusal(queued, cap)
 
