@@ -268,23 +268,18 @@ def _pinned(state: AgentContext, remaining: int, count_message: Callable[[str, s
     return items, omitted, remaining
 
 
-def _day(at: float) -> str:
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%a %d %b %Y")
-
-
-def _stamped(content: str, at: float, previous_at: float | None) -> str:
-    """A message as a query view shows it: ``HH:MM`` before it, and before that its day
-    when the line above is of another day (or there is none): ``Mon 08 May 2023 13:56 UTC``.
+def _stamped(content: str, at: float, dated: bool) -> str:
+    """A message as a query view shows it: ``HH:MM`` before it, and, ``dated`` (the line
+    above is of another day, or there is none), its day before that:
+    ``Mon 08 May 2023 13:56 UTC``.
 
     Every message carries its time (questions ask "when") and each line can be dated
     without reading further than the line above. The day costs ~8 tokens once per run of
     same-day lines, inside the message; a separate header message per day cost ~14 (the
     chat framing), and was what the stamps mostly cost (README, LoCoMo ablations).
     "13:56 " is 2 tokens in cl100k, "[13:56] " 4."""
-    time = datetime.fromtimestamp(at, tz=timezone.utc).strftime("%H:%M")
-    if previous_at is None or _day(previous_at) != _day(at):
-        return f"{_day(at)} {time} UTC {content}"
-    return f"{time} {content}"
+    when = datetime.fromtimestamp(at, tz=timezone.utc)
+    return f"{when.strftime('%a %d %b %Y %H:%M')} UTC {content}" if dated else f"{when.strftime('%H:%M')} {content}"
 
 
 def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[int],
@@ -326,10 +321,18 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
     hot_seqs = {m.seq for m in state.hot}
     chosen: list[int] = []            # chosen seqs, ascending (= the output order)
     cost_of: dict[int, int] = {}      # seq -> cost as currently stamped
+    stamped_costs: dict[tuple[int, bool], int] = {}
 
-    def stamped_cost(m, previous_seq: int | None) -> int:
-        previous_at = None if previous_seq is None else by_seq[previous_seq].at
-        return count_message(m.role, _stamped(m.content, m.at, previous_at))
+    def dated(seq: int, previous: int | None) -> bool:
+        # another UTC day: compared by day number (POSIX days are 86,400 s), not by formatting
+        return previous is None or by_seq[previous].at // 86_400 != by_seq[seq].at // 86_400
+
+    def stamped_cost(seq: int, with_day: bool) -> int:
+        key = (seq, with_day)
+        if key not in stamped_costs:
+            m = by_seq[seq]
+            stamped_costs[key] = count_message(m.role, _stamped(m.content, m.at, with_day))
+        return stamped_costs[key]
 
     def take(m, limit: int) -> int | None:
         """Adds ``m`` if it fits ``limit`` with the restamping of the line after it;
@@ -337,8 +340,8 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
         at = bisect.bisect_left(chosen, m.seq)
         before = chosen[at - 1] if at > 0 else None
         after = chosen[at] if at < len(chosen) else None
-        own = stamped_cost(m, before)
-        after_cost = stamped_cost(by_seq[after], m.seq) if after is not None else 0
+        own = stamped_cost(m.seq, dated(m.seq, before))
+        after_cost = stamped_cost(after, dated(after, m.seq)) if after is not None else 0
         delta = own + (after_cost - cost_of[after] if after is not None else 0)
         if delta > limit:
             return None
@@ -363,8 +366,7 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
     body: list[ViewItem] = []
     for position, seq in enumerate(chosen):
         m = by_seq[seq]
-        previous_at = by_seq[chosen[position - 1]].at if position else None
-        content = _stamped(m.content, m.at, previous_at)
+        content = _stamped(m.content, m.at, dated(seq, chosen[position - 1] if position else None))
         body.append(ViewItem(HOT if seq in hot_seqs else COLD, "message", m.role, content,
                              count_message(m.role, content), str(seq)))
     items = tuple(pinned_items + fact_items + body)
