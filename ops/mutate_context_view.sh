@@ -27,14 +27,13 @@ VIEW=(
   'app.domain.context.view.x__facts_block__mutmut_*' 'app.domain.context.view.x__summary_content__mutmut_*'
   'app.domain.context.view.x__chunk_content__mutmut_*' 'app.domain.context.view.xǁContextViewǁ*'
   'app.domain.context.view.x__pinned__mutmut_*' 'app.domain.context.view.x__relevant_view__mutmut_*'
-  'app.domain.context.view.x__day__mutmut_*' 'app.domain.context.view.x__stamped__mutmut_*'
-  'app.domain.context.view.x__date_header__mutmut_*'
+  'app.domain.context.view.x__stamped__mutmut_*'
   'app.domain.context.view.xǁViewItemǁ*'
 )
 cd "$WORK"
 "$PY" -m mutmut run --max-children 2 "${VIEW[@]}" > run.log 2>&1 || true
 "$PY" -m mutmut results --all true 2>/dev/null \
-  | grep -E 'assemble_view|select_facts|fact_priority|recency|facts_block|summary_content|chunk_content|ContextView|ViewItem|_pinned|relevant_view|_day|_stamped|date_header' \
+  | grep -E 'assemble_view|select_facts|fact_priority|recency|facts_block|summary_content|chunk_content|ContextView|ViewItem|_pinned|relevant_view|_stamped' \
   > results.txt || true
 killed=$(grep -c ': killed' results.txt || true)
 total=$(wc -l < results.txt)

@@ -110,7 +110,9 @@ def load_dir(directory: pathlib.Path) -> list[Conversation]:
 # The variants measured alone against AgentRM's default: each structure must earn its place.
 VARIANTS = {
     "agentrm": {},
-    "agentrm -neighbours": {"neighbour_weight": 0.0},
+    "agentrm -lexical neighbours": {"lexical_neighbours": ()},
+    "agentrm -dense neighbours": {"neighbour_weight": 0.0},
+    "agentrm -neighbours": {"neighbour_weight": 0.0, "lexical_neighbours": ()},
     "agentrm +recent 10%": {"view_settings": domain.ViewSettings(query_recent_share=0.10)},
     "agentrm +facts 10%": {"view_settings": domain.ViewSettings(query_facts_share=0.10)},
 }
@@ -124,6 +126,7 @@ def run(directory: pathlib.Path, variants: dict | None = None) -> dict:
     summarizer = ExtractiveSummarizer(embedder)
     recall: dict[tuple[str, int], list[float]] = {}
     by_cat: dict[tuple[str, int, int], list[float]] = {}
+    by_conv: dict[tuple[str, int, str], list[float]] = {}   # each conversation alone: ideas must hold on each
     tokens: dict[tuple[str, int], list[int]] = {}
     latency: dict[str, list[float]] = {}
     history_tokens = []
@@ -150,6 +153,7 @@ def run(directory: pathlib.Path, variants: dict | None = None) -> dict:
                 value = sum(text_of[e] in text for e in q.evidence) / len(q.evidence)
                 recall.setdefault((name, budget), []).append(value)
                 by_cat.setdefault((name, budget, q.category), []).append(value)
+                by_conv.setdefault((name, budget, conv.name), []).append(value)
                 tokens.setdefault((name, budget), []).append(n_tokens)
 
             for name in BASELINES:
@@ -179,6 +183,8 @@ def run(directory: pathlib.Path, variants: dict | None = None) -> dict:
                 "recall": statistics.fmean(recall[(name, budget)]),
                 **{f"recall_cat{c}": (statistics.fmean(by_cat[(name, budget, c)])
                                       if by_cat.get((name, budget, c)) else None) for c in CATEGORIES},
+                "recall_by_conversation": {conv.name: statistics.fmean(by_conv[(name, budget, conv.name)])
+                                           for conv in conversations if by_conv.get((name, budget, conv.name))},
                 "mean_tokens": statistics.fmean(tokens[(name, budget)]),
                 "latency_ms_p50": percentile(latency[name], 50), "latency_ms_p95": percentile(latency[name], 95)})
     best_plain = {b: max(r["recall"] for r in rows if r["strategy"] in BASELINES and r["budget"] == b)
@@ -212,6 +218,14 @@ def render_markdown(results: dict) -> str:
         lines.append(f"| {r['strategy']} | {r['budget']} | {pct(r['recall'])} | {pct(r['recall_cat1'])} "
                      f"| {pct(r['recall_cat2'])} | {pct(r['recall_cat3'])} | {pct(r['recall_cat4'])} "
                      f"| {r['mean_tokens']:.0f} | {r['latency_ms_p50']:.1f} | {r['latency_ms_p95']:.1f} |")
+    names = results["conversations"]
+    lines += ["", "Per conversation (each idea was kept only if it helped on every one):", "",
+              "| strategy | budget | " + " | ".join(f"conv {n}" for n in names) + " | pooled |",
+              "|---|---:|" + "---:|" * (len(names) + 1)]
+    for r in sorted(results["rows"], key=lambda r: r["budget"]):
+        per = r.get("recall_by_conversation", {})
+        lines.append(f"| {r['strategy']} | {r['budget']} | "
+                     + " | ".join(pct(per.get(n)) for n in names) + f" | {pct(r['recall'])} |")
     t = results["target"]
     lines += ["", "Target (AgentRM >= best plain baseline + 5 points at every budget): " + ", ".join(
         f"{b // 1000}k {t['agentrm'][b]:.1%} vs {t['best_plain'][b]:.1%}" for b in BUDGETS)

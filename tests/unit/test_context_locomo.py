@@ -49,4 +49,6 @@ def test_a_run_scores_every_strategy_and_budget_within_budget(tmp_path):
     # the whole conversation fits 1k tokens: every strategy that reads it all recalls all
     assert rows[("recency", 1000)]["recall"] == 1.0 and rows[("agentrm", 1000)]["recall"] == 1.0
     assert results["questions"] == {1: 1, 2: 1, 3: 1, 4: 1}
-    assert "| agentrm | 1000 | 100.0% |" in locomo.render_markdown(results)
+    assert rows[("agentrm", 1000)]["recall_by_conversation"] == {"tiny": 1.0}
+    report = locomo.render_markdown(results)
+    assert "| agentrm | 1000 | 100.0% |" in report and "| agentrm | 1000 | 100.0% | 100.0% |" in report

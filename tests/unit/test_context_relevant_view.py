@@ -1,9 +1,11 @@
 """The relevance-first view (assemble_view with a ranking) and the ranking helpers.
 
 Properties on random states and rankings: within budget by tiktoken's own count, pinned
-first, deterministic, messages chronological and each stamped with its time (HH:MM) under a header
-naming its day; and greedy in ranking order: a ranked message left out did not fit when
-its turn came. Worked examples pin the shares and the fusion arithmetic."""
+first, deterministic, messages chronological and each stamped with its time (HH:MM), and
+with its day when the line above is of another day; and greedy in ranking order, checked
+against a replay that re-renders and re-counts the whole view for every candidate (so the
+view's incremental accounting of restamped neighbours is checked too). Worked examples pin
+the shares and the fusion arithmetic."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -23,8 +25,28 @@ def relevant(state, budget, ranking, s=d.ViewSettings()):
     return d.assemble_view(state, budget, None, count_message, 0.0, s, ranking=ranking)
 
 
-def stamp(at):
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%H:%M ")
+def day_of(at):
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%a %d %b %Y")
+
+
+def stamp(at, previous_at=None):
+    """HH:MM, and the day before it when the line above is of another day (or none)."""
+    time = datetime.fromtimestamp(at, tz=timezone.utc).strftime("%H:%M ")
+    return time if previous_at is not None and day_of(previous_at) == day_of(at) else f"{day_of(at)} {time}UTC "
+
+
+def replayed_greedy(by_seq, ranking, left):
+    """The selection a greedy fill in ranking order makes when every candidate's cost is
+    found by rendering the whole body again and counting it: the slow, obvious way."""
+    def body_cost(seqs):
+        ordered = sorted(seqs)
+        return sum(count_message(by_seq[s].role, stamp(by_seq[s].at, by_seq[p].at if i else None) + by_seq[s].content)
+                   for i, (s, p) in enumerate(zip(ordered, [None] + ordered[:-1])))
+    chosen: set[int] = set()
+    for seq in ranking:
+        if seq in by_seq and seq not in chosen and body_cost(chosen | {seq}) <= left:
+            chosen.add(seq)
+    return chosen
 
 
 @st.composite
@@ -59,38 +81,21 @@ def test_relevant_views_keep_every_promise(case, budget, recent, facts):
         assert facts > 0
     by_seq = {m.seq: m for m in state.hot + state.cold.messages}
     shown = [i for i in v.items if i.kind == "message"]
-    # chronological, stamped, under the header of their day, each day once
+    # chronological, each stamped with its time, and its day when the line above is of another day
     assert [int(i.ref) for i in shown] == sorted(int(i.ref) for i in shown)
-    day = None
-    for item in v.items[n_pinned:]:
-        if item.kind == "date":
-            assert item.ref != day
-            day = item.ref
-        elif item.kind == "message":
-            m = by_seq[int(item.ref)]
-            assert item.content == stamp(m.at) + m.content and item.role == m.role
-            assert item.tier == ("hot" if m in state.hot else "cold") and not m.pinned
-            assert day == datetime.fromtimestamp(m.at, tz=timezone.utc).strftime("%a %d %b %Y")
-    headers = [i.ref for i in v.items if i.kind == "date"]
-    assert len(headers) == len(set(headers))
-    # greedy in ranking order, with no recent window: a ranked message left out did not fit
+    assert [i.kind for i in v.items[n_pinned:]] == (["facts"] if "facts" in rest else []) + ["message"] * len(shown)
+    previous_at = None
+    for item in shown:
+        m = by_seq[int(item.ref)]
+        assert item.content == stamp(m.at, previous_at) + m.content and item.role == m.role
+        assert item.tier == ("hot" if m in state.hot else "cold") and not m.pinned
+        previous_at = m.at
+    # greedy in ranking order, with no recent window: the same choice as the slow replay
     if recent == 0.0 and "facts" not in rest:
         left = budget - 3 - sum(i.tokens for i in v.items if i.kind == "pinned")
-        days = set()
-        shown_seqs = {int(i.ref) for i in shown}
-        for seq in ranking:
-            if seq not in by_seq or by_seq[seq].pinned:
-                continue
-            m = by_seq[seq]
-            day_of = datetime.fromtimestamp(m.at, tz=timezone.utc).strftime("%a %d %b %Y")
-            cost = count_message(m.role, stamp(m.at) + m.content) + (
-                0 if day_of in days else count_message("system", f"{day_of} (UTC):"))
-            if seq in shown_seqs:
-                left -= cost
-                days.add(day_of)
-            else:
-                assert cost > left, seq
-        assert shown_seqs <= set(ranking)
+        unpinned = {s: m for s, m in by_seq.items() if not m.pinned}
+        assert {int(i.ref) for i in shown} == replayed_greedy(unpinned, ranking, left)
+        assert {int(i.ref) for i in shown} <= set(ranking)
 
 
 def test_an_empty_ranking_shows_pinned_only_and_unknown_seqs_are_ignored():
@@ -105,19 +110,35 @@ def test_messages_of_every_tier_compete_and_are_shown_in_time_order():
     noise = [msg(i, "assistant", f"Unrelated chatter number {i} about fonts.", at=3 * DAY + i) for i in range(2, 40)]
     state = context(hot=noise, cold_messages=[old])
     v = relevant(state, 256, [1, 39, 2])
-    assert [i.ref for i in v.items if i.kind == "message"] == ["1", "2", "39"]
-    assert [i.kind for i in v.items] == ["date", "message", "date", "message", "message"]
-    assert v.items[0].content == "Fri 02 Jan 1970 (UTC):" and v.items[1].tier == "cold"
-    assert v.items[1].content == "00:00 The vault-sync job rotates passwords every Tuesday."
+    assert [i.ref for i in v.items] == ["1", "2", "39"] and {i.kind for i in v.items} == {"message"}
+    assert v.items[0].tier == "cold" and v.items[1].tier == v.items[2].tier == "hot"
+    assert v.items[0].content == "Fri 02 Jan 1970 00:00 UTC The vault-sync job rotates passwords every Tuesday."
+    assert v.items[1].content == "Sun 04 Jan 1970 00:00 UTC Unrelated chatter number 2 about fonts."
+    assert v.items[2].content == "00:00 Unrelated chatter number 39 about fonts."  # same day as the line above
+
+
+def test_a_message_taken_in_between_moves_the_day_to_itself_and_pays_for_the_restamp():
+    # 2 is ranked first and dated; 1, the same day and earlier, then takes the date and 2
+    # drops to HH:MM. The budget fits both only because the restamp saves 2's date.
+    a, b = "alpha bravo " * 70, "charlie delta " * 70   # long enough for the 256-token floor
+    one, two = msg(1, "user", a, at=DAY + 60), msg(2, "user", b, at=DAY + 120)
+    state = context(hot=[one, two])
+    dated = count_message("user", "Fri 02 Jan 1970 00:01 UTC " + a)
+    short = count_message("user", "00:02 " + b)
+    assert 3 + dated + short >= d.MIN_BUDGET_TOKENS
+    v = relevant(state, 3 + dated + short, [2, 1])
+    assert [i.content for i in v.items] == ["Fri 02 Jan 1970 00:01 UTC " + a, "00:02 " + b]
+    assert v.tokens == 3 + dated + short
+    assert [i.ref for i in relevant(state, 3 + dated + short - 1, [2, 1]).items] == ["2"]
 
 
 def test_the_recent_window_takes_its_share_before_the_ranking():
     hot = [msg(i, "user", f"Message {i} with a few words of padding.", at=1000.0 + i) for i in range(1, 30)]
     state = context(hot=hot)
-    each = count_message("user", stamp(1001.0) + hot[0].content)
-    header = count_message("system", "Thu 01 Jan 1970 (UTC):")
+    each = count_message("user", stamp(1001.0, 1000.0) + hot[0].content)
+    dated = count_message("user", stamp(1001.0) + hot[0].content)
     budget = 1000
-    share = (header + 3 * each) / budget + 1e-9
+    share = (dated + 2 * each) / budget + 1e-9
     v = relevant(state, budget, [1], d.ViewSettings(query_recent_share=share))
     assert [i.ref for i in v.items if i.kind == "message"] == ["1", "27", "28", "29"]
 
@@ -136,7 +157,7 @@ def test_key_facts_come_in_the_order_of_their_source_messages_rank_within_their_
     assert [i.ref for i in tight.items if i.kind == "facts"] == ["f5"]
     tighter = relevant(state, 1000, [5, 1], d.ViewSettings(query_facts_share=(only_f5 - 1) / 1000))
     assert [i.kind for i in tighter.items if i.kind == "facts"] == []
-    assert relevant(state, 1000, [5, 1]).items[0].kind == "date"  # share 0: no facts block
+    assert relevant(state, 1000, [5, 1]).items[0].kind == "message"  # share 0: no facts block
 
 
 def test_reciprocal_rank_fusion_spelled_out():
@@ -154,3 +175,11 @@ def test_neighbours_lift_a_reply_by_the_question_next_to_it():
     assert lifted == {1: 0.9 + 0.05, 2: 0.1 + 0.45, 3: 0.2 + 0.05, 4: 0.0 + 0.1}
     assert ranked(lifted) == [1, 2, 3, 4] and ranked({1: 0.5, 2: 0.5}) == [2, 1]
     assert with_neighbours({7: 1.0}, [7], 0.3) == {7: 1.0}
+
+
+def test_neighbours_two_turns_away_add_their_own_weight():
+    scores = {1: 0.0, 2: 0.0, 3: 4.0, 4: 0.0, 5: 0.0, 6: 0.0}
+    lifted = with_neighbours(scores, [1, 2, 3, 4, 5, 6], (0.5, 0.25))
+    assert lifted == {1: 1.0, 2: 2.0, 3: 4.0, 4: 2.0, 5: 1.0, 6: 0.0}
+    assert with_neighbours(scores, [1, 2, 3, 4, 5, 6], (0.5,)) == with_neighbours(scores, [1, 2, 3, 4, 5, 6], 0.5)
+    assert with_neighbours(scores, [1, 2, 3, 4, 5, 6], ()) == scores

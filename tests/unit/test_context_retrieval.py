@@ -67,3 +67,19 @@ def test_a_message_without_a_vector_yet_competes_on_bm25_alone():
     assert hybrid_ranking(query, [], [1, 2, 3], cache.get("a"), index, bm25=False)[0] == 2
     # BM25 alone ranks only 3; the others still come after it, newest first, for the budget left.
     assert hybrid_ranking(None, lexical.tokenize("vault password"), [1, 2, 3], None, index) == [3, 2, 1]
+
+
+def test_a_reply_sharing_no_query_word_enters_the_lexical_ranking_through_its_neighbours():
+    lexical = LexicalCache()
+    messages = [(1, "Lunch was good."), (2, "Where did you go on holiday last May?"), (3, "Paris, with my sister."),
+                (4, "Nice. The weather here is grey."), (5, "Fonts are hard."), (6, "Agreed.")]
+    index = lexical.index_of("a", messages)
+    query = lexical.tokenize("Where did she go on holiday?")
+    assert index.ranking(query) == [2]                                    # BM25 alone: only the question
+    scores = index.scores(query)
+    assert scores[2] > 0 and all(scores[s] == 0.0 for s in (1, 3, 4, 5, 6))
+    # 0.5 of the question's score one turn away, 0.25 two turns away, nothing further
+    ranking = hybrid_ranking(None, query, [1, 2, 3, 4, 5, 6], None, index, dense=False)
+    assert ranking == [2, 3, 1, 4, 6, 5]       # 3 and 1 tie at half the question's score: the newer first
+    plain = hybrid_ranking(None, query, [1, 2, 3, 4, 5, 6], None, index, dense=False, lexical_neighbours=())
+    assert plain == [2, 6, 5, 4, 3, 1]                     # the rest only newest first, for the budget left

@@ -1,5 +1,5 @@
 """Ranking the agent's messages for a query: reciprocal-rank fusion of several rankings,
-and neighbour propagation of similarity scores. Pure: the shell computes the scores (dense
+and neighbour propagation of similarity and BM25 scores. Pure: the shell computes the scores (dense
 cosine from the embedding model, BM25 from the lexical index) and passes them in.
 
 Why reciprocal rank (Cormack et al., SIGIR 2009): dense cosines and BM25 scores live on
@@ -28,17 +28,26 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K,
     return sorted(fused, key=lambda item: (-fused[item], -item))
 
 
-def with_neighbours(scores: Mapping[int, float], seqs: Sequence[int], weight: float) -> dict[int, float]:
-    """score(i) + weight x max(score of the message before i, score of the one after).
+def with_neighbours(scores: Mapping[int, float], seqs: Sequence[int],
+                    weight: float | Sequence[float]) -> dict[int, float]:
+    """score(i) + sum over d of weight[d-1] x max(score of the message d before i, score of
+    the one d after); a single ``weight`` means distance 1 only.
 
     Conversations answer across turns: "where did you go?" / "Paris, last May". A reply
-    that names none of the query's words still scores through the question next to it.
-    ``seqs`` is the chronological order of the scored messages (neighbours are adjacent
-    there, whatever their seq numbers)."""
+    that names none of the query's words still scores through the question next to it, and
+    (with a second weight) through the one two turns away: a question, a counter-question,
+    then the answer. ``seqs`` is the chronological order of the scored messages (neighbours
+    are adjacent there, whatever their seq numbers); a neighbour that does not exist adds
+    nothing."""
+    weights = (float(weight),) if isinstance(weight, (int, float)) else tuple(weight)
     out: dict[int, float] = {}
     for index, seq in enumerate(seqs):
-        around = [scores[seqs[j]] for j in (index - 1, index + 1) if 0 <= j < len(seqs)]
-        out[seq] = scores[seq] + (weight * max(around) if around else 0.0)
+        total = scores[seq]
+        for distance, w in enumerate(weights, start=1):
+            around = [scores[seqs[j]] for j in (index - distance, index + distance) if 0 <= j < len(seqs)]
+            if around and w:
+                total += w * max(around)
+        out[seq] = total
     return out
 
 

@@ -5,6 +5,7 @@ holds assemble_view and its helpers only, so the mutants are exactly theirs.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -267,18 +268,18 @@ def _pinned(state: AgentContext, remaining: int, count_message: Callable[[str, s
     return items, omitted, remaining
 
 
-def _day(at: float) -> str:
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%a %d %b %Y")
+def _stamped(content: str, at: float, dated: bool) -> str:
+    """A message as a query view shows it: ``HH:MM`` before it, and, ``dated`` (the line
+    above is of another day, or there is none), its day before that:
+    ``Mon 08 May 2023 13:56 UTC``.
 
-
-def _stamped(content: str, at: float) -> str:
-    # "13:56 " is 2 tokens in cl100k, "[13:56] " 4: at ~40 tokens a message that is one
-    # message more per twenty in the same budget.
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%H:%M ") + content
-
-
-def _date_header(day: str) -> str:
-    return f"{day} (UTC):"
+    Every message carries its time (questions ask "when") and each line can be dated
+    without reading further than the line above. The day costs ~8 tokens once per run of
+    same-day lines, inside the message; a separate header message per day cost ~14 (the
+    chat framing), and was what the stamps mostly cost (README, LoCoMo ablations).
+    "13:56 " is 2 tokens in cl100k, "[13:56] " 4."""
+    when = datetime.fromtimestamp(at, tz=timezone.utc)
+    return f"{when.strftime('%a %d %b %Y %H:%M')} UTC {content}" if dated else f"{when.strftime('%H:%M')} {content}"
 
 
 def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[int],
@@ -293,9 +294,9 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
     conversations it recalled more evidence per token than 200-token chunks (README).
 
     Output: pinned, the facts block, then the chosen messages in chronological order, each
-    stamped with its time (questions ask "when"), and before each day's first message a
-    header naming the day. A header costs once per day, so stamps stay short; its cost is
-    charged when the day's first message is chosen, so the total is exact."""
+    stamped with its time (questions ask "when") and, when the line above is of another
+    day, with its day (``_stamped``). A message taken in between two others can change how
+    the next one is stamped; that change is charged with it, so the total is exact."""
     remaining = budget_tokens - REPLY_PRIMING_TOKENS
     pinned_items, omitted, remaining = _pinned(state, remaining, count_message)
     messages = sorted((m for m in state.cold.messages + state.hot if not m.pinned), key=lambda m: m.seq)
@@ -318,42 +319,56 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
         remaining -= cost
 
     hot_seqs = {m.seq for m in state.hot}
-    chosen: dict[int, ViewItem] = {}
-    headers: dict[str, ViewItem] = {}
+    chosen: list[int] = []            # chosen seqs, ascending (= the output order)
+    cost_of: dict[int, int] = {}      # seq -> cost as currently stamped
+    stamped_costs: dict[tuple[int, bool], int] = {}
 
-    def take(m, limit: int) -> int:
-        """Adds ``m`` if it (and its day's header, if new) fits ``limit``; returns the cost."""
-        day = _day(m.at)
-        header = None if day in headers else _date_header(day)
-        header_cost = count_message("system", header) if header else 0
-        content = _stamped(m.content, m.at)
-        cost = count_message(m.role, content)
-        if header_cost + cost > limit:
-            return 0
-        if header:
-            headers[day] = ViewItem(HOT if m.seq in hot_seqs else COLD, "date", "system", header, header_cost, day)
-        chosen[m.seq] = ViewItem(HOT if m.seq in hot_seqs else COLD, "message", m.role, content, cost, str(m.seq))
-        return header_cost + cost
+    def dated(seq: int, previous: int | None) -> bool:
+        # another UTC day: compared by day number (POSIX days are 86,400 s), not by formatting
+        return previous is None or by_seq[previous].at // 86_400 != by_seq[seq].at // 86_400
+
+    def stamped_cost(seq: int, with_day: bool) -> int:
+        key = (seq, with_day)
+        if key not in stamped_costs:
+            m = by_seq[seq]
+            stamped_costs[key] = count_message(m.role, _stamped(m.content, m.at, with_day))
+        return stamped_costs[key]
+
+    def take(m, limit: int) -> int | None:
+        """Adds ``m`` if it fits ``limit`` with the restamping of the line after it;
+        returns what it cost, or None if it did not fit."""
+        at = bisect.bisect_left(chosen, m.seq)
+        before = chosen[at - 1] if at > 0 else None
+        after = chosen[at] if at < len(chosen) else None
+        own = stamped_cost(m.seq, dated(m.seq, before))
+        after_cost = stamped_cost(after, dated(after, m.seq)) if after is not None else 0
+        delta = own + (after_cost - cost_of[after] if after is not None else 0)
+        if delta > limit:
+            return None
+        chosen.insert(at, m.seq)
+        cost_of[m.seq] = own
+        if after is not None:
+            cost_of[after] = after_cost
+        return delta
 
     recent_cap = min(remaining, int(settings.query_recent_share * budget_tokens))
     for m in reversed(messages):
         spent = take(m, recent_cap)
-        if not spent:
+        if spent is None:
             break  # contiguous: the recent window stops at the first message that does not fit
         recent_cap -= spent
         remaining -= spent
     for seq in ranking:
-        if seq in by_seq and seq not in chosen:
-            remaining -= take(by_seq[seq], remaining)
+        if seq in by_seq and seq not in cost_of:
+            spent = take(by_seq[seq], remaining)
+            remaining -= spent or 0
 
     body: list[ViewItem] = []
-    seen_days: set[str] = set()
-    for seq in sorted(chosen):
-        day = _day(by_seq[seq].at)
-        if day not in seen_days:
-            seen_days.add(day)
-            body.append(headers[day])
-        body.append(chosen[seq])
+    for position, seq in enumerate(chosen):
+        m = by_seq[seq]
+        content = _stamped(m.content, m.at, dated(seq, chosen[position - 1] if position else None))
+        body.append(ViewItem(HOT if seq in hot_seqs else COLD, "message", m.role, content,
+                             count_message(m.role, content), str(seq)))
     items = tuple(pinned_items + fact_items + body)
     total = REPLY_PRIMING_TOKENS + sum(i.tokens for i in items) if items else 0
     return ContextView(agent_id=state.agent_id, budget_tokens=budget_tokens, tokens=total,
