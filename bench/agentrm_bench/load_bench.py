@@ -45,6 +45,8 @@ REQUEST_BODY = orjson.dumps({"query": REQUEST, "variables": {}})
 COMPLETE = ("mutation($id: ID!) { completeTurn(input: {turnId: $id, outcome: OK, promptTokens: 50, "
             "completionTokens: 10}) { status } }")
 COMPLETE_QUERY_JSON = orjson.dumps(COMPLETE)
+CANCEL = "mutation($id: ID!) { cancelTurn(turnId: $id) { status } }"
+CANCEL_QUERY_JSON = orjson.dumps(CANCEL)
 CLIENTS = ("raw", "httpx")
 JSON_KEYS = ("turns_per_s", "grant_p50_ms_at_half", "grant_p99_ms_at_half", "grant_p99_ms_at_90",
              "errors", "verify_ok", "raw_insert_per_s")
@@ -120,17 +122,22 @@ class Phase:
     turns: int = 0
     errors: int = 0
     backlogged: int = 0               # arrivals that found no idle agent (the driver's queue)
+    error_kinds: dict = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
     server_cpu_s: float = 0.0
     db_cpu_s: float = 0.0
     driver_cpu_s: float = 0.0
     elapsed: float = 0.0
 
+    def error(self, kind: str) -> None:
+        self.errors += 1
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+
     def summary(self) -> dict:
         per_turn = 1000 / max(self.turns, 1)
         return {"phase": self.name, "offered_per_s": self.offered_per_s, "turns": self.turns,
                 "turns_per_s": self.turns / self.elapsed if self.elapsed else 0.0,
-                "errors": self.errors, "backlogged": self.backlogged,
+                "errors": self.errors, "error_kinds": self.error_kinds, "backlogged": self.backlogged,
                 "grant_p50_ms": pct(self.latencies, 50) * 1000, "grant_p99_ms": pct(self.latencies, 99) * 1000,
                 "server_cpu_ms_per_turn": self.server_cpu_s * per_turn,
                 "db_cpu_ms_per_turn": self.db_cpu_s * per_turn,
@@ -152,6 +159,7 @@ class Driver:
         self.connections = {t: GraphQLConnection(host, int(port), t) for t in tokens}
         self.prepared_request = {t: c.prepare(REQUEST_BODY) for t, c in self.connections.items()}
         self.turns_total = 0
+        self.last_error = ""   # why the latest failed request failed (the errors' kinds)
         self.rss: list[dict] = []
 
     async def close(self) -> None:
@@ -165,16 +173,24 @@ class Driver:
                                             headers={"Authorization": f"Bearer {token}",
                                                      "Content-Type": "application/json"})
             body = orjson.loads(response.content)
-        except (httpx.HTTPError, orjson.JSONDecodeError):
+        except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
+            self.last_error = type(exc).__name__
             return None
-        return None if body.get("errors") else body["data"]
+        return self._data(body)
+
+    def _data(self, body: dict) -> dict | None:
+        if body.get("errors"):
+            self.last_error = str(body["errors"][0].get("extensions", {}).get("code", "error"))
+            return None
+        return body.get("data")
 
     async def _raw(self, token: str, request: bytes) -> dict | None:
         try:
             body = await self.connections[token].post(request)
-        except HTTPError:
+        except HTTPError as exc:
+            self.last_error = str(exc)[:40]
             return None
-        return None if body.get("errors") else body.get("data")
+        return self._data(body)
 
     async def _request_turn(self, token: str) -> dict | None:
         if self.client == "raw":
@@ -187,17 +203,29 @@ class Driver:
             return await self._raw(token, self.connections[token].prepare(body))
         return await self._gql(token, COMPLETE, {"id": turn_id})
 
+    async def _cancel_turn(self, token: str, turn_id: str) -> None:
+        if self.client == "raw":
+            body = b'{"query":%b,"variables":{"id":%b}}' % (CANCEL_QUERY_JSON, orjson.dumps(turn_id))
+            await self._raw(token, self.connections[token].prepare(body))
+        else:
+            await self._gql(token, CANCEL, {"id": turn_id})
+
     async def one_turn(self, token: str, phase: Phase) -> None:
         started = time.perf_counter()
         data = await self._request_turn(token)
         turn = data and data["requestTurn"]
         if not turn or turn["status"] != "GRANTED":
-            phase.errors += 1
+            phase.error(f"requestTurn: {turn['status'] if turn else self.last_error}")
+            if turn and turn.get("id"):
+                # Still queued after the wait: give it up, as an honest client does. Left
+                # queued, it would be granted later with nobody to complete it, and hold
+                # its lane for a whole lease (300 s here) while the others queue behind it.
+                await self._cancel_turn(token, turn["id"])
             return
         phase.latencies.append(time.perf_counter() - started)
         done = await self._complete_turn(token, turn["id"])
         if not done or done["completeTurn"]["status"] != "COMPLETED":
-            phase.errors += 1
+            phase.error(f"completeTurn: {done['completeTurn']['status'] if done else self.last_error}")
             return
         phase.turns += 1
         self.turns_total += 1

@@ -14,8 +14,14 @@ which the connection is replaced.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
+
+# uvicorn closes a keep-alive connection after 5 s without a request; one that has been
+# idle longer than this is replaced before it is used, rather than racing that close (a
+# request written as the server closes is lost, and a POST is not safe to send again).
+KEEPALIVE_EXPIRY_S = 4.0
 
 
 class HTTPError(Exception):
@@ -87,12 +93,15 @@ class GraphQLConnection:
         self.head = (f"POST /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
                      "Content-Type: application/json\r\nContent-Length: ").encode()
         self._protocol: _Protocol | None = None
+        self._last_used = 0.0
 
     def prepare(self, body: bytes) -> bytes:
         """The whole request for a JSON body, to be sent as it is, any number of times."""
         return b"%b%d\r\n\r\n%b" % (self.head, len(body), body)
 
     async def _connected(self) -> _Protocol:
+        if self._protocol is not None and time.monotonic() - self._last_used > KEEPALIVE_EXPIRY_S:
+            self.close()
         if self._protocol is None or self._protocol.closed:
             _transport, self._protocol = await asyncio.get_running_loop().create_connection(
                 _Protocol, self.host, self.port)
@@ -104,6 +113,7 @@ class GraphQLConnection:
             protocol = await self._connected()
             async with asyncio.timeout(self.timeout):
                 _status, body = await protocol.request(request)
+            self._last_used = time.monotonic()
             return orjson.loads(body)
         except (OSError, TimeoutError, HTTPError, orjson.JSONDecodeError) as exc:
             self.close()
