@@ -21,6 +21,7 @@ from app.gateway.upstreams import Upstreams
 from app.observability.http import routes as observability_routes
 from app.observability.metrics import AppMetrics
 from app.runtime import Runtime
+from app.serving_gc import tune_for_serving
 
 from .schema import build_schema, schema
 from .security import MAX_BODY_BYTES
@@ -83,7 +84,7 @@ async def _bounded_body(request) -> bytes | None:
 
 def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                op_token: str | None = None, introspection: bool | None = None,
-               demo_upstream: bool | None = None) -> Starlette:
+               demo_upstream: bool | None = None, tune_gc: bool = False) -> Starlette:
     holder: dict = {}
     graphql = AgentRMGraphQL(holder, introspection=introspection_enabled() if introspection is None
                              else introspection)
@@ -96,6 +97,8 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         holder["upstreams"] = Upstreams(rt, base_url, api_key)
         holder["metrics"] = AppMetrics(rt)
         holder["runtime"] = rt
+        if tune_gc:   # a serving worker's own process (app/serving_gc.py says why)
+            tune_for_serving()
         demo_task = None
         if demo:
             from app.demo import start_demo

@@ -7,4 +7,4 @@ from .app import create_app
 
 def app_from_env():
     settings = ServeSettings.from_env()
-    return create_app(settings.database_url, demo=settings.demo)
+    return create_app(settings.database_url, demo=settings.demo, tune_gc=True)

@@ -12,9 +12,12 @@ messages of 100,000 characters each (app/domain/context/limits.py), about 10 MB 
 """
 from __future__ import annotations
 
+import functools
+
 from graphql import ExecutionResult, GraphQLError
-from strawberry.extensions import (DisableIntrospection, MaxAliasesLimiter, MaxTokensLimiter,
-                                   QueryDepthLimiter, SchemaExtension)
+from strawberry.extensions import AddValidationRules, DisableIntrospection, MaxTokensLimiter, SchemaExtension
+from strawberry.extensions.max_aliases import create_validator as aliases_rule
+from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
 
 from app.errors import Unauthenticated
 
@@ -41,11 +44,28 @@ class RefuseInvalidCredentials(SchemaExtension):
         yield
 
 
+# The depth and alias rules, built once. strawberry's QueryDepthLimiter and MaxAliasesLimiter
+# build a new rule class in every instance, and an extension is instantiated per request;
+# the validation cache is keyed by the document AND the tuple of rule classes, so with a
+# fresh class per request it never hit: every request validated its document again (and
+# filled the cache with entries nobody would look up). The same classes every time let
+# a document that was valid once be taken as valid again. (Keyed by the caps, which are
+# read per request, so lowering one takes effect at once.)
+@functools.cache
+def _limit_rules(max_depth: int, max_aliases: int) -> tuple:
+    return depth_rule(max_depth, None), aliases_rule(max_aliases)
+
+
+class DocumentLimits(AddValidationRules):
+    """Depth and alias caps, as the two strawberry limiters check them."""
+
+    def __init__(self) -> None:
+        super().__init__(list(_limit_rules(MAX_DEPTH, MAX_ALIASES)))
+
+
 def limit_extensions(introspection: bool = True) -> list:
     """Factories: strawberry builds a fresh extension for each request."""
-    extensions = [lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
-                  lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
-                  lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES)]
+    extensions = [DocumentLimits, lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS)]
     if not introspection:
         extensions.append(DisableIntrospection)
     return extensions

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 
 from .admission import Bucket
 from .concurrency import LaneLimit
@@ -38,7 +39,7 @@ class TurnState:
     run_id: str | None = None    # the client's run (program) this call belongs to, if it said
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = flat_dict(self)
         if d["run_id"] is None:
             del d["run_id"]      # as before runs existed: old logs keep their state hash
         return d
@@ -46,6 +47,27 @@ class TurnState:
     @property
     def need_tokens(self) -> int:
         return self.estimated_tokens + self.max_output_tokens
+
+
+def flat_dict(obj) -> dict:
+    """asdict() of a dataclass whose fields are all plain values (str, numbers, None), as
+    TurnState, AgentState and RunState are: the same dict, without asdict's recursion and
+    deep copy of every value. A pool's state holds one of these per agent and per live
+    turn, and is serialised whole each time the read model is persisted (once a second):
+    asdict was half of that."""
+    names, getter = _FLAT.get(type(obj)) or _flat_fields(type(obj))
+    return dict(zip(names, getter(obj)))
+
+
+_FLAT: dict[type, tuple] = {}
+
+
+def _flat_fields(cls) -> tuple:
+    names = tuple(f.name for f in fields(cls))
+    # attrgetter of one name returns the value, not a 1-tuple
+    getter = attrgetter(*names) if len(names) > 1 else (lambda o: (getattr(o, names[0]),))
+    _FLAT[cls] = (names, getter)
+    return _FLAT[cls]
 
 
 @dataclass
@@ -204,7 +226,7 @@ class PoolState:
             "settings": self.settings.to_dict(), "created_at": self.created_at,
             "requests": self.requests.to_dict(), "tokens": self.tokens.to_dict(),
             "version": self.version, "position": self.position, "inputs_through": self.inputs_through,
-            "agents": {k: asdict(v) for k, v in sorted(self.agents.items())},
+            "agents": {k: flat_dict(v) for k, v in sorted(self.agents.items())},
             "turns": {k: v.to_dict() for k, v in sorted(self.turns.items())},
             "queues": self.queues, "lanes": self.lanes, "rate_factor": self.rate_factor,
             "rate_factor_at": self.rate_factor_at, "paused_until": self.paused_until,
@@ -213,7 +235,7 @@ class PoolState:
             "start": asdict(self.start),
         }
         if self.runs:  # absent while no turn names a run: old logs keep their state hash
-            d["runs"] = {k: asdict(v) for k, v in sorted(self.runs.items())}
+            d["runs"] = {k: flat_dict(v) for k, v in sorted(self.runs.items())}
         if self.lane_limit != LaneLimit():
             d["lane_limit"] = asdict(self.lane_limit)
         for key in self._LATER:

@@ -51,6 +51,9 @@ def _dumps(value) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+json_text = _dumps   # what the jsonb codec sends: for callers that send the text themselves
+
+
 async def init_connection(conn: asyncpg.Connection) -> None:
     """jsonb <-> Python values on every pooled connection."""
     for typ in ("json", "jsonb"):

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 from collections.abc import Callable
 
 from app.eventstore.model import RecordedEvent
-from app.eventstore.store import EventStore
+from app.eventstore.store import EventStore, json_text
 from app.ports import EventLog, Wakeups
 from app.tasks import cancel_all
 
@@ -33,8 +32,8 @@ async def load_docs(conn, projections: tuple[str, ...], *,
     return {(r["projection"], r["key"]): r["doc"] for r in rows}
 
 
-async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str, str], dict]) -> bool:
-    """Write `docs` and move checkpoint `name` to `position`, in one transaction, only
+async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str, str], str]) -> bool:
+    """Write `docs` (JSON texts, see json_text) and move checkpoint `name` to `position`, in one transaction, only
     forward: the checkpoint row is locked first, and a runner that finds it already at
     or past `position` writes nothing (a faster worker got there first)."""
     async with conn.transaction():
@@ -50,7 +49,7 @@ async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str
             return False
         if docs:
             await conn.executemany(
-                "INSERT INTO read_models (projection, key, doc) VALUES ($1, $2, $3) "
+                "INSERT INTO read_models (projection, key, doc) VALUES ($1, $2, $3::text::jsonb) "
                 "ON CONFLICT (projection, key) DO UPDATE SET doc = EXCLUDED.doc",
                 [(p, k, d) for (p, k), d in docs.items()])
         await conn.execute("UPDATE projection_checkpoints SET position = $2 WHERE name = $1",
@@ -74,7 +73,7 @@ class PostgresDocuments:
                 return (position or 0), (await load_docs(conn, PROJECTIONS, open_turns_only=True)
                                          if position else {})
 
-    async def save(self, position: int, docs: dict[tuple[str, str], dict]) -> bool:
+    async def save(self, position: int, docs: dict[tuple[str, str], str]) -> bool:
         async with self.pool.acquire() as conn:
             return await save_checkpointed(conn, CHECKPOINT, position, docs)
 
@@ -269,10 +268,11 @@ class Projector:
             return False
         position = model.position
         keys, model.dirty = model.dirty, set()
-        # Deep copies, taken now: the live documents keep changing while we await the write,
-        # and what we write must be the state at `position`, no later.
-        docs = {k: copy.deepcopy(model.doc(*k)) for k in keys}
-        docs = {k: v for k, v in docs.items() if v is not None}
+        # Snapshots taken now: the live documents keep changing while we await the write,
+        # and what we write must be the state at `position`, no later. The snapshot is the
+        # JSON text the database stores (a deep copy, then encoding that copy, did the work
+        # twice: 6% of a worker's CPU under load).
+        docs = {k: json_text(doc) for k in keys if (doc := model.doc(*k)) is not None}
         try:
             saved = await self.documents.save(position, docs)
         except BaseException:

@@ -55,6 +55,8 @@ def _load(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true", help="50 agents, 3 s phases, one run")
+    p.add_argument("--client", choices=("raw", "httpx"), default="raw",
+                   help="the driver's HTTP client (raw: pre-encoded HTTP/1.1, the cheapest in CPU)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
@@ -63,7 +65,7 @@ def _load(argv: list[str]) -> int:
         p.error("--agents, --workers and --repeat must be at least 1, --seconds positive")
     from .load_bench import JSON_KEYS, run, to_markdown
     result = run(args.out, _bench_database("agentrm_bench_load"), agents=args.agents, workers=args.workers,
-                 seconds=args.seconds, repeat=args.repeat, seed=args.seed)
+                 seconds=args.seconds, repeat=args.repeat, seed=args.seed, client=args.client)
     if args.json:
         print(json.dumps({k: result[k] for k in JSON_KEYS}, sort_keys=True))
     else:

@@ -1,11 +1,13 @@
 """`agentrm bench load`: N agents over loopback HTTP against `agentrm serve --workers W`.
 
-The driver is asyncio + httpx in one process, not locust. The machine has two cores that
-the server, PostgreSQL and the driver share, so the driver must cost as little CPU per
-request as possible and must not add processes of its own; locust runs a greenlet per
-user, and its open-loop pacing (`constant_throughput`) is per user, where this benchmark
-needs one Poisson arrival process for the whole fleet. One event loop with pooled
-keep-alive connections does both, and its own CPU is measured and reported beside the
+The driver is one asyncio process (on uvloop when it is installed), not locust. The machine
+has two cores that the server, PostgreSQL and the driver share, so the driver must cost as
+little CPU per request as possible and must not add processes of its own; locust runs a
+greenlet per user, and its open-loop pacing (`constant_throughput`) is per user, where this
+benchmark needs one Poisson arrival process for the whole fleet. One event loop with a
+keep-alive connection per agent does both. Its HTTP client is `raw_http` (pre-encoded
+requests, Content-Length framing: see there why), `--client httpx` the general-purpose one
+it replaced, kept to compare. The driver's own CPU is measured and reported beside the
 server's, so a reader can see when the driver was the bottleneck.
 
 Phases, each `--seconds` long, repeated `--repeat` times on the same server:
@@ -34,12 +36,18 @@ from pathlib import Path
 import httpx
 import orjson
 
+from .raw_http import GraphQLConnection, HTTPError
 from .system_bench import _raw_insert_rate, pct
 
 REQUEST = ("mutation { requestTurn(input: {estimatedTokens: 50, maxOutputTokens: 10, waitSeconds: 30}) "
            "{ id status } }")
+REQUEST_BODY = orjson.dumps({"query": REQUEST, "variables": {}})
 COMPLETE = ("mutation($id: ID!) { completeTurn(input: {turnId: $id, outcome: OK, promptTokens: 50, "
             "completionTokens: 10}) { status } }")
+COMPLETE_QUERY_JSON = orjson.dumps(COMPLETE)
+CANCEL = "mutation($id: ID!) { cancelTurn(turnId: $id) { status } }"
+CANCEL_QUERY_JSON = orjson.dumps(CANCEL)
+CLIENTS = ("raw", "httpx")
 JSON_KEYS = ("turns_per_s", "grant_p50_ms_at_half", "grant_p99_ms_at_half", "grant_p99_ms_at_90",
              "errors", "verify_ok", "raw_insert_per_s")
 
@@ -114,17 +122,22 @@ class Phase:
     turns: int = 0
     errors: int = 0
     backlogged: int = 0               # arrivals that found no idle agent (the driver's queue)
+    error_kinds: dict = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
     server_cpu_s: float = 0.0
     db_cpu_s: float = 0.0
     driver_cpu_s: float = 0.0
     elapsed: float = 0.0
 
+    def error(self, kind: str) -> None:
+        self.errors += 1
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+
     def summary(self) -> dict:
         per_turn = 1000 / max(self.turns, 1)
         return {"phase": self.name, "offered_per_s": self.offered_per_s, "turns": self.turns,
                 "turns_per_s": self.turns / self.elapsed if self.elapsed else 0.0,
-                "errors": self.errors, "backlogged": self.backlogged,
+                "errors": self.errors, "error_kinds": self.error_kinds, "backlogged": self.backlogged,
                 "grant_p50_ms": pct(self.latencies, 50) * 1000, "grant_p99_ms": pct(self.latencies, 99) * 1000,
                 "server_cpu_ms_per_turn": self.server_cpu_s * per_turn,
                 "db_cpu_ms_per_turn": self.db_cpu_s * per_turn,
@@ -132,18 +145,27 @@ class Phase:
 
 
 class Driver:
-    def __init__(self, base: str, tokens: list[str], server_pid: int, db_pid: int | None, seed: int):
-        self.base, self.tokens = base, tokens
+    def __init__(self, base: str, tokens: list[str], server_pid: int, db_pid: int | None, seed: int,
+                 client: str = "raw"):
+        if client not in CLIENTS:
+            raise ValueError(f"client must be one of {CLIENTS}")
+        self.base, self.tokens, self.client = base, tokens, client
         self.server_pid, self.db_pid = server_pid, db_pid
         self.rng = random.Random(seed)
         self.http = httpx.AsyncClient(base_url=base, timeout=60,
                                       limits=httpx.Limits(max_connections=len(tokens) + 10,
                                                           max_keepalive_connections=len(tokens) + 10))
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        self.connections = {t: GraphQLConnection(host, int(port), t) for t in tokens}
+        self.prepared_request = {t: c.prepare(REQUEST_BODY) for t, c in self.connections.items()}
         self.turns_total = 0
+        self.last_error = ""   # why the latest failed request failed (the errors' kinds)
         self.rss: list[dict] = []
 
     async def close(self) -> None:
         await self.http.aclose()
+        for connection in self.connections.values():
+            connection.close()
 
     async def _gql(self, token: str, query: str, variables: dict | None = None) -> dict | None:
         try:
@@ -151,21 +173,59 @@ class Driver:
                                             headers={"Authorization": f"Bearer {token}",
                                                      "Content-Type": "application/json"})
             body = orjson.loads(response.content)
-        except (httpx.HTTPError, orjson.JSONDecodeError):
+        except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
+            self.last_error = type(exc).__name__
             return None
-        return None if body.get("errors") else body["data"]
+        return self._data(body)
+
+    def _data(self, body: dict) -> dict | None:
+        if body.get("errors"):
+            self.last_error = str(body["errors"][0].get("extensions", {}).get("code", "error"))
+            return None
+        return body.get("data")
+
+    async def _raw(self, token: str, request: bytes) -> dict | None:
+        try:
+            body = await self.connections[token].post(request)
+        except HTTPError as exc:
+            self.last_error = str(exc)[:40]
+            return None
+        return self._data(body)
+
+    async def _request_turn(self, token: str) -> dict | None:
+        if self.client == "raw":
+            return await self._raw(token, self.prepared_request[token])
+        return await self._gql(token, REQUEST)
+
+    async def _complete_turn(self, token: str, turn_id: str) -> dict | None:
+        if self.client == "raw":
+            body = b'{"query":%b,"variables":{"id":%b}}' % (COMPLETE_QUERY_JSON, orjson.dumps(turn_id))
+            return await self._raw(token, self.connections[token].prepare(body))
+        return await self._gql(token, COMPLETE, {"id": turn_id})
+
+    async def _cancel_turn(self, token: str, turn_id: str) -> None:
+        if self.client == "raw":
+            body = b'{"query":%b,"variables":{"id":%b}}' % (CANCEL_QUERY_JSON, orjson.dumps(turn_id))
+            await self._raw(token, self.connections[token].prepare(body))
+        else:
+            await self._gql(token, CANCEL, {"id": turn_id})
 
     async def one_turn(self, token: str, phase: Phase) -> None:
         started = time.perf_counter()
-        data = await self._gql(token, REQUEST)
+        data = await self._request_turn(token)
         turn = data and data["requestTurn"]
         if not turn or turn["status"] != "GRANTED":
-            phase.errors += 1
+            phase.error(f"requestTurn: {turn['status'] if turn else self.last_error}")
+            if turn and turn.get("id"):
+                # Still queued after the wait: give it up, as an honest client does. Left
+                # queued, it would be granted later with nobody to complete it, and hold
+                # its lane for a whole lease (300 s here) while the others queue behind it.
+                await self._cancel_turn(token, turn["id"])
             return
         phase.latencies.append(time.perf_counter() - started)
-        done = await self._gql(token, COMPLETE, {"id": turn["id"]})
+        done = await self._complete_turn(token, turn["id"])
         if not done or done["completeTurn"]["status"] != "COMPLETED":
-            phase.errors += 1
+            phase.error(f"completeTurn: {done['completeTurn']['status'] if done else self.last_error}")
             return
         phase.turns += 1
         self.turns_total += 1
@@ -296,13 +356,13 @@ def _spread(values: list[float]) -> dict:
 
 
 async def run_async(url: str, *, agents: int = 1000, workers: int = 2, seconds: float = 10.0,
-                    repeat: int = 3, seed: int = 1) -> dict:
+                    repeat: int = 3, seed: int = 1, client: str = "raw") -> dict:
     token = "op_bench_" + os.urandom(8).hex()
     with tempfile.TemporaryDirectory(prefix="agentrm-load-") as tmp:
         proc, base = await _start_server(url, workers, token, Path(tmp))
         try:
             tokens = await _fleet(base, token, agents)
-            driver = Driver(base, tokens, proc.pid, postmaster_pid(url), seed)
+            driver = Driver(base, tokens, proc.pid, postmaster_pid(url), seed, client)
             try:
                 await driver.closed_loop(min(3.0, seconds))   # warm-up: connections, caches
                 raw, runs, per_turn = [], [], []
@@ -344,7 +404,8 @@ async def run_async(url: str, *, agents: int = 1000, workers: int = 2, seconds: 
                    "grant_p99_ms_at_90": p99_90, "raw_insert_per_s": raw_spread},
         "runs": runs, "rss_mb_against_turns": rss,
         "verify_output": (verify.stdout + verify.stderr).strip()[-500:],
-        "settings": {"agents": agents, "workers": workers, "seconds": seconds, "repeat": repeat, "seed": seed},
+        "settings": {"agents": agents, "workers": workers, "seconds": seconds, "repeat": repeat, "seed": seed,
+                     "client": client},
     }
 
 
@@ -375,8 +436,19 @@ def to_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_loop(coroutine):
+    """Run the driver on uvloop when it is installed (uvicorn[standard] brings it): its
+    event loop is a share of the driver's CPU per request like the client's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coroutine)
+
+
 def run(out_dir: Path, url: str, **kwargs) -> dict:
-    result = asyncio.run(run_async(url, **kwargs))
+    result = run_loop(run_async(url, **kwargs))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "load.md").write_text(to_markdown(result))
     (out_dir / "load.json").write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())

@@ -94,10 +94,15 @@ async def _store_append_rate(rt: Runtime, tasks: int, per_task: int, batch: int 
 
 
 async def _fleet(rt: Runtime, prefix: str, size: int) -> list[Principal]:
-    """A pool with a free lane per agent and limits nobody reaches, and its agents."""
+    """A pool with a free lane per agent and limits nobody reaches, and its agents. Adaptive
+    lanes are off: they start a pool on a few lanes and learn the rest from streaming turns'
+    first chunks, which these turns never send, so a thousand simultaneous requests would
+    wait for lanes (and the grant-latency rounds, which complete nothing before every turn
+    is granted, would never finish)."""
     name = f"{prefix}_{uuid.uuid4().hex[:6]}"
     await rt.service.create_pool(OPERATOR, PoolSettings(name=name, lanes=max(size, 1), rpm=10_000_000,
-                                                        tpm=10_000_000_000, lease_seconds=300))
+                                                        tpm=10_000_000_000, lease_seconds=300,
+                                                        adaptive_lanes=False))
     agents = []
     for i in range(size):
         view, _ = await rt.service.register_agent(OPERATOR, f"{prefix}{i}", name)
