@@ -83,23 +83,23 @@ class EmbeddingLane:
                 self.query_misses += 1
             return vector
 
-    def _remember(self, text: str, vector: np.ndarray) -> None:
-        if self._cache_size == 0:
-            return
+    def _remember(self, text: str, vector: np.ndarray) -> np.ndarray:
         vector = np.array(vector, dtype=np.float32)
-        vector.flags.writeable = False
+        vector.flags.writeable = False   # shared by every caller that asks the same
+        if self._cache_size == 0:
+            return vector
         with self._cache_lock:
             self._cache[text] = vector
             self._cache.move_to_end(text)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+        return vector
 
     async def query(self, text: str) -> np.ndarray:
         """The query's vector, ahead of any background batch still waiting."""
         vector = self._cached(text)
         if vector is None:
-            vector = (await asyncio.wrap_future(self._submit(QUERY, [text])))[0]
-            self._remember(text, vector)
+            vector = self._remember(text, (await asyncio.wrap_future(self._submit(QUERY, [text])))[0])
         return vector
 
     # -- background: indexing, the summarizer --------------------------------------------------
