@@ -23,7 +23,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 QUERY, BACKGROUND = 0, 1
-DEFAULT_CHUNK = 16          # texts per background batch: the most a query waits behind
+# Texts per background batch: the most a query waits behind. Length-sorted batches of 4
+# cost no more CPU per message than larger ones (measured, one torch thread, ~90 word
+# pieces a message: 37 ms/message at 4, 43 at 16, 74 at 64), so small costs nothing.
+DEFAULT_CHUNK = 4
 DEFAULT_QUERY_CACHE = 4096  # query vectors kept (1.5 kB each)
 
 

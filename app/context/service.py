@@ -58,6 +58,8 @@ class ContextService:
         self.compaction = compaction or ctx.CompactionSettings()
         self.hibernate_idle_seconds = hibernate_idle_seconds
         self._embedder = None
+        from .embedder import embedding_threads
+        embedding_threads()  # a bad AGENTRM_EMBEDDING_THREADS stops the start, with its reason
         self._summarizer = None
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()

@@ -79,3 +79,12 @@ def test_blocking_background_embeds_and_errors_reach_the_caller():
         EmbeddingLane(Broken).embed(["x"])
     with pytest.raises(ValueError):
         EmbeddingLane(default_embedder, chunk=0)
+
+
+def test_the_embedding_thread_count_defaults_to_one_and_bad_values_are_refused():
+    from app.context.embedder import embedding_threads
+    assert embedding_threads({}) == 1 and embedding_threads({"AGENTRM_EMBEDDING_THREADS": " "}) == 1
+    assert embedding_threads({"AGENTRM_EMBEDDING_THREADS": "2"}) == 2
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ValueError, match="AGENTRM_EMBEDDING_THREADS"):
+            embedding_threads({"AGENTRM_EMBEDDING_THREADS": bad})
