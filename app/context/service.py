@@ -264,9 +264,14 @@ class ContextService:
             # Reading is not activity: show what a wake would restore, without waking (and
             # without keeping it: the context stays out of memory).
             state = ctx.restore(state, await archived_context(self.store, state.agent_id, position))
+        count, now = self.counts.counter(self._encoding(agent)), self.clock()  # one read per view
+        if not query:
+            # everything fits: show everything, not tiers chosen for a budget that is not short
+            whole = ctx.whole_history_view(state, budget_tokens, count)
+            if whole is not None:
+                return whole
         ranking = await self.ranking(state, query) if query else None
-        return ctx.assemble_view(state, budget_tokens, None, self.counts.counter(self._encoding(agent)),
-                                 self.clock(), self.view_settings, ranking=ranking)
+        return ctx.assemble_view(state, budget_tokens, None, count, now, self.view_settings, ranking=ranking)
 
     async def view_at(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
                       position: int) -> ctx.ContextView:
@@ -280,9 +285,9 @@ class ContextService:
             raise BadInput("position must be >= 0")
         state = await context_state_at(self.store, agent["agent_id"], position)
         at = state.last_activity_at
-        encoding = self._encoding(agent)
-        return ctx.assemble_view(state, budget_tokens, None,
-                                 lambda role, content: count_message(role, content, encoding), at)
+        count = self.counts.counter(self._encoding(agent))
+        return ctx.whole_history_view(state, budget_tokens, count) or ctx.assemble_view(
+            state, budget_tokens, None, count, at)
 
     async def ranking(self, state: ctx.AgentContext, query: str) -> list[int]:
         """The agent's message seqs for ``query``, most relevant first (hybrid: dense over
