@@ -57,9 +57,14 @@ class MessageIndexer:
         self.stored: dict[str, int] = {}     # per agent: the seq its stored vectors reach
         self.embedded = 0                    # messages embedded by this process (for reports)
 
-    async def load(self, agent_id: str) -> AgentVectors:
-        """The agent's cached vectors, topped up with any rows stored since (by anyone)."""
-        entry = self.vectors.get(agent_id) or AgentVectors()
+    async def load(self, agent_id: str, newest: int | None = None) -> AgentVectors:
+        """The agent's cached vectors, topped up with any rows stored since (by anyone).
+        When the cache already reaches ``newest`` (the agent's last unpinned seq) there is
+        nothing to read, and the view skips the round trip."""
+        cached = self.vectors.get(agent_id)
+        if cached is not None and newest is not None and cached.through >= newest:
+            return cached
+        entry = cached or AgentVectors()
         rows = await self.embeddings.vectors_after(agent_id, entry.through)
         entry = self._top_up(agent_id, rows)
         self.stored[agent_id] = max(self.stored.get(agent_id, 0), entry.through)

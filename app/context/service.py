@@ -295,7 +295,7 @@ class ContextService:
         messages = messages_of(state)
         if not messages:
             return []
-        vectors = await self.indexer.load(state.agent_id)
+        vectors = await self.indexer.load(state.agent_id, newest=messages[-1].seq)
         query_vector = await self.lane.query(query) if len(vectors.seqs) else None
         lexical_cache = self.indexer.lexical
         pairs = [(m.seq, m.content) for m in messages]

@@ -111,7 +111,11 @@ def _context(argv: list[str]) -> int:
     if args.scale:
         from . import context_scale
         result["scale"] = context_scale.run(agents=args.agents, tokens=args.tokens)
-        report += "\n" + context_scale.render_markdown(result["scale"])
+        scale_md = context_scale.render_markdown(result["scale"])
+        report += "\n" + scale_md
+        (args.out / "context_scale.md").write_text(scale_md, encoding="utf-8")
+        (args.out / "context_scale.json").write_text(json.dumps(result["scale"], indent=2, default=str),
+                                                     encoding="utf-8")
     if args.latency:
         import asyncio
 

@@ -160,6 +160,9 @@ async def test_privacy_and_bad_input(server, operator):
     _bob_id, bob = await new_agent(operator)
     async with GraphQLClient(server, alice) as a, GraphQLClient(server, bob) as b:
         await a(APPEND, role="user", content="secret plan: project NIGHTJAR", pinned=False)
+        # earlier tests' agents may still be compacting in the background: settle that, so
+        # the head below moves only if a refused request appended something
+        await server.runtime.context.run_compactions()
         before = await server.runtime.store.head()
         with pytest.raises(GraphQLError) as err:
             await b(VIEW, budget=1024, agent=alice_id)
