@@ -8,6 +8,13 @@ read them at import time; that is why ``sentence_transformers`` is imported lazi
 
 Loading costs several seconds and ~100 MB, so it happens once per process, on first use,
 under a lock (two request threads must not both load it).
+
+Torch runs the model on one intra-op thread by default (``AGENTRM_EMBEDDING_THREADS``): the
+server shares its cores with PostgreSQL and its own event loop, and with two threads on a
+busy two-core machine one query's embedding took 600-1,000 ms of wall time and ~250 ms of
+CPU (the threads spin waiting for each other), against ~55 ms and ~17 ms with one; on an
+idle machine two threads save ~3 ms a query. Calls are serialised by the embedding lane
+anyway, so a second thread would only ever help one call at a time.
 """
 from __future__ import annotations
 
@@ -20,6 +27,20 @@ import numpy as np
 
 EMBEDDING_DIM = 384
 _BATCH_SIZE = 64
+DEFAULT_THREADS = 1
+
+
+def embedding_threads(env: dict | None = None) -> int:
+    raw = (os.environ if env is None else env).get("AGENTRM_EMBEDDING_THREADS", "")
+    if raw.strip() == "":
+        return DEFAULT_THREADS
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"AGENTRM_EMBEDDING_THREADS must be a whole number >= 1, not {raw!r}")
+    return n
 
 
 class TextEmbedder(Protocol):
@@ -48,8 +69,10 @@ class MiniLMEmbedder:
                 if self._model is None:  # double-checked: the first thread loads, others wait
                     os.environ["HF_HUB_OFFLINE"] = "1"
                     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+                    import torch
                     from sentence_transformers import SentenceTransformer
 
+                    torch.set_num_threads(embedding_threads())  # process-wide, every thread
                     self._model = SentenceTransformer(
                         str(self._path or model_path()), device="cpu")
         return self._model

@@ -31,3 +31,29 @@ class EmbeddingStore:
             await conn.executemany(
                 "INSERT INTO context_vectors (agent_id, seq, model, vector) VALUES ($1, $2, $3, $4) "
                 "ON CONFLICT (agent_id, seq) DO NOTHING", rows)
+
+    async def vectors_after_many(self, after: dict[str, int]) -> dict[str, list[tuple[int, bytes]]]:
+        """``vectors_after`` for many agents in one query (agent -> seq it holds through):
+        an indexer pass over a fleet costs one round trip, not one per agent."""
+        if not after:
+            return {}
+        agents = list(after)
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT v.agent_id, v.seq, v.vector FROM context_vectors v "
+                "JOIN unnest($1::text[], $2::bigint[]) AS t(agent_id, after_seq) ON v.agent_id = t.agent_id "
+                "WHERE v.seq > t.after_seq ORDER BY v.agent_id, v.seq", agents, [after[a] for a in agents])
+        out: dict[str, list[tuple[int, bytes]]] = {}
+        for r in rows:
+            out.setdefault(r["agent_id"], []).append((r["seq"], bytes(r["vector"])))
+        return out
+
+    async def stored_through_many(self, agents: Sequence[str]) -> dict[str, int]:
+        """The highest seq with a stored vector, per agent (agents with none are absent):
+        what an indexer needs to know of an agent whose vectors it does not cache."""
+        if not agents:
+            return {}
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch("SELECT agent_id, max(seq) AS seq FROM context_vectors "
+                                    "WHERE agent_id = ANY($1::text[]) GROUP BY agent_id", list(agents))
+        return {r["agent_id"]: r["seq"] for r in rows}

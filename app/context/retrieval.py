@@ -10,7 +10,8 @@ Caches, both per agent and in process:
   indexer stores new rows (never re-read whole), dropped when the agent hibernates, and
   bounded in bytes (least recently used agents leave first; they reload from the table).
 - ``LexicalCache``: the BM25 index of the agent's messages, keyed by the last seq it holds.
-  Stemmed tokens are kept per message, so a rebuild after an append only re-counts.
+  Stemmed tokens are kept per message, and the index grows by the new messages
+  (app.context.bm25_incremental) instead of being rebuilt.
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ class Tokenizer:
 @dataclass
 class LexicalIndex:
     seqs: list[int]
-    retriever: object | None     # bm25s.BM25, None when no message has a word
+    retriever: object | None     # IncrementalBM25 (app.context.bm25_incremental), or bm25s.BM25
 
     def scores(self, query_tokens: list[str]) -> dict[int, float]:
         """BM25 score of every message (0 for one sharing no word with the query)."""
@@ -91,33 +92,54 @@ class LexicalIndex:
 
 
 class LexicalCache:
-    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
-        self.tokenize = tokenizer or Tokenizer()
-        self._tokens: dict[tuple[str, int], list[str]] = {}
-        self._index: dict[str, tuple[int, LexicalIndex]] = {}
+    """Per-agent BM25 indexes, the ``max_agents`` most recently used (an index costs a few
+    hundred kB at 30k tokens; one evicted is rebuilt from the messages on its next use)."""
 
-    def index_of(self, agent_id: str, messages: Sequence[tuple[int, str]]) -> LexicalIndex:
-        """The BM25 index of ``messages`` ((seq, content), chronological), rebuilt only when
-        the last seq moved."""
-        last = messages[-1][0] if messages else 0
-        cached = self._index.get(agent_id)
-        if cached is not None and cached[0] == last and len(cached[1].seqs) == len(messages):
-            return cached[1]
-        import bm25s
-        corpus = []
+    def __init__(self, tokenizer: Tokenizer | None = None, max_agents: int = 1024) -> None:
+        self.tokenize = tokenizer or Tokenizer()
+        self.max_agents = max_agents
+        self._tokens: dict[tuple[str, int], list[str]] = {}  # tokenized, not yet indexed
+        self._index: OrderedDict[str, LexicalIndex] = OrderedDict()
+
+    def holds(self, agent_id: str) -> bool:
+        return agent_id in self._index
+
+    def missing(self, agent_id: str, messages: Sequence[tuple[int, str]]) -> int:
+        """How many of ``messages`` the agent's index lacks (all, if it has none)."""
+        index = self._index.get(agent_id)
+        last = index.seqs[-1] if index is not None and index.seqs else 0
+        return sum(1 for seq, _ in messages if seq > last) if index is not None else len(messages)
+
+    def tokenize_new(self, agent_id: str, messages: Sequence[tuple[int, str]]) -> None:
+        """Tokenize the messages the index lacks (the costly part; safe in a thread, so
+        the event loop only adds the tokens to the index)."""
+        index = self._index.get(agent_id)
+        last = index.seqs[-1] if index is not None and index.seqs else 0
         for seq, content in messages:
             key = (agent_id, seq)
-            if key not in self._tokens:
+            if seq > last and key not in self._tokens:
                 self._tokens[key] = self.tokenize(content)
-            corpus.append(self._tokens[key])
-        retriever = None
-        if any(corpus):
-            retriever = bm25s.BM25()
-            # bm25s wants at least one token per document; an empty message gets a token
-            # no query can have (queries are tokenized the same way, and "\x00" is no word).
-            retriever.index([words or ["\x00"] for words in corpus], show_progress=False)
-        index = LexicalIndex([seq for seq, _ in messages], retriever)
-        self._index[agent_id] = (last, index)
+
+    def index_of(self, agent_id: str, messages: Sequence[tuple[int, str]]) -> LexicalIndex:
+        """The BM25 index of ``messages`` ((seq, content), chronological). An agent's
+        messages only grow at the end (compaction moves them between tiers, never out), so
+        the cached index is extended by the new ones; anything else rebuilds it."""
+        from .bm25_incremental import IncrementalBM25
+        index = self._index.get(agent_id)
+        held = len(index.seqs) if index is not None else 0
+        if index is None or len(messages) < held or (held and messages[held - 1][0] != index.seqs[-1]):
+            index, held = LexicalIndex([], IncrementalBM25()), 0
+            self._index[agent_id] = index
+        self._index.move_to_end(agent_id)
+        new = messages[held:]
+        self.tokenize_new(agent_id, new)
+        for seq, _content in new:
+            # an empty message gets a token no query can have (queries are tokenized the
+            # same way, and "\x00" is no word)
+            index.retriever.add(self._tokens.pop((agent_id, seq), None) or ["\x00"])
+            index.seqs.append(seq)
+        while len(self._index) > self.max_agents:
+            self.drop(next(iter(self._index)))
         return index
 
     def drop(self, agent_id: str) -> None:

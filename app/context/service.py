@@ -37,6 +37,8 @@ from app.service import Service
 from app.tasks import cancel_all
 
 from .embeddings_store import EmbeddingStore
+from .count_cache import CountCache
+from .embedding_lane import EmbeddingLane
 from .indexer import MessageIndexer, messages_of
 from .retrieval import hybrid_ranking
 from .tokens import count_message, count_text
@@ -56,13 +58,19 @@ class ContextService:
         self.compaction = compaction or ctx.CompactionSettings()
         self.hibernate_idle_seconds = hibernate_idle_seconds
         self._embedder = None
+        from .embedder import embedding_threads
+        embedding_threads()  # a bad AGENTRM_EMBEDDING_THREADS stops the start, with its reason
         self._summarizer = None
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
         self._compact_wake = asyncio.Event()
         self._compact_pending: set[str] = set()
         self._compacting = asyncio.Lock()
-        self.indexer = MessageIndexer(self.embeddings, lambda: self.embedder)
+        # One lane to the model for queries, indexing and the summarizer: queries first.
+        self.lane = EmbeddingLane(lambda: self.embedder)
+        self.indexer = MessageIndexer(self.embeddings, lane=self.lane)
+        self._index_dirty: set[str] = set()   # agents appended to since the last pass
+        self.counts = CountCache()
         self.view_settings = ctx.ViewSettings()
 
     # -- collaborators (loaded lazily: the model costs seconds and memory) ---------------
@@ -77,7 +85,7 @@ class ContextService:
     def summarizer(self):
         if self._summarizer is None:
             from .summarize import summarizer_from_env
-            self._summarizer = summarizer_from_env(self.embedder)
+            self._summarizer = summarizer_from_env(self.lane)  # behind queries in the lane
         return self._summarizer
 
     def _encoding(self, agent: dict) -> str:
@@ -128,6 +136,7 @@ class ContextService:
                     await self.projector.catch_up()  # another worker appended: renumber and retry
             else:
                 raise Conflict("the context changed concurrently too often; try again")
+        self._index_dirty.add(agent_id)
         self._index_wake.set()
         if ctx.plan_compaction(self.state(agent_id), self._budget(agent), self.compaction, now) is not None:
             self._compact_pending.add(agent_id)
@@ -255,11 +264,14 @@ class ContextService:
             # Reading is not activity: show what a wake would restore, without waking (and
             # without keeping it: the context stays out of memory).
             state = ctx.restore(state, await archived_context(self.store, state.agent_id, position))
+        count, now = self.counts.counter(self._encoding(agent)), self.clock()  # one read per view
+        if not query:
+            # everything fits: show everything, not tiers chosen for a budget that is not short
+            whole = ctx.whole_history_view(state, budget_tokens, count)
+            if whole is not None:
+                return whole
         ranking = await self.ranking(state, query) if query else None
-        encoding = self._encoding(agent)
-        return ctx.assemble_view(state, budget_tokens, None,
-                                 lambda role, content: count_message(role, content, encoding), self.clock(),
-                                 self.view_settings, ranking=ranking)
+        return ctx.assemble_view(state, budget_tokens, None, count, now, self.view_settings, ranking=ranking)
 
     async def view_at(self, principal: Principal | None, agent_id: str | None, budget_tokens: int,
                       position: int) -> ctx.ContextView:
@@ -273,9 +285,9 @@ class ContextService:
             raise BadInput("position must be >= 0")
         state = await context_state_at(self.store, agent["agent_id"], position)
         at = state.last_activity_at
-        encoding = self._encoding(agent)
-        return ctx.assemble_view(state, budget_tokens, None,
-                                 lambda role, content: count_message(role, content, encoding), at)
+        count = self.counts.counter(self._encoding(agent))
+        return ctx.whole_history_view(state, budget_tokens, count) or ctx.assemble_view(
+            state, budget_tokens, None, count, at)
 
     async def ranking(self, state: ctx.AgentContext, query: str) -> list[int]:
         """The agent's message seqs for ``query``, most relevant first (hybrid: dense over
@@ -283,17 +295,37 @@ class ContextService:
         messages = messages_of(state)
         if not messages:
             return []
-        vectors = await self.indexer.load(state.agent_id)
-        lexical = self.indexer.lexical.index_of(state.agent_id, [(m.seq, m.content) for m in messages])
-        query_vector = (await asyncio.to_thread(self.embedder.embed, [query]))[0] if len(vectors.seqs) else None
-        ranking = hybrid_ranking(query_vector, self.indexer.lexical.tokenize(query), [m.seq for m in messages],
+        vectors = await self.indexer.load(state.agent_id, newest=messages[-1].seq)
+        query_vector = await self.lane.query(query) if len(vectors.seqs) else None
+        lexical_cache = self.indexer.lexical
+        pairs = [(m.seq, m.content) for m in messages]
+        if lexical_cache.missing(state.agent_id, pairs) > 8:
+            # a first view (or one after a burst): tokenizing is the costly part, off the loop
+            await asyncio.to_thread(lexical_cache.tokenize_new, state.agent_id, pairs)
+        lexical = lexical_cache.index_of(state.agent_id, pairs)
+        ranking = hybrid_ranking(query_vector, lexical_cache.tokenize(query), [m.seq for m in messages],
                                  vectors, lexical)
         if state.hibernated or self.state(state.agent_id).hibernated:
             self.indexer.forget(state.agent_id)  # read while parked: keep nothing in memory
         return ranking
 
     # -- background: index cold chunks, hibernate idle agents ------------------------------
+    def over_watermark(self) -> list[str]:
+        """Awake agents whose hot tier is past the high watermark now: after a restart
+        they would otherwise wait for their next append to be compacted."""
+        out = []
+        now = self.clock()
+        for agent_id, doc in self.service.model.agents.items():
+            state = self.state(agent_id)
+            if not doc["hibernated"] and state.hot and \
+                    ctx.plan_compaction(state, self._budget(doc), self.compaction, now) is not None:
+                out.append(agent_id)
+        return out
+
     async def start(self) -> None:
+        self._compact_pending.update(self.over_watermark())
+        if self._compact_pending:
+            self._compact_wake.set()
         self._tasks = [asyncio.create_task(self._index_loop(), name="context-indexer"),
                        asyncio.create_task(self._compact_loop(), name="context-compactor"),
                        asyncio.create_task(self._hibernate_loop(), name="context-hibernator")]
@@ -301,22 +333,30 @@ class ContextService:
     async def stop(self) -> None:
         await cancel_all(self._tasks)
 
-    async def index_pending(self) -> int:
-        """Embed every awake agent's messages that have no stored vector yet; how many."""
-        done = 0
-        for state in self.indexer.pending(list(self.service.model.contexts.values())):
-            done += await self.indexer.index(state)
-        return done
+    async def index_pending(self, only_appended: bool = False) -> int:
+        """Embed the awake agents' messages that have no stored vector yet, across agents
+        in shared batches; how many. With ``only_appended``, just the agents this process
+        appended to since the last pass (cheap at any fleet size); the periodic full pass
+        finds the rest (appends through other workers, agents known from before a restart)."""
+        dirty, self._index_dirty = self._index_dirty, set()
+        contexts = self.service.model.contexts
+        states = [contexts[a] for a in sorted(dirty) if a in contexts] if only_appended \
+            else list(contexts.values())
+        return await self.indexer.index_many(self.indexer.pending(states))
 
     async def _index_loop(self) -> None:
+        full_every, last_full = 5.0, 0.0
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._index_wake.wait(), 5.0)
+                await asyncio.wait_for(self._index_wake.wait(), full_every)
             self._index_wake.clear()
+            full = time.monotonic() - last_full >= full_every
             try:
-                await self.index_pending()
+                await self.index_pending(only_appended=not full)
             except Exception as exc:
                 log.warning("context indexer: %s", exc)
+            if full:
+                last_full = time.monotonic()
 
     async def hibernate_idle(self, now: float | None = None) -> list[str]:
         from app.auth import OPERATOR

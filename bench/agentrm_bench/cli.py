@@ -86,12 +86,19 @@ def _context(argv: list[str]) -> int:
                    help="also report memory, view latency and indexer lag for --agents x --tokens")
     p.add_argument("--agents", type=int, default=1_000)
     p.add_argument("--tokens", type=int, default=30_000)
-    p.add_argument("--skip-planted", action="store_true", help="only the --locomo and --scale parts")
+    p.add_argument("--latency", action="store_true",
+                   help="also measure append and view latency and indexer lag through the service over HTTP")
+    p.add_argument("--repeat", type=int, default=3, help="repeats of the --latency phases")
+    p.add_argument("--latency-agents", type=int, default=2)
+    p.add_argument("--rate", type=float, default=10.0, help="appends/s of the --latency lag phase")
+    p.add_argument("--skip-planted", action="store_true", help="only the --locomo, --scale and --latency parts")
     args = p.parse_args(argv)
     if args.locomo is not None and not args.locomo.is_dir():
         p.error(f"--locomo {args.locomo}: not a directory")
     if args.agents < 1 or args.tokens < 100:
         p.error("--agents must be >= 1 and --tokens >= 100")
+    if args.repeat < 1 or args.latency_agents < 1 or args.rate <= 0:
+        p.error("--repeat and --latency-agents must be >= 1, --rate positive")
     from .context_bench import run
     args.out.mkdir(parents=True, exist_ok=True)
     result = {} if args.skip_planted else run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick)
@@ -106,7 +113,24 @@ def _context(argv: list[str]) -> int:
     if args.scale:
         from . import context_scale
         result["scale"] = context_scale.run(agents=args.agents, tokens=args.tokens)
-        report += "\n" + context_scale.render_markdown(result["scale"])
+        scale_md = context_scale.render_markdown(result["scale"])
+        report += "\n" + scale_md
+        (args.out / "context_scale.md").write_text(scale_md, encoding="utf-8")
+        (args.out / "context_scale.json").write_text(json.dumps(result["scale"], indent=2, default=str),
+                                                     encoding="utf-8")
+    if args.latency:
+        import asyncio
+
+        from . import context_latency
+        result["latency"] = asyncio.run(context_latency.run_async(
+            _bench_database("agentrm_bench_context"), agents=args.latency_agents, tokens=args.tokens,
+            repeat=1 if args.quick else args.repeat, rate=args.rate, views=6 if args.quick else 20,
+            seconds=5.0 if args.quick else 20.0))
+        latency_md = context_latency.render_markdown(result["latency"])
+        report += "\n" + latency_md
+        (args.out / "context_latency.md").write_text(latency_md, encoding="utf-8")
+        (args.out / "context_latency.json").write_text(json.dumps(result["latency"], indent=2, default=str),
+                                                       encoding="utf-8")
     (args.out / "context.md").write_text(report, encoding="utf-8")
     (args.out / "context.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     if args.json:

@@ -160,6 +160,9 @@ async def test_privacy_and_bad_input(server, operator):
     _bob_id, bob = await new_agent(operator)
     async with GraphQLClient(server, alice) as a, GraphQLClient(server, bob) as b:
         await a(APPEND, role="user", content="secret plan: project NIGHTJAR", pinned=False)
+        # earlier tests' agents may still be compacting in the background: settle that, so
+        # the head below moves only if a refused request appended something
+        await server.runtime.context.run_compactions()
         before = await server.runtime.store.head()
         with pytest.raises(GraphQLError) as err:
             await b(VIEW, budget=1024, agent=alice_id)
@@ -190,3 +193,45 @@ async def test_privacy_and_bad_input(server, operator):
         # the operator may read anyone's context
         view = (await operator(VIEW, budget=1024, agent=alice_id))["context"]
         assert "NIGHTJAR" in view["items"][-1]["content"]
+
+
+async def test_after_a_restart_agents_over_the_watermark_are_compacted_and_indexed_across_agents(server, operator):
+    live = server.runtime.context
+    await live.stop()  # the worker is down: appends are recorded, nothing compacts them
+    try:
+        agents = [await new_agent(operator, budget=600) for _ in range(3)]
+        for _agent_id, token in agents:
+            async with GraphQLClient(server, token) as agent:
+                for i in range(8):
+                    await agent(APPEND, role="user", content=f"Entry {i}. " + FILLER, pinned=False)
+        ids = [a for a, _ in agents]
+        assert all(live.state(a).compactions == 0 for a in ids)
+        # a fresh context service, as a restarted process builds it from the folded log
+        from app.context.service import ContextService
+        restarted = ContextService(server.runtime.service)
+        assert set(ids) <= set(restarted.over_watermark())
+        await restarted.start()
+        try:
+            await restarted.run_compactions()  # waits for the pass the start began
+            assert all(restarted.state(a).compactions >= 1 for a in ids)
+            assert not set(ids) & set(restarted.over_watermark())
+            # one pass embeds every agent's messages, in shared batches
+            await restarted.index_pending()
+            async with server.runtime.store.pool.acquire() as conn:
+                stored = await conn.fetch("SELECT agent_id, count(*) AS n FROM context_vectors "
+                                          "WHERE agent_id = ANY($1::text[]) GROUP BY agent_id", ids)
+            assert {r["agent_id"]: r["n"] for r in stored} == {a: 8 for a in ids}
+            assert restarted.indexer.lag(restarted.state(a) for a in ids) == 0
+            assert all(restarted.indexer.vectors.get(a) is None for a in ids)  # views fill the cache
+            view = await restarted.view(operator_principal(), ids[0], 600, "entry 3 retry path")
+            assert view.tokens <= 600 and restarted.indexer.vectors.get(ids[0]).through == 8
+        finally:
+            await restarted.stop()
+    finally:
+        live._compact_pending.clear()
+        await live.start()
+
+
+def operator_principal():
+    from app.auth import OPERATOR
+    return OPERATOR

@@ -1,5 +1,5 @@
 """Hybrid retrieval's parts: the float32 codec, the per-agent vector cache (incremental,
-bounded), the BM25 cache (rebuilt only when messages changed) and the fused ranking with a
+bounded), the BM25 cache (extended by new messages) and the fused ranking with a
 message the indexer has not reached yet."""
 from __future__ import annotations
 
@@ -39,18 +39,21 @@ def test_the_vector_cache_grows_incrementally_skips_rows_it_holds_and_evicts_the
     assert cache.get("a") is None
 
 
-def test_the_bm25_index_is_rebuilt_only_when_the_messages_change():
+def test_the_bm25_index_grows_by_new_messages_and_is_rebuilt_when_they_differ():
     lexical = LexicalCache()
     first = lexical.index_of("a", [(1, "The billing service listens on port 8080"), (2, "ok thanks")])
     assert lexical.index_of("a", [(1, "The billing service listens on port 8080"), (2, "ok thanks")]) is first
     assert first.ranking(lexical.tokenize("Which port does billing listen on?")) == [1]
     second = lexical.index_of("a", [(1, "The billing service listens on port 8080"), (2, "ok thanks"),
                                     (3, "billing moved to port 9090")])
-    assert second is not first
+    assert second is first and second.seqs == [1, 2, 3]                   # extended, not rebuilt
     assert second.ranking(lexical.tokenize("billing ports")) == [1, 3] or \
         second.ranking(lexical.tokenize("billing ports")) == [3, 1]
     assert second.ranking(lexical.tokenize("the and of")) == []          # stopwords only
     assert lexical.index_of("b", [(1, "!!"), (2, "")]).ranking(["x"]) == []  # no words at all
+    other = lexical.index_of("a", [(1, "The billing service listens on port 8080"), (4, "kafka consumers")])
+    assert other is not first and other.seqs == [1, 4]                    # not an extension: rebuilt
+    assert other.ranking(lexical.tokenize("kafka")) == [4]
 
 
 def test_a_message_without_a_vector_yet_competes_on_bm25_alone():

@@ -30,6 +30,7 @@ Modules
 - compaction:  when and what to compact (the plan; app.context.compactor carries it out).
 - hibernation: when an idle context is parked.
 - view:        ``assemble_view``, the context an agent reads within a token budget.
+- whole:       ``whole_history_view``, every message verbatim when they all fit.
 - stats:       the ContextStats of the public contract.
 The event names are in app.domain.events with all the others. This package re-exports
 what callers use, so ``from app.domain import context as ctx`` reaches all of it.
@@ -50,6 +51,7 @@ from .state import (COLD, FACT_KIND_PRIORITY, GROWTH_WINDOW, HOT, WARM, AgentCon
 from .stats import context_stats
 from .view import (FACTS_HEADER, NEAR_DUPLICATE_JACCARD, REPLY_PRIMING_TOKENS, ContextView, ViewItem,
                    ViewSettings, assemble_view, fact_priority)
+from .whole import whole_history_view
 # The view tests work these helpers out on their own, as ``ctx._select_facts`` and so on.
 from .view import _facts_block, _recency, _select_facts  # noqa: F401
 
@@ -60,7 +62,7 @@ __all__ = [
     "REPLY_PRIMING_TOKENS", "ROLES", "WARM", "AgentContext", "ColdArchive", "ColdChunk", "CompactionPlan",
     "CompactionSettings", "ContextLimitError", "ContextMessage", "ContextStateError", "ContextView",
     "GrowthStats", "KeyFact", "ResumePoint", "ViewItem", "ViewSettings", "WarmSegment", "apply",
-    "assemble_view", "canonical_json", "context_stats", "effective_watermarks", "fact_priority",
+    "assemble_view", "whole_history_view", "canonical_json", "context_stats", "effective_watermarks", "fact_priority",
     "new_context", "plan_compaction", "restore", "resume_point_for", "should_hibernate", "state_from_dict",
     "state_hash", "state_to_dict", "validate_append", "validate_budget", "validate_message",
 ]

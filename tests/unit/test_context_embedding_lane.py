@@ -1,0 +1,90 @@
+"""The embedding lane: one model call at a time, a query ahead of every waiting background
+batch, background work in small length-sorted batches returned in the caller's order, and
+query vectors remembered. The model is the real MiniLM; the recorder around it only notes
+each call and can hold the worker at the first one, so the queue's order is deterministic."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from app.context.embedder import default_embedder
+from app.context.embedding_lane import EmbeddingLane
+
+
+class Recording:
+    """The real model, with each call's texts noted; the first call waits for ``release``."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def embed(self, texts):
+        self.calls.append(list(texts))
+        if len(self.calls) == 1:
+            self.entered.set()
+            self.release.wait(60)
+        return default_embedder().embed(texts)
+
+
+async def test_a_query_overtakes_waiting_background_batches_and_results_keep_their_order():
+    model = Recording()
+    lane = EmbeddingLane(lambda: model, chunk=2)
+    texts = ["a much longer sentence about the deployment checklist", "short", "the port is 8080",
+             "tenant acme-eu", "x", "the time zone is Europe/Lisbon"]
+    background = asyncio.ensure_future(lane.embed_background(texts))
+    await asyncio.to_thread(model.entered.wait, 60)       # the worker holds the first batch
+    assert lane.pending() == 2                            # two more batches wait behind it
+    query = asyncio.ensure_future(lane.query("which port?"))
+    await asyncio.sleep(0)
+    while lane.pending() < 3:                             # the query is queued too
+        await asyncio.sleep(0)
+    model.release.set()
+    vectors, q = await background, await query
+    assert model.calls[1] == ["which port?"]              # ahead of the two waiting batches
+    assert all(len(c) <= 2 for c in model.calls)
+    assert [len(t) for c in model.calls if c != ["which port?"] for t in c] == sorted(len(t) for t in texts)
+    expected = default_embedder().embed(texts)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)   # in the caller's order
+    np.testing.assert_allclose(q, default_embedder().embed(["which port?"])[0], atol=1e-5)
+
+
+async def test_query_vectors_are_cached_and_read_only():
+    model = Recording()
+    model.release.set()
+    lane = EmbeddingLane(lambda: model, query_cache=1)
+    first = await lane.query("where is parse_row defined?")
+    again = await lane.query("where is parse_row defined?")
+    assert again is first and len(model.calls) == 1 and lane.query_hits == 1
+    with pytest.raises(ValueError):
+        first[0] = 1.0
+    await lane.query("another question")                  # evicts the first (cache of one)
+    await lane.query("where is parse_row defined?")
+    assert len(model.calls) == 3
+
+
+def test_blocking_background_embeds_and_errors_reach_the_caller():
+    lane = EmbeddingLane(default_embedder)
+    assert lane.embed([]).shape == (0, 384)
+    np.testing.assert_allclose(lane.embed(["one", "two three"]), default_embedder().embed(["one", "two three"]),
+                               atol=1e-5)
+
+    class Broken:
+        def embed(self, texts):
+            raise RuntimeError("model files missing")
+    with pytest.raises(RuntimeError, match="model files missing"):
+        EmbeddingLane(Broken).embed(["x"])
+    with pytest.raises(ValueError):
+        EmbeddingLane(default_embedder, chunk=0)
+
+
+def test_the_embedding_thread_count_defaults_to_one_and_bad_values_are_refused():
+    from app.context.embedder import embedding_threads
+    assert embedding_threads({}) == 1 and embedding_threads({"AGENTRM_EMBEDDING_THREADS": " "}) == 1
+    assert embedding_threads({"AGENTRM_EMBEDDING_THREADS": "2"}) == 2
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ValueError, match="AGENTRM_EMBEDDING_THREADS"):
+            embedding_threads({"AGENTRM_EMBEDDING_THREADS": bad})
