@@ -102,7 +102,6 @@ def _summ(values: list[float]) -> dict:
 
 async def _one_repeat(base: str, operator: str, db: asyncpg.Connection, pid: int, r: int, *, agents: int,
                       tokens: int, views: int, rate: float, seconds: float, seed: int) -> dict:
-    rng = random.Random(seed + r)
     limits = httpx.Limits(max_connections=agents + 4)
     async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as http:
         fleet = await _agents(http, operator, f"r{r}a", agents)
