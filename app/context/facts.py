@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.context import salience
 from app.domain.context import FACT_KIND_PRIORITY
 
 INSTRUCTION = "instruction"
@@ -241,8 +242,9 @@ def _rule_key(sentence: str) -> str:
     return "rule:" + re.sub(r"\s+", " ", _MODALS.sub(" ", normalize(sentence))).strip()
 
 
-def classify(sentence: str) -> str | None:
-    """The most important kind the sentence matches, or None for no fact."""
+def classify(sentence: str, role: str = "user") -> str | None:
+    """The most important kind the sentence matches, or None for no fact. What no kind
+    pattern recognises may still be a fact in other words: app.context.salience decides."""
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(sentence):
             if kind == INSTRUCTION and _NOT_INSTRUCTION.search(sentence):
@@ -258,9 +260,30 @@ def classify(sentence: str) -> str | None:
         return INSTRUCTION  # "the log level should be debug"
     if assignment is not None and re.search(r"\d", assignment[1]):
         return QUANTITY  # "the region is us-east-1": a subject given a coded value
+    salient = salience.score(sentence, role)
+    if salient.is_fact:
+        return _salient_kind(salient)
     if _named_entities(sentence):
         return ENTITY
     return None
+
+
+# What a salient sentence is, from what made it salient: binding words first (they are
+# why it must not be forgotten), then the sort of its strongest value.
+_COMMITMENT_KIND = {"obligation": INSTRUCTION, "prohibition": INSTRUCTION, "every": INSTRUCTION,
+                    "preference": INSTRUCTION, "decision": DECISION}
+_VALUE_KIND = {"path": PATH, "url": URL, "amount": QUANTITY, "time": QUANTITY, "date": QUANTITY,
+               "number": QUANTITY}
+
+
+def _salient_kind(salient: salience.Salience) -> str:
+    for commitment in salient.commitments:
+        if commitment in _COMMITMENT_KIND:
+            return _COMMITMENT_KIND[commitment]
+    strongest = salient.values[0]
+    if strongest in ("name", "acronym", "quoted"):
+        return ENTITY
+    return _VALUE_KIND.get(strongest, IDENTIFIER)
 
 
 def _named_entities(sentence: str) -> list[str]:
@@ -313,7 +336,7 @@ MAX_FACTS_PER_TOOL_MESSAGE = 3
 def extract_facts(content: str, source_seq: int, role: str = "user") -> list[ExtractedFact]:
     """Key facts of one message, in order of appearance, without duplicates; for a tool
     message, only its MAX_FACTS_PER_TOOL_MESSAGE most important ones."""
-    facts = _extract_all(content, source_seq)
+    facts = _extract_all(content, source_seq, role)
     if role == "tool" and len(facts) > MAX_FACTS_PER_TOOL_MESSAGE:
         ranked = sorted(range(len(facts)), key=lambda i: (KIND_PRIORITY[facts[i].kind], i))
         keep = set(ranked[:MAX_FACTS_PER_TOOL_MESSAGE])
@@ -336,11 +359,11 @@ def fact_shape(kind: str, text: str) -> str:
     return f"{kind}:" + re.sub(r"\s+", " ", masked).strip()
 
 
-def _extract_all(content: str, source_seq: int) -> list[ExtractedFact]:
+def _extract_all(content: str, source_seq: int, role: str) -> list[ExtractedFact]:
     facts: list[ExtractedFact] = []
     seen: set[str] = set()
     for sentence in _fact_units(content):
-        kind = classify(sentence)
+        kind = classify(sentence, role)
         if kind is None:
             continue
         text = _clip(sentence, kind)
