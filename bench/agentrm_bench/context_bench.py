@@ -175,10 +175,12 @@ def _filler(rng: random.Random, turn: int) -> tuple[str, str]:
         f"KeyError: '{_word(rng, 5)}'"])
 
 
-def _planted(rng: random.Random, params: SessionParameters, turns: int) -> list[tuple[int, str, str, PlantedFact]]:
+def _planted(rng: random.Random, params: SessionParameters, turns: int,
+             wordings: dict[str, tuple] | None = None) -> list[tuple[int, str, str, PlantedFact]]:
     """(turn, role, content, fact) for every planted statement, superseding ones included."""
     out: list[tuple[int, str, str, PlantedFact]] = []
     used_turns: set[int] = set()
+    wordings = PARAPHRASES if wordings is None else wordings
 
     def pick_turn(lo: float, hi: float) -> int:
         while True:
@@ -189,8 +191,8 @@ def _planted(rng: random.Random, params: SessionParameters, turns: int) -> list[
 
     def add(kind: str, role: str, content: str, answer: str, question: str, lo=0.02, hi=0.9) -> None:
         t = pick_turn(lo, hi)
-        if params.paraphrase and question in PARAPHRASES:
-            statements, questions = PARAPHRASES[question]
+        if params.paraphrase and question in wordings:
+            statements, questions = wordings[question]
             content, question = rng.choice(statements).format(a=answer), rng.choice(questions)
         out.append((t, role, content, PlantedFact(f"{kind}-{len(out)}", kind, t, answer, question)))
 
@@ -261,8 +263,8 @@ def _planted(rng: random.Random, params: SessionParameters, turns: int) -> list[
     def superseded(kind: str, old: str, new: str, first: str, second: str, question: str) -> None:
         t1 = pick_turn(0.02, 0.45)
         t2 = pick_turn(0.5, 0.92)
-        if params.paraphrase and question in PARAPHRASES:
-            (firsts, seconds), questions = PARAPHRASES[question]
+        if params.paraphrase and question in wordings:
+            (firsts, seconds), questions = wordings[question]
             first, second = rng.choice(firsts).format(a=old), rng.choice(seconds).format(a=new)
             question = rng.choice(questions)
         fact = PlantedFact(f"{kind}-{len(out)}", kind, t2, new, question, stale=old, stale_turn=t1)
@@ -371,6 +373,68 @@ PARAPHRASES: dict[str, tuple] = {
 }
 
 
+# The held-out style's own wordings, terse as ticket comments are. Same keys and answers.
+HELDOUT_PARAPHRASES: dict[str, tuple] = {
+    "Which branch must pull requests be opened against?": (
+        ["Per release mgmt, target branch for anything touching this = {a}. Main is frozen.",
+         "PR base: {a} (main stays closed until the train leaves)",
+         "Don't open against main pls, {a} is where reviews happen this cycle."],
+        ["Base branch for my PR?", "Which branch do reviews happen on this cycle?"]),
+    "Which command must be run before every commit?": (
+        ["CI gate: `{a}`, run it before each commit or the hook bounces you.",
+         "Pre-commit requirement: {a}. No exceptions.",
+         "heads up the hook runs {a} on every commit, run it locally first"],
+        ["What does the pre-commit hook run?", "Which command gates commits?"]),
+    "Which directory must not be modified because it is generated?": (
+        ["{a} is codegen output, edits get clobbered on the next build.",
+         "Generated: {a}. Touch the generator, not the output."],
+        ["Which folder gets clobbered by the build?", "Where is the codegen output?"]),
+    "What is the customer's order id for the refund bug?": (
+        ["Customer repro: {a}", "Affected order: {a} (refund shows twice)."],
+        ["Which order shows the double refund?", "What's the affected order?"]),
+    "Which ticket tracks this work?": (
+        ["Linked: {a}. Put it in commit subjects.", "Tracking under {a}."],
+        ["What goes in the commit subjects?", "Under which key is this tracked?"]),
+    "What is the staging tenant UUID?": (
+        ["stg tenant {a}", "Use tenant {a} for the staging runs."],
+        ["Tenant for staging runs?", "Which stg tenant?"]),
+    "Where is the new migration file?": (
+        ["Added migration {a}; old one untouched.", "Schema change lives at {a} now."],
+        ["Which migration did you add?", "Path of the schema change?"]),
+    "Which file holds the failing refund fixture?": (
+        ["Culprit fixture: {a}.", "Bad data is in {a}, patching."],
+        ["Which fixture is the culprit?", "Where's the bad test data?"]),
+    "Where does the payment service read its configuration from in production?": (
+        ["Prod config path for payments: {a}", "payments in prod reads {a}"],
+        ["Config path of payments in prod?", "What does payments read in production?"]),
+    "What is the memory limit for the export worker pods?": (
+        ["Pod limit for export workers: {a}.", "export-worker mem cap = {a}"],
+        ["Memory cap of an export-worker pod?", "How much memory does an export pod get?"]),
+    "What monthly vendor budget did finance approve for the OCR service?": (
+        ["OCR vendor: {a}/mo approved by finance.", "Finance OK'd {a} monthly for OCR."],
+        ["Monthly OCR allowance?", "What did finance OK for OCR?"]),
+    "Where is the refunds API spec published?": (
+        ["Spec for refunds: {a}", "API reference for refunds -> {a}"],
+        ["Link to the refunds spec?", "Where's the refunds API reference?"]),
+    "Which store do we use for the session cache?": (
+        (["Session cache: {a}.", "Going to back sessions with {a}."],
+         ["Revised: session cache moves to {a}.", "Sessions -> {a} (replacing the earlier pick)."]),
+        ["Session cache backend?", "What holds sessions?"]),
+    "Which message broker did we decide on?": (
+        (["Broker: {a}.", "Queueing goes through {a}."],
+         ["Broker changed to {a}.", "We're on {a} for messaging now."]),
+        ["Which broker?", "What does queueing go through?"]),
+    "What is the upstream request timeout?": (
+        (["Upstream timeout {a} for the time being.", "Timeout to upstream = {a}."],
+         ["Vendor wants {a} on the upstream timeout, updated.", "upstream timeout -> {a}"]),
+        ["Upstream timeout?", "How long do we wait on the vendor?"]),
+    "When is the release deadline?": (
+        (["Target release: {a}.", "Ship date {a}."],
+         ["Release slipped to {a}.", "Revised ship date: {a}."]),
+        ["When do we release?", "Current ship date?"]),
+}
+
+
 def _filler_chat(rng: random.Random, turn: int) -> tuple[str, str]:
     """A planning conversation between a user and an assistant: no tool output, chatty."""
     person, mod = rng.choice(_PEOPLE), rng.choice(_MODULES)
@@ -413,14 +477,54 @@ def _filler_ops(rng: random.Random, turn: int) -> tuple[str, str]:
         f"Is {mod} still degraded or can we close this?", "Who is on call tonight?"])
 
 
+def _filler_ticket(rng: random.Random, turn: int) -> tuple[str, str]:
+    """A ticket thread: terse comments by people, the agent's updates, and bots (CI, the
+    tracker) posting ids, build numbers and sizes that are not key facts."""
+    person, mod = rng.choice(_PEOPLE), rng.choice(_MODULES)
+    r = rng.random()
+    if r < 0.3:
+        return "user", rng.choice([
+            "+1, seeing this on my side too.", "Any ETA on this one?", f"cc {person}",
+            f"Is this blocking the {mod} rollout or can it wait?", "Thanks for picking it up.",
+            f"Customer success asked again, {person} is chasing.", "Moving this up the board.",
+            "Not urgent from our side, whenever you get to it.",
+        ])
+    if r < 0.6:
+        return "assistant", rng.choice([
+            f"Picked this up. Looking at the {mod} handler first.",
+            f"Repro'd locally, narrowing it down in {rng.choice(_FUNCS)}.",
+            f"Pushed a draft, still {rng.randint(2, 9)} tests to fix in {mod}.",
+            "Rebased, rerunning CI.", f"Waiting on review from {person}.",
+            f"Root cause looks like a race in {mod}, writing a test for it.",
+        ])
+    return "tool", rng.choice([
+        f"Status changed: {rng.choice(['Open', 'In Progress', 'In Review'])} -> "
+        f"{rng.choice(['In Progress', 'In Review', 'Blocked'])}",
+        f"Build #{rng.randint(1000, 9999)} {rng.choice(['passed', 'failed'])} in {rng.randint(3, 25)}m "
+        f"{rng.randint(0, 59)}s (pipeline {mod}-ci)",
+        f"Linked pull request #{rng.randint(100, 4000)} was {rng.choice(['opened', 'merged', 'closed'])}",
+        f"Attachment added: screenshot-{rng.randint(1, 40)}.png ({rng.randint(40, 900)} KB)",
+        f"Priority changed: P{rng.randint(2, 4)} -> P{rng.randint(1, 3)}",
+        f"Label added: {mod}",
+    ])
+
+
 STYLES = ("worklog", "chat", "ops")
+# Written after the extractor, to check it on text it was not built for: a ticket thread
+# with its own filler and its own wording of every planted fact (HELDOUT_PARAPHRASES).
+# Never part of the "mixed" sessions; run it with style="ticket".
+HELDOUT_STYLES = ("ticket",)
 
 
 def generate_session(seed: int, params: SessionParameters) -> Session:
     rng = random.Random(seed)
     style = STYLES[seed % len(STYLES)] if params.style == "mixed" else params.style
-    filler = {"worklog": _filler, "chat": _filler_chat, "ops": _filler_ops}[style]
-    planted = {t: (role, content, fact) for t, role, content, fact in _planted(rng, params, params.turns)}
+    fillers = {"worklog": _filler, "chat": _filler_chat, "ops": _filler_ops, "ticket": _filler_ticket}
+    if style not in fillers:
+        raise ValueError(f"unknown session style {style!r}: one of {', '.join(fillers)} or mixed")
+    filler = fillers[style]
+    wordings = HELDOUT_PARAPHRASES if style in HELDOUT_STYLES else PARAPHRASES
+    planted = {t: (role, content, fact) for t, role, content, fact in _planted(rng, params, params.turns, wordings)}
     at = 1_700_000_000.0 + seed
     system = ("You are a coding agent working in the payments monorepo. Follow the user's instructions "
               "exactly, keep changes small and explain each step before you run a tool.")
