@@ -272,7 +272,7 @@ def classify(sentence: str, role: str = "user") -> str | None:
 # why it must not be forgotten), then the sort of its strongest value.
 _COMMITMENT_KIND = {"obligation": INSTRUCTION, "prohibition": INSTRUCTION, "every": INSTRUCTION,
                     "preference": INSTRUCTION, "decision": DECISION}
-_VALUE_KIND = {"path": PATH, "url": URL, "amount": QUANTITY, "time": QUANTITY, "date": QUANTITY,
+_VALUE_KIND = {"exception": ERROR, "path": PATH, "url": URL, "amount": QUANTITY, "time": QUANTITY, "date": QUANTITY,
                "number": QUANTITY}
 
 

@@ -33,12 +33,13 @@ _I = re.IGNORECASE
 # (name, pattern, weight). A sentence's value score is the largest weight it matches plus
 # 0.5 for each further distinct sort, so one strong value counts fully and several add up.
 _VALUES: tuple[tuple[str, re.Pattern, float], ...] = (
+    ("exception", re.compile(r"\b[A-Z]\w*(?:Exception|Error)\b"), 2.0),
     ("code", re.compile(r"`[^`\n]{1,80}`"), 2.0),
     ("url", re.compile(r"\bhttps?://\S+", _I), 2.0),
     ("email", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"), 2.0),
     ("path", re.compile(
         r"(?<![\w:/.])(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]+)+/?"          # /srv/app/x
-        r"|\b[\w.-]+(?:/[\w.@+-]+)*/(?=[\s,;:)]|$)"                       # vendor/gen/ (a directory)
+        r"|\b[\w.-]+(?:/[\w.@+-]+)*/(?=[\s,;:.)]|$)"                      # vendor/gen/ (a directory)
         r"|\b[\w.-]+/[\w./-]*\.[A-Za-z0-9]{1,8}\b"), 2.0),                 # app/x.py
     ("host", re.compile(r"\b(?:[a-z0-9-]+\.)+(?:internal|local|com|net|org|io|dev|cloud)\b(?::\d{2,5})?"
                         r"|\b[\w.-]+:\d{2,5}\b|\bport\s+\d{2,5}\b|\b\d{1,3}(?:\.\d{1,3}){3}\b", _I), 2.0),
@@ -57,13 +58,15 @@ _VALUES: tuple[tuple[str, re.Pattern, float], ...] = (
                         r"|\b\d{1,2}(?:st|nd|rd|th)?\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b"), 1.5),
     ("amount", re.compile(r"[$€£]\s?\d[\d,.]*\s?[kKmM]?\b|\b\d[\d,.]*\s?(?:%|[KMGT]i?B|ms|s|sec|seconds?|min(?:utes?)?"
                           r"|h|hours?|days?|weeks?|cores?|CPUs?|GPUs?|replicas?|workers?|rps|req/s|USD|EUR|GBP)\b"), 1.5),
+    ("command", re.compile(r"\b(?:make|npm|npx|yarn|pnpm|pip|pytest|tox|git|docker|kubectl|helm|cargo|go|python3?"
+                           r"|terraform|ansible|bazel|gradle|mvn)\s+[\w:./=@-]*[\w:./=@-]"), 1.5),
     ("quoted", re.compile(r"\"[^\"\n]{1,40}\"|(?<!\w)'[^'\n]{1,40}'(?!\w)|[\u201c][^\u201d\n]{1,40}[\u201d]"), 1.5),
     ("acronym", re.compile(r"\b[A-Z]{3,}\d*\b"), 1.0),
     ("number", re.compile(r"(?<![\w.])\d{2,}(?![\w.])"), 0.5),
 )
 # A capitalised word in mid-sentence is a name (Kafka, Memcached, Priya) unless it is one
 # of the words people capitalise anyway.
-_MID_CAPITAL = re.compile(r"(?<=[a-z,;)]\s)[A-Z][a-z]{2,}\b")
+_MID_CAPITAL = re.compile(r"(?<=[^\s.!?:]\s)[A-Z][a-z]{2,}\b|(?<=[=>(]\s)[A-Z][a-z]{2,}\b")
 _NOT_NAMES = {"I", "The", "This", "That", "It", "We", "You", "They", "He", "She", "And", "But", "Or",
               "So", "Then", "Also", "Please", "Thanks", "Yes", "No", "Okay", "Ok", "Sure", "Let",
               "English", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"}
@@ -81,8 +84,9 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
                          r"|each\s+(?:time|commit|deploy|release))\b", _I), 1.5),
     ("decision", re.compile(
         r"\b(?:decided|decision|agreed|settled|chose|chosen|picked|opted|going\s+with|go\s+with"
-        r"|will\s+(?:use|run|live|be|go|move|stay|ship|happen|land|sit)|switch(?:ing|ed)?\s+(?:\w+\s+){0,3}to"
-        r"|mov(?:e|ed|ing)\s+(?:\w+\s+){0,3}to|from\s+now\s+on|from\s+today|going\s+forward|until\s+further\s+notice"
+        r"|will\s+(?:use|run|live|be|go|move|stay|ship|happen|land|sit)|going\s+to\s+(?!be\s+(?:fine|ok))"
+        r"|(?:switch|mov|chang|updat|bump|rais|lower|reduc|increas|slipp|push|replac)(?:e|es|ed|ing|s)?\s+(?:\w+\s+){0,3}to"
+        r"|replac(?:e|es|ed|ing)|supersed\w*|overrid\w*|\bnow\s*[.!]?\s*$|from\s+now\s+on|from\s+today|going\s+forward|until\s+further\s+notice"
         r"|instead|rather\s+than|the\s+plan\s+is|scratch|new\s+\w+(?:\s+\w+)?\s*:|(?:is|are)\s+now\b|now\s+(?:is|are)\b"
         r"|no\s+longer|approved|signed\s+off|capped\s+at|limited\s+to"
         r"|set\s+to|defaults?\s+to|lives?\s+(?:in|at|on)|goes\s+to|go\s+to|sits?\s+in|is\s+(?:at|in|on)\s)\b", _I), 2.0),
@@ -91,7 +95,7 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
                             r"|keep\s+in\s+mind|btw)\b", _I), 1.0),
     ("definition", re.compile(r"\b(?:is|are|was)\s+(?:the|our|your|a)?\s*\w*\s*(?:id|key|name|host|address|number"
                               r"|owner|contact|url|path|port|branch|tenant|account|limit|budget|deadline)\b"
-                              r"|^[\w .'-]{2,40}(?:->|=>|:)\s*\S", _I), 1.5),
+                              r"|^[\w .'-]{2,40}(?:->|=>|:)\s*\S|\s(?:=|->|=>|\u2192)\s*\S", _I), 1.5),
 )
 
 # -- against --------------------------------------------------------------------------------
@@ -128,12 +132,28 @@ def _sum(found: list[tuple[str, float]]) -> float:
     return weights[0] + 0.5 * (len(weights) - 1)
 
 
+# "Broker: Kafka.", "Sessions -> Couchbase": a label and a short value, the way tickets,
+# notes and terse chat state a setting. The value is whatever follows the label.
+_LABELLED = re.compile(r"^[^:=>\u2192]{2,50}?(?::|=|->|=>|\u2192)\s*(?P<value>[^\s].{0,60}?)\s*[.!]?\s*$")
+# Short declaratives carry a value more often than long narration does; a bonus when short.
+SHORT_WORDS = 10
+
+
+def _labelled_value(sentence: str) -> bool:
+    m = _LABELLED.match(sentence)
+    return bool(m) and len(m.group("value").split()) <= 4 and "://" not in sentence[:m.start("value")]
+
+
 def score(sentence: str, role: str = "user") -> Salience:
     values = [(name, weight) for name, pattern, weight in _VALUES if pattern.search(sentence)]
     if _names(sentence):
         values.append(("name", 1.0))
+    if _labelled_value(sentence):
+        values.append(("labelled", 1.5))
     commitments = [(name, weight) for name, pattern, weight in _COMMITMENTS if pattern.search(sentence)]
     total = _sum(values) + min(_sum(commitments), 3.0) + _ROLE_BONUS.get(role, 0.0)
+    if values and role != "tool" and len(sentence.split()) <= SHORT_WORDS:  # tool lines are all short
+        total += 1.0
     if _QUESTION.search(sentence):
         total -= 4.0
     if _HEDGE.search(sentence):
