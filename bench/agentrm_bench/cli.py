@@ -84,15 +84,20 @@ def _context(argv: list[str]) -> int:
                    help="also report memory, view latency and indexer lag for --agents x --tokens")
     p.add_argument("--agents", type=int, default=1_000)
     p.add_argument("--tokens", type=int, default=30_000)
+    p.add_argument("--style-seeds", type=int, default=3,
+                   help="generator seeds per session style for the per-style table (0: none)")
     p.add_argument("--skip-planted", action="store_true", help="only the --locomo and --scale parts")
     args = p.parse_args(argv)
     if args.locomo is not None and not args.locomo.is_dir():
         p.error(f"--locomo {args.locomo}: not a directory")
+    if args.style_seeds < 0:
+        p.error("--style-seeds must be >= 0")
     if args.agents < 1 or args.tokens < 100:
         p.error("--agents must be >= 1 and --tokens >= 100")
     from .context_bench import run
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {} if args.skip_planted else run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick)
+    result = {} if args.skip_planted else run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick,
+                                                 style_seeds=args.style_seeds)
     report = "" if args.skip_planted else (args.out / "context.md").read_text()
     if args.locomo is not None:
         from . import locomo

@@ -373,8 +373,9 @@ PARAPHRASES: dict[str, tuple] = {
 }
 
 
-# The held-out style's own wordings, terse as ticket comments are. Same keys and answers.
-HELDOUT_PARAPHRASES: dict[str, tuple] = {
+# The held-out styles' own wordings (same keys and answers): terse as ticket comments are,
+# or spoken, as in a transcribed call.
+_TICKET_WORDINGS: dict[str, tuple] = {
     "Which branch must pull requests be opened against?": (
         ["Per release mgmt, target branch for anything touching this = {a}. Main is frozen.",
          "PR base: {a} (main stays closed until the train leaves)",
@@ -433,6 +434,77 @@ HELDOUT_PARAPHRASES: dict[str, tuple] = {
          ["Release slipped to {a}.", "Revised ship date: {a}."]),
         ["When do we release?", "Current ship date?"]),
 }
+
+
+_MEETING_WORDINGS: dict[str, tuple] = {
+    "Which branch must pull requests be opened against?": (
+        ["Ana: right, so for this cycle everything goes into {a}, main is closed until the train leaves, okay?",
+         "Ana: so the branch for pull requests this time round is {a}, yeah, not main"],
+        ["Which branch do pull requests go into this cycle?", "What did Ana say about the branch?"]),
+    "Which command must be run before every commit?": (
+        ["Ben: and before anybody commits please just run {a}, it takes like a minute",
+         "Ben: the hook will reject you unless {a} is clean so run that first"],
+        ["What should be run before committing?", "What makes the hook reject a commit?"]),
+    "Which directory must not be modified because it is generated?": (
+        ["Ana: oh and nobody touch {a}, that gets regenerated every build",
+         "Ana: {a} is all generated stuff so hands off"],
+        ["Which directory gets regenerated on every build?", "What's all generated stuff?"]),
+    "What is the customer's order id for the refund bug?": (
+        ["Cleo: the customer who complained, their order was {a}, use that to reproduce",
+         "Cleo: yeah it's order {a} that has the double refund"],
+        ["Which order did the customer complain about?", "Which order has the double refund?"]),
+    "Which ticket tracks this work?": (
+        ["Ben: we're tracking it as {a} so stick that in your commit messages",
+         "Ben: the ticket is {a} by the way"],
+        ["How are we tracking this?", "What's the ticket?"]),
+    "What is the staging tenant UUID?": (
+        ["Cleo: for staging use tenant {a}, not the prod one",
+         "Cleo: staging tenant is {a}, I'll paste it in the chat too"],
+        ["Which tenant for staging?", "What did Cleo paste for staging?"]),
+    "Where is the new migration file?": (
+        ["So I've added the migration, it's at {a}, I didn't change the old one.",
+         "The new migration went into {a}."],
+        ["Where's the migration you added?", "Where did the new migration go?"]),
+    "Which file holds the failing refund fixture?": (
+        ["The broken refund fixture is the one in {a}, I'm fixing it.",
+         "It turned out {a} had the bad test data."],
+        ["Which file had the bad test data?", "Where's the broken refund fixture?"]),
+    "Where does the payment service read its configuration from in production?": (
+        ["Ana: in production the payment service picks up its config from {a}",
+         "Ana: payments reads {a} in prod, just so you know"],
+        ["Where does payments pick up its config in production?", "What does payments read in prod?"]),
+    "What is the memory limit for the export worker pods?": (
+        ["Ben: the export pods get {a} each, that's the limit",
+         "Ben: we capped export workers at {a} of memory"],
+        ["How much do the export pods get?", "What are export workers capped at?"]),
+    "What monthly vendor budget did finance approve for the OCR service?": (
+        ["Cleo: finance said yes to {a} a month for the OCR vendor",
+         "Cleo: we've got {a} per month for OCR, finance approved it"],
+        ["What did finance say yes to for OCR?", "How much per month for OCR?"]),
+    "Where is the refunds API spec published?": (
+        ["Ana: the refunds spec is up at {a} if you need field names",
+         "Ana: I dropped the refund API docs link in the notes, it's {a}"],
+        ["Where's the refunds spec up?", "What's the refund API docs link?"]),
+    "Which store do we use for the session cache?": (
+        (["Ben: for the session cache we said {a}, right", "Ben: we'll put sessions in {a}"],
+         ["Ben: actually let's move the session cache over to {a}",
+          "Ben: so sessions are going in {a} now, forget what I said before"]),
+        ["Where are sessions going?", "What did Ben say about the session cache?"]),
+    "Which message broker did we decide on?": (
+        (["Cleo: the message broker is going to be {a}", "Cleo: we're going with {a} for messaging"],
+         ["Cleo: we changed our minds on the broker, it's {a}", "Cleo: broker wise we're on {a} now"]),
+        ["What's the broker going to be?", "What are we on for messaging?"]),
+    "What is the upstream request timeout?": (
+        (["Ana: upstream timeout, let's do {a} for now", "Ana: give upstream calls {a} before they time out"],
+         ["Ana: the vendor wants {a} on the upstream timeout so let's change it",
+          "Ana: make the upstream timeout {a}"]),
+        ["What's the upstream timeout now?", "How long do upstream calls get?"]),
+    "When is the release deadline?": (
+        (["Ben: we're aiming to release on {a}", "Ben: release is {a}"],
+         ["Ben: the release got pushed to {a}", "Ben: new date for the release is {a}"]),
+        ["When are we releasing?", "What's the release date now?"]),
+}
+HELDOUT_PARAPHRASES: dict[str, dict[str, tuple]] = {"ticket": _TICKET_WORDINGS, "meeting": _MEETING_WORDINGS}
 
 
 def _filler_chat(rng: random.Random, turn: int) -> tuple[str, str]:
@@ -509,21 +581,55 @@ def _filler_ticket(rng: random.Random, turn: int) -> tuple[str, str]:
     ])
 
 
+def _filler_meeting(rng: random.Random, turn: int) -> tuple[str, str]:
+    """A transcribed call: spoken, run-on, lower case, with the agent taking notes and the
+    transcription service marking pauses."""
+    person, mod = rng.choice(_PEOPLE), rng.choice(_MODULES)
+    first = person.split()[0]
+    r = rng.random()
+    if r < 0.55:
+        return "user", rng.choice([
+            f"{first}: yeah so I looked at {mod} yesterday and honestly it's mostly fine, just slow in places",
+            f"{first}: can everyone hear me, okay good, so where were we",
+            f"{first}: I think we talked about this last week but I don't remember where we landed",
+            f"{first}: um the demo went okay, people liked the {mod} part, the rest was a bit rough",
+            f"{first}: let's not go down that rabbit hole now, we can take it offline",
+            f"{first}: I'll have to drop in ten minutes, just so you know",
+            f"{first}: right, and the other thing was the {mod} dashboard, it still shows old numbers sometimes",
+        ])
+    if r < 0.85:
+        return "assistant", rng.choice([
+            f"Noted: {first} will look into the {mod} slowness and report back.",
+            f"Action item for {first}: follow up on the {mod} dashboard numbers.",
+            "I've added that to the notes under open questions.",
+            f"Summary so far: the {mod} demo went well, performance is the main concern.",
+        ])
+    return "tool", rng.choice([
+        f"[transcript] {rng.randint(0, 1):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d} crosstalk",
+        f"[transcript] {person} joined the call", f"[transcript] {person} left the call",
+        f"[transcript] recording resumed after {rng.randint(5, 90)} s",
+    ])
+
+
 STYLES = ("worklog", "chat", "ops")
-# Written after the extractor, to check it on text it was not built for: a ticket thread
-# with its own filler and its own wording of every planted fact (HELDOUT_PARAPHRASES).
-# Never part of the "mixed" sessions; run it with style="ticket".
-HELDOUT_STYLES = ("ticket",)
+# Written after the extractor, to check it on text it was not built for, each with its own
+# filler and its own wording of every planted fact (HELDOUT_PARAPHRASES), and never part of
+# the "mixed" sessions. The ticket thread came first; its misses taught the extractor
+# terse "Label: value" lines, so it is no longer unseen. The meeting transcript was then
+# written before the extractor saw it: it is the unseen check.
+HELDOUT_STYLES = ("ticket", "meeting")
+UNSEEN_STYLES = ("meeting",)
 
 
 def generate_session(seed: int, params: SessionParameters) -> Session:
     rng = random.Random(seed)
     style = STYLES[seed % len(STYLES)] if params.style == "mixed" else params.style
-    fillers = {"worklog": _filler, "chat": _filler_chat, "ops": _filler_ops, "ticket": _filler_ticket}
+    fillers = {"worklog": _filler, "chat": _filler_chat, "ops": _filler_ops, "ticket": _filler_ticket,
+               "meeting": _filler_meeting}
     if style not in fillers:
         raise ValueError(f"unknown session style {style!r}: one of {', '.join(fillers)} or mixed")
     filler = fillers[style]
-    wordings = HELDOUT_PARAPHRASES if style in HELDOUT_STYLES else PARAPHRASES
+    wordings = HELDOUT_PARAPHRASES.get(style, PARAPHRASES)
     planted = {t: (role, content, fact) for t, role, content, fact in _planted(rng, params, params.turns, wordings)}
     at = 1_700_000_000.0 + seed
     system = ("You are a coding agent working in the payments monorepo. Follow the user's instructions "
@@ -739,10 +845,51 @@ def run_strategy(name: str, session: Session, budget: int, summarizer: Extractiv
             "view_tokens": view_tokens, "latencies_ms": latencies, **asdict(strategy.stats)}
 
 
+def run_styles(styles: Sequence[str], seeds: Sequence[int], params: SessionParameters,
+               embedder: CachingEmbedder, model: MiniLMEmbedder) -> list[dict]:
+    """AgentRM per session style, over several generator seeds: key-fact retention at 4k
+    (no query) and probe answerability at 2k (the probe as query), the issue's targets.
+    One row per style and seed; the same seed plants the same facts in every style, so
+    the styles differ only in their filler and (for a held-out style) their wording."""
+    summarizer = ExtractiveSummarizer(embedder)
+    rows = []
+    for style in styles:
+        for seed in seeds:
+            session = generate_session(seed, SessionParameters(**{**asdict(params), "style": style}))
+            at_4k = run_strategy("agentrm", session, 4_000, summarizer, embedder, model)
+            at_2k = run_strategy("agentrm", session, 2_000, summarizer, embedder, model)
+            rows.append({"style": style, "seed": seed, "held_out": style in HELDOUT_STYLES,
+                         "unseen": style in UNSEEN_STYLES,
+                         "retained_4k": at_4k["retained"], "planted_4k": at_4k["planted"],
+                         "fact_retention_4k": at_4k["retained"] / max(1, at_4k["planted"]),
+                         "answered_2k": at_2k["answered"], "probes_2k": at_2k["probes"],
+                         "probe_answerability_2k": at_2k["answered"] / max(1, at_2k["probes"])})
+    return rows
+
+
+def summarize_styles(rows: Sequence[dict]) -> list[dict]:
+    """Per style: pooled rate, and the spread (min, max) of the per-seed rates."""
+    out = []
+    for style in dict.fromkeys(r["style"] for r in rows):
+        mine = [r for r in rows if r["style"] == style]
+        retention = [r["fact_retention_4k"] for r in mine]
+        answer = [r["probe_answerability_2k"] for r in mine]
+        out.append({"style": style, "held_out": mine[0]["held_out"], "unseen": mine[0]["unseen"],
+                    "seeds": [r["seed"] for r in mine],
+                     "fact_retention_4k": sum(r["retained_4k"] for r in mine) / max(1, sum(r["planted_4k"] for r in mine)),
+                     "fact_retention_4k_min": min(retention), "fact_retention_4k_max": max(retention),
+                     "probe_answerability_2k": sum(r["answered_2k"] for r in mine) / max(1, sum(r["probes_2k"] for r in mine)),
+                     "probe_answerability_2k_min": min(answer), "probe_answerability_2k_max": max(answer)})
+    return out
+
+
 def run(out_dir: pathlib.Path, sessions: int = 3, seed: int = 7, quick: bool = False,
-        strategies: Sequence[str] = STRATEGIES) -> dict:
+        strategies: Sequence[str] = STRATEGIES, style_seeds: int = 3,
+        styles: Sequence[str] = STYLES + HELDOUT_STYLES) -> dict:
     """Run the benchmark, write ``context.md`` and ``context.png`` into ``out_dir``, and
-    return the JSON-able results. ``quick``: one short session (a smoke run, not a result)."""
+    return the JSON-able results. ``quick``: one short session (a smoke run, not a result),
+    and the per-style table on one seed of the held-out style only. ``style_seeds``:
+    generator seeds per style for the per-style table (0: no table)."""
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     params = SessionParameters(turns=140) if quick else SessionParameters()
@@ -782,6 +929,11 @@ def run(out_dir: pathlib.Path, sessions: int = 3, seed: int = 7, quick: bool = F
             "index_cpu_s": sum(r["index_cpu_seconds"] for r in runs) / len(runs),
             "latency_ms_p50": (percentile(latencies, 50) or 0.0), "latency_ms_p95": (percentile(latencies, 95) or 0.0),
         })
+    style_rows: list[dict] = []
+    if style_seeds > 0:
+        style_rows = run_styles(UNSEEN_STYLES if quick else styles,
+                                [seed * 1000 + 100 + i for i in range(1 if quick else style_seeds)],
+                                params, embedder, model)
     agentrm_4k = next(r for r in rows if r["strategy"] == "agentrm" and r["budget"] == 4_000)
     agentrm_2k = next(r for r in rows if r["strategy"] == "agentrm" and r["budget"] == 2_000)
     results = {
@@ -793,6 +945,7 @@ def run(out_dir: pathlib.Path, sessions: int = 3, seed: int = 7, quick: bool = F
                        "cpu_seconds_per_sentence": cpu_per_sentence,
                        "torch_threads": _torch_threads()},
         "rows": rows,
+        "styles": {"rows": style_rows, "summary": summarize_styles(style_rows)},
         "target": {"fact_retention_4k": 1.0, "probe_answerability_2k": 0.95,
                    "agentrm_fact_retention_4k": agentrm_4k["fact_retention"],
                    "agentrm_probe_answerability_2k": agentrm_2k["probe_answerability"],
@@ -852,10 +1005,28 @@ def render_markdown(results: dict) -> str:
         f"{p['torch_threads']} torch threads); index CPU is measured. Latency for agentrm includes the "
         "query embedding and the exact cosine search.",
         "",
+        *_styles_markdown(results.get("styles", {}).get("summary", [])),
         f"Wall time: {results['wall_seconds']:.1f} s.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _styles_markdown(summary: Sequence[dict]) -> list[str]:
+    if not summary:
+        return []
+    lines = ["AgentRM per session style (several generator seeds; pooled rate, and min-max over seeds):", "",
+             "| style | seeds | key-fact retention at 4k | probe answerability at 2k |", "|---|---:|---:|---:|"]
+    for r in summary:
+        name = (f"{r['style']} (unseen)" if r["unseen"] else f"{r['style']} (held out, then used)"
+                if r["held_out"] else r["style"])
+        lines.append(f"| {name} | {len(r['seeds'])} | {r['fact_retention_4k']:.1%} "
+                     f"({r['fact_retention_4k_min']:.1%}-{r['fact_retention_4k_max']:.1%}) "
+                     f"| {r['probe_answerability_2k']:.1%} "
+                     f"({r['probe_answerability_2k_min']:.1%}-{r['probe_answerability_2k_max']:.1%}) |")
+    return lines + ["", "Held-out styles have their own filler and their own wording of every fact. An unseen "
+                    "style was written after the extractor and never used to change it; the ticket style "
+                    "was, once (its misses taught the extractor terse \"Label: value\" lines).", ""]
 
 
 def render_plot(results: dict, path: pathlib.Path) -> None:
