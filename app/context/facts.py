@@ -149,6 +149,10 @@ _IS = re.compile(
     r"\s+(?:is|are|was|will\s+be|should\s+be)\s+(?:now\s+|still\s+|actually\s+)?(?:set\s+to\s+|changed\s+to\s+|moved\s+to\s+)?"
     r"(?P<val>[^.;!?]{1,120}?)\s*[.;!?]?$", _I)
 _ASSIGN = re.compile(r"^\s*(?P<subj>[A-Za-z][\w.-]{0,40}(?:\s+[\w.-]+){0,3})\s*(?:=|:)\s*(?P<val>\S.{0,160}?)\s*$")
+# "Ben: release is Friday": who speaks, in a transcript or a chat log, is not the subject of
+# what is said. A name of one or two capitalised words before a clause of 3+ words; a
+# short value after the colon ("Broker: Kafka") is a label and value, kept.
+_SPEAKER = re.compile(r"^[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:\s+(?=\S+\s+\S+\s+\S)")
 _LEADING_NOISE = re.compile(
     r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads up|please|and|but|then|decision|"
     r"change of plan)[,:]?\s+)+", _I)
@@ -218,7 +222,7 @@ def supersession_key(sentence: str) -> tuple[str, str] | None:
     >>> supersession_key("Set the request timeout to 45 s.")
     ('request timeout', '45 s')
     """
-    s = sentence.strip()
+    s = _SPEAKER.sub("", sentence.strip())
     for pattern, prefix in ((_SET_TO, ""), (_USE_FOR, "use for "), (_MOVED_TO, ""), (_OF_VALUE, ""),
                             (_IS, ""), (_ASSIGN, "")):
         m = pattern.search(s)
@@ -239,7 +243,7 @@ def supersession_key(sentence: str) -> tuple[str, str] | None:
 def _rule_key(sentence: str) -> str:
     """A rule's key is its action without the modal words, so "always X" and "never X"
     share a key (the later one supersedes) while their values stay different."""
-    return "rule:" + re.sub(r"\s+", " ", _MODALS.sub(" ", normalize(sentence))).strip()
+    return "rule:" + re.sub(r"\s+", " ", _MODALS.sub(" ", normalize(_SPEAKER.sub("", sentence)))).strip()
 
 
 def classify(sentence: str, role: str = "user") -> str | None:
@@ -375,7 +379,7 @@ def _extract_all(content: str, source_seq: int, role: str) -> list[ExtractedFact
         elif kind == INSTRUCTION:
             key, value = _rule_key(sentence), normalize(sentence)
         else:
-            key = value = f"{kind}:{normalize(sentence)}"
+            key = value = f"{kind}:{normalize(_SPEAKER.sub('', sentence))}"
         if key in seen and any(f.key == key and f.value == value for f in facts):
             continue
         seen.add(key)

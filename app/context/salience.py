@@ -79,7 +79,7 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
         r"|(?:is|are)\s+(?:not\s+)?allowed|may\s+not|can(?:no|')t|only\s+(?:ever|use|run|deploy|push))\b", _I), 2.0),
     ("prohibition", re.compile(
         r"\b(?:never|don't|do\s+not|nobody|no\s+one|hands\s+off|leave\s+\w+(?:\s+\w+){0,3}\s+alone"
-        r"|off[\s-]limits|forbidden|locked|frozen|keep\s+out)\b", _I), 2.0),
+        r"|off[\s-]limits|forbidden|locked|frozen|closed|keep\s+out)\b", _I), 2.0),
     ("every", re.compile(r"\b(?:always|every\s+(?:single\s+)?(?:time|commit|deploy|release|change|run)"
                          r"|each\s+(?:time|commit|deploy|release))\b", _I), 1.5),
     ("decision", re.compile(
@@ -99,7 +99,10 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
 )
 
 # -- against --------------------------------------------------------------------------------
-_QUESTION = re.compile(r"\?\s*[)\"']?\s*$")
+# A question asks; a tag question ("..., okay?", "..., right?") states and checks.
+_QUESTION = re.compile(r"(?<!,\sokay)(?<!,\sok)(?<!,\sright)(?<!,\syeah)\?\s*[)\"']?\s*$", _I)
+_ASKS = re.compile(r"^(?:[A-Z][a-z]+:\s+)?(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|have|has"
+                   r"|what|where|when|which|who|why|how)\b", _I)
 _HEDGE = re.compile(r"\b(?:maybe|perhaps|might|probably|not\s+sure|i\s+think|i\s+guess|i\s+wonder|could\s+we"
                     r"|what\s+if|no\s+idea|i\s+don't\s+know|seems?\s+like|looks?\s+like)\b", _I)
 _NARRATION = re.compile(r"^(?:ok(?:ay)?[,.]?\s+)?(?:let\s+me|i'll|i\s+will|i'm\s+going\s+to|i\s+am\s+going\s+to"
@@ -154,7 +157,7 @@ def score(sentence: str, role: str = "user") -> Salience:
     total = _sum(values) + min(_sum(commitments), 3.0) + _ROLE_BONUS.get(role, 0.0)
     if values and role != "tool" and len(sentence.split()) <= SHORT_WORDS:  # tool lines are all short
         total += 1.0
-    if _QUESTION.search(sentence):
+    if _QUESTION.search(sentence) or (sentence.rstrip().endswith("?") and _ASKS.match(sentence)):
         total -= 4.0
     if _HEDGE.search(sentence):
         total -= 1.5
