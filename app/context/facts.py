@@ -254,6 +254,8 @@ def classify(sentence: str, role: str = "user") -> str | None:
             if kind == INSTRUCTION and _NOT_INSTRUCTION.search(sentence):
                 continue
             return kind
+    if salience.is_question(sentence):
+        return None  # "could we move the retro to 3pm?" sets nothing
     if _NUMERIC_SETTING.search(sentence):
         return QUANTITY  # a number without a unit, but explicitly assigned: a setting
     if re.match(_CLAUSE + r"(?:set|change|switch|move|rename|point|raise|lower|bump)\s", sentence, _I) \
@@ -267,8 +269,8 @@ def classify(sentence: str, role: str = "user") -> str | None:
     salient = salience.score(sentence, role)
     if salient.is_fact:
         return _salient_kind(salient)
-    if _named_entities(sentence):
-        return ENTITY
+    if role != "tool" and _named_entities(sentence):
+        return ENTITY  # not in tool output: logs and bots capitalise labels, not names
     return None
 
 

@@ -147,6 +147,12 @@ def _labelled_value(sentence: str) -> bool:
     return bool(m) and len(m.group("value").split()) <= 4 and "://" not in sentence[:m.start("value")]
 
 
+def is_question(sentence: str) -> bool:
+    """Asks rather than states: ends in "?" and is no tag question ("..., okay?") unless it
+    opens like a question ("Should we ..., okay?")."""
+    return bool(_QUESTION.search(sentence)) or (sentence.rstrip().endswith("?") and bool(_ASKS.match(sentence)))
+
+
 def score(sentence: str, role: str = "user") -> Salience:
     values = [(name, weight) for name, pattern, weight in _VALUES if pattern.search(sentence)]
     if _names(sentence):
@@ -157,7 +163,7 @@ def score(sentence: str, role: str = "user") -> Salience:
     total = _sum(values) + min(_sum(commitments), 3.0) + _ROLE_BONUS.get(role, 0.0)
     if values and role != "tool" and len(sentence.split()) <= SHORT_WORDS:  # tool lines are all short
         total += 1.0
-    if _QUESTION.search(sentence) or (sentence.rstrip().endswith("?") and _ASKS.match(sentence)):
+    if is_question(sentence):
         total -= 4.0
     if _HEDGE.search(sentence):
         total -= 1.5
