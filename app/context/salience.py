@@ -58,8 +58,11 @@ _VALUES: tuple[tuple[str, re.Pattern, float], ...] = (
                         r"|\b\d{1,2}(?:st|nd|rd|th)?\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b"), 1.5),
     ("amount", re.compile(r"[$€£]\s?\d[\d,.]*\s?[kKmM]?\b|\b\d[\d,.]*\s?(?:%|[KMGT]i?B|ms|s|sec|seconds?|min(?:utes?)?"
                           r"|h|hours?|days?|weeks?|cores?|CPUs?|GPUs?|replicas?|workers?|rps|req/s|USD|EUR|GBP)\b"), 1.5),
-    ("command", re.compile(r"\b(?:make|npm|npx|yarn|pnpm|pip|pytest|tox|git|docker|kubectl|helm|cargo|go|python3?"
-                           r"|terraform|ansible|bazel|gradle|mvn)\s+[\w:./=@-]*[\w:./=@-]"), 1.5),
+    # A shell command. "make" and "go" are English verbs too ("make it happen", "go do"),
+    # so they count only before a code-like word (make lint-api, go test ./...).
+    ("command", re.compile(r"\b(?:npm|npx|yarn|pnpm|pip|pytest|tox|git|docker|kubectl|helm|cargo|python3?"
+                           r"|terraform|ansible|bazel|gradle|mvn)\s+-{0,2}[a-z][\w:./=@-]*"
+                           r"|\b(?:make|go)\s+(?:-\w+|[a-z]\w*[-_:/.=][\w:./=@-]+|test\s+\./)"), 1.5),
     ("quoted", re.compile(r"\"[^\"\n]{1,40}\"|(?<!\w)'[^'\n]{1,40}'(?!\w)|[\u201c][^\u201d\n]{1,40}[\u201d]"), 1.5),
     ("acronym", re.compile(r"\b[A-Z]{3,}\d*\b"), 1.0),
     ("number", re.compile(r"(?<![\w.])\d{2,}(?![\w.])"), 0.5),
@@ -74,9 +77,9 @@ _NOT_NAMES = {"I", "The", "This", "That", "It", "We", "You", "They", "He", "She"
 # -- commitments ----------------------------------------------------------------------------
 _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
     ("obligation", re.compile(
-        r"\b(?:must|has\s+to|have\s+to|had\s+better|needs?\s+to\s+be|required|mandatory|shall"
+        r"\b(?:must(?!\s+have\s+been|'ve)|has\s+to|have\s+to|had\s+better|needs?\s+to\s+be|required|mandatory|shall"
         r"|should(?:n't|\s+not)?\s+(?:be|go|use|run|stay|point|target|always|never|only)"
-        r"|(?:is|are)\s+(?:not\s+)?allowed|may\s+not|can(?:no|')t|only\s+(?:ever|use|run|deploy|push))\b", _I), 2.0),
+        r"|(?:is|are)\s+(?:not\s+)?allowed|may\s+not|can(?:no|')t(?!\s+(?:wait|believe|imagine))|only\s+(?:ever|use|run|deploy|push))\b", _I), 2.0),
     ("prohibition", re.compile(
         r"\b(?:never|don't|do\s+not|nobody|no\s+one|hands\s+off|leave\s+\w+(?:\s+\w+){0,3}\s+alone"
         r"|off[\s-]limits|forbidden|locked|frozen|closed|keep\s+out)\b", _I), 2.0),
@@ -95,7 +98,7 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
                             r"|keep\s+in\s+mind|btw)\b", _I), 1.0),
     ("definition", re.compile(r"\b(?:is|are|was)\s+(?:the|our|your|a)?\s*\w*\s*(?:id|key|name|host|address|number"
                               r"|owner|contact|url|path|port|branch|tenant|account|limit|budget|deadline)\b"
-                              r"|^[\w .'-]{2,40}(?:->|=>|:)\s*\S|\s(?:=|->|=>|\u2192)\s*\S", _I), 1.5),
+                              r"|\s(?:=|->|=>|\u2192)\s*\S", _I), 1.5),
 )
 
 # -- against --------------------------------------------------------------------------------
@@ -118,13 +121,24 @@ class Salience:
     values: tuple[str, ...]        # the sorts of concrete value found, strongest first
     commitments: tuple[str, ...]   # the sorts of commitment found, strongest first
 
+    strongest_value: float = 0.0
+
     @property
     def is_fact(self) -> bool:
-        return self.score >= THRESHOLD and bool(self.values)
+        """Over the threshold, and with a value an agent must copy. A name alone ("Thanks,
+        Gina!") is no such value unless something makes the sentence binding."""
+        return self.score >= THRESHOLD and bool(self.values) and (self.strongest_value >= 1.5 or bool(self.commitments))
+
+
+# A name used to address someone ("Thanks, Gina!", "Hey Mel") says who is spoken to, not a
+# value: after a comma, a greeting or thanks.
+_VOCATIVE_BEFORE = re.compile(r"(?:,|\b(?:hey|hi|hello|thanks|thank\s+you|bye|yes|yeah|yep|no|ok|okay|sure|wow|oh"
+                              r"|congrats|congratulations|sorry|dear|cheers|welcome|morning|night))\s$", _I)
 
 
 def _names(sentence: str) -> bool:
-    return any(m.group(0) not in _NOT_NAMES for m in _MID_CAPITAL.finditer(sentence))
+    return any(m.group(0) not in _NOT_NAMES and not _VOCATIVE_BEFORE.search(sentence[:m.start()])
+               for m in _MID_CAPITAL.finditer(sentence))
 
 
 def _sum(found: list[tuple[str, float]]) -> float:
@@ -142,9 +156,23 @@ _LABELLED = re.compile(r"^[^:=>\u2192]{2,50}?(?::|=|->|=>|\u2192)\s*(?P<value>[^
 SHORT_WORDS = 10
 
 
+# A value is a noun phrase, not a clause or an exclamation: "Gina: That's the spirit!" and
+# "Caroline: Hey Mel!" are a speaker and what she says.
+_CLAUSE_WORDS = re.compile(r"!|,\s|\b(?:yep|yup|nope|ha|haha|lol|hmm|ok|okay|sure|cool|nice|great|totally|awesome"
+                           r"|congrats|woohoo|i|i'm|i've|you|you're|we|we're|he|she|they|it|it's|that|that's|this|there"
+                           r"|is|are|was|were|am|be|been|do|did|does|so|too|very|really|just|hey|hi|hello"
+                           r"|thanks|thank|yes|yeah|no|wow|oh|agreed?)\b", _I)
+
+
 def _labelled_value(sentence: str) -> bool:
     m = _LABELLED.match(sentence)
-    return bool(m) and len(m.group("value").split()) <= 4 and "://" not in sentence[:m.start("value")]
+    return (bool(m) and len(m.group("value").split()) <= 4 and "://" not in sentence[:m.start("value")]
+            and not _CLAUSE_WORDS.search(sentence[m.start("value"):]))
+
+
+# "Ben: the ticket is X": the speaker's label is not part of what is said (mirrors the one
+# in app.context.facts, which strips it from supersession keys).
+_SPEAKER = re.compile(r"^[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:\s+(?=\S+\s+\S+\s+\S)")
 
 
 def is_question(sentence: str) -> bool:
@@ -154,12 +182,15 @@ def is_question(sentence: str) -> bool:
 
 
 def score(sentence: str, role: str = "user") -> Salience:
+    sentence = _SPEAKER.sub("", sentence)
     values = [(name, weight) for name, pattern, weight in _VALUES if pattern.search(sentence)]
     if _names(sentence):
-        values.append(("name", 1.0))
+        values.append(("name", 1.5))
+    commitments = [(name, weight) for name, pattern, weight in _COMMITMENTS if pattern.search(sentence)]
     if _labelled_value(sentence):
         values.append(("labelled", 1.5))
-    commitments = [(name, weight) for name, pattern, weight in _COMMITMENTS if pattern.search(sentence)]
+        if all(name != "definition" for name, _ in commitments):
+            commitments.append(("definition", 1.5))  # "Broker: Kafka" defines what the broker is
     total = _sum(values) + min(_sum(commitments), 3.0) + _ROLE_BONUS.get(role, 0.0)
     if values and role != "tool" and len(sentence.split()) <= SHORT_WORDS:  # tool lines are all short
         total += 1.0
@@ -170,4 +201,4 @@ def score(sentence: str, role: str = "user") -> Salience:
     if role != "user" and _NARRATION.search(sentence):
         total -= 1.5
     by_weight = lambda found: tuple(n for n, _ in sorted(found, key=lambda x: -x[1]))  # noqa: E731
-    return Salience(total, by_weight(values), by_weight(commitments))
+    return Salience(total, by_weight(values), by_weight(commitments), max((w for _, w in values), default=0.0))
