@@ -120,7 +120,9 @@ _ENTITY_STOP = {"The", "A", "An", "We", "I", "It", "This", "That", "These", "Tho
                 "Your", "If", "When", "Then", "So", "And", "But", "Or", "Please", "Also", "Let",
                 "Yes", "No", "Ok", "Okay", "Next", "Now", "Here", "There", "Note", "Decision",
                 "Change", "Set", "Use", "Always", "Never", "Do", "Don't", "Must", "Done",
-                "Running", "Checking", "Reading", "Looking", "Good", "Great", "Thanks", "Sure"}
+                "Running", "Checking", "Reading", "Looking", "Good", "Great", "Thanks", "Sure",
+                # greetings: "Hey Mel", "Congrats Caroline" address a person, they state nothing
+                "Hey", "Hi", "Hello", "Congrats", "Congratulations", "Wow", "Woohoo", "Go", "Dear", "Bye"}
 
 _KIND_PATTERNS = ((INSTRUCTION, _INSTRUCTION), (DECISION, _DECISION), (ERROR, _ERROR),
                   (TODO, _TODO), (IDENTIFIER, _IDENTIFIER), (PATH, _PATH), (URL, _URL),

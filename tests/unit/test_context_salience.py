@@ -39,6 +39,9 @@ def test_facts_in_unfamiliar_wordings_are_kept_with_their_value(text, value):
     ("Honestly that went better than I expected.", "user"),            # chatter, no value
     ("Status changed: In Review -> Done", "tool"),                     # a bot's bulk line
     ("I think it might be the cache, not sure though.", "user"),       # a hedge, no value
+    ("Rosa: Congrats Tim!", "user"),                                   # a speaker, then a name addressed
+    ("Thanks a lot, Tim!", "user"),
+    ("Glad everyone could make it.", "user"),                          # "make" the verb, not the tool
 ])
 def test_chatter_questions_and_narration_are_not_facts(text, role):
     assert extract_facts(text, 1, role) == []
