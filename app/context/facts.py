@@ -154,7 +154,8 @@ _ASSIGN = re.compile(r"^\s*(?P<subj>[A-Za-z][\w.-]{0,40}(?:\s+[\w.-]+){0,3})\s*(
 # "Ben: release is Friday": who speaks, in a transcript or a chat log, is not the subject of
 # what is said. A name of one or two capitalised words before a clause of 3+ words; a
 # short value after the colon ("Broker: Kafka") is a label and value, kept.
-_SPEAKER = re.compile(r"^[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:\s+(?=\S+\s+\S+\s+\S)")
+_SPEAKER = re.compile(r"^(?!(?:Update|Note|Decision|Correction|Reminder|Important|Warning|Summary|Status|Todo"
+                      r"|Heads|Fyi|Approved|Change)\b)[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:\s+(?=\S+\s+\S+\s+\S)")
 _LEADING_NOISE = re.compile(
     r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads up|please|and|but|then|decision|"
     r"change of plan)[,:]?\s+)+", _I)

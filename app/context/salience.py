@@ -94,7 +94,7 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
         r"|no\s+longer|approved|signed\s+off|capped\s+at|limited\s+to"
         r"|set\s+to|defaults?\s+to|lives?\s+(?:in|at|on)|goes\s+to|go\s+to|sits?\s+in|is\s+(?:at|in|on)\s)\b", _I), 2.0),
     ("preference", re.compile(r"\b(?:prefer|i'd\s+rather|we'd\s+rather|please\s+use|let's|stick\s+(?:to|with))\b", _I), 1.5),
-    ("remember", re.compile(r"\b(?:reminder|remember|important|note|fyi|heads[\s-]up|for\s+the\s+record"
+    ("remember", re.compile(r"\b(?:reminder|remember|important|note|fyi|heads[\s-]up|for\s+the\s+record|update|correction"
                             r"|keep\s+in\s+mind|btw)\b", _I), 1.0),
     ("definition", re.compile(r"\b(?:is|are|was)\s+(?:the|our|your|a)?\s*\w*\s*(?:id|key|name|host|address|number"
                               r"|owner|contact|url|path|port|branch|tenant|account|limit|budget|deadline)\b"
@@ -172,7 +172,8 @@ def _labelled_value(sentence: str) -> bool:
 
 # "Ben: the ticket is X": the speaker's label is not part of what is said (mirrors the one
 # in app.context.facts, which strips it from supersession keys).
-_SPEAKER = re.compile(r"^[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:\s+(?=\S+\s+\S+\s+\S)")
+_SPEAKER = re.compile(r"^(?!(?:Update|Note|Decision|Correction|Reminder|Important|Warning|Summary|Status|Todo"
+                      r"|Heads|Fyi|Approved|Change)\b)[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:\s+(?=\S+\s+\S+\s+\S)")
 
 
 def is_question(sentence: str) -> bool:
