@@ -867,6 +867,46 @@ def run_styles(styles: Sequence[str], seeds: Sequence[int], params: SessionParam
     return rows
 
 
+def facts_block_retention(style: str, seeds: Sequence[int], budget: int = 4_000,
+                          params: SessionParameters = SessionParameters()) -> list[float]:
+    """The extractor alone, per seed, in seconds and with no model: every message's facts
+    folded in order by the compactor's rule (supersession included), then the view's own
+    selection of the facts block (``facts_share`` of ``budget``), checked at the same four
+    checkpoints as key-fact retention. Summaries and the recent window are left out, so
+    this is what the facts block alone retains."""
+    from app.context.compactor import facts_of_span
+    from app.domain.context.view import _select_facts
+
+    from .agentrm_context import cached_count_message, cached_count_text
+
+    fields = ("fact_id", "kind", "text", "key", "source_seq", "tokens", "role", "value", "shape")
+    cap = int(domain.ViewSettings().facts_share * budget)
+    rates = []
+    for seed in seeds:
+        session = generate_session(seed, SessionParameters(**{**asdict(params), "style": style}))
+        live: dict[str, domain.KeyFact] = {}
+        n = len(session.messages) - 1
+        checkpoints = {max(1, round(n * f)) for f in (0.25, 0.5, 0.75, 1.0)}
+        retained = planted = 0
+        for index, (role, content, pinned, at) in enumerate(session.messages):
+            if not pinned:
+                message = domain.ContextMessage(index, role, content, False, 0, at)
+                facts, superseded = facts_of_span(list(live.values()), [message], cached_count_text)
+                for s in superseded:
+                    live.pop(s["fact_id"], None)
+                live.update({f["fact_id"]: domain.KeyFact(**{k: f[k] for k in fields}) for f in facts})
+            if index in checkpoints:
+                chosen, _ = _select_facts(list(live.values()), cap, cached_count_message)
+                text = "\n".join(f.text for f in chosen)
+                for fact in session.facts:
+                    answer = _current_answer(fact, index)
+                    if answer is not None:
+                        planted += 1
+                        retained += answer in text
+        rates.append(retained / max(1, planted))
+    return rates
+
+
 def summarize_styles(rows: Sequence[dict]) -> list[dict]:
     """Per style: pooled rate, and the spread (min, max) of the per-seed rates."""
     out = []

@@ -84,3 +84,10 @@ def test_quick_run_writes_table_plot_and_reports_honestly(tmp_path):
     assert style["fact_retention_4k"] == row["retained_4k"] / row["planted_4k"]
     assert 0.0 <= style["probe_answerability_2k"] <= 1.0 and row["probes_2k"] == 17
     assert f"| {style['style']} (unseen) | 1 | {style['fact_retention_4k']:.1%}" in table
+
+
+def test_the_facts_block_alone_keeps_every_planted_fact_of_a_seen_style():
+    # The extractor and the view's fact selection, no model: a regression in either shows here.
+    rates = bench.facts_block_retention("worklog", [100, 101])
+    assert rates == [1.0, 1.0]
+    assert all(0.0 <= r <= 1.0 for r in bench.facts_block_retention("meeting", [100]))
