@@ -77,13 +77,13 @@ def test_quick_run_writes_table_plot_and_reports_honestly(tmp_path):
                              and target["agentrm_probe_answerability_2k"] >= 0.95)
     assert ("met" if target["met"] else "NOT met") in table
     assert rows[("truncation", 4000)]["compactions"] == 0 and rows[("agentrm", 2000)]["compactions"] > 0
-    # The per-style table: in quick mode one seed of the unseen style, reported as unseen.
+    # The per-style table: in quick mode one seed of the last held-out style.
     (style,) = results["styles"]["summary"]
-    assert style["style"] in bench.UNSEEN_STYLES and style["unseen"] and len(style["seeds"]) == 1
+    assert style["style"] == bench.HELDOUT_STYLES[-1] and style["held_out"] and len(style["seeds"]) == 1
     (row,) = results["styles"]["rows"]
     assert style["fact_retention_4k"] == row["retained_4k"] / row["planted_4k"]
     assert 0.0 <= style["probe_answerability_2k"] <= 1.0 and row["probes_2k"] == 17
-    assert f"| {style['style']} (unseen) | 1 | {style['fact_retention_4k']:.1%}" in table
+    assert f"| {style['style']} (held out, then used) | 1 | {style['fact_retention_4k']:.1%}" in table
 
 
 def test_the_facts_block_alone_keeps_every_planted_fact_of_a_seen_style():
