@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.context import salience
 from app.domain.context import FACT_KIND_PRIORITY
 
 INSTRUCTION = "instruction"
@@ -119,7 +120,9 @@ _ENTITY_STOP = {"The", "A", "An", "We", "I", "It", "This", "That", "These", "Tho
                 "Your", "If", "When", "Then", "So", "And", "But", "Or", "Please", "Also", "Let",
                 "Yes", "No", "Ok", "Okay", "Next", "Now", "Here", "There", "Note", "Decision",
                 "Change", "Set", "Use", "Always", "Never", "Do", "Don't", "Must", "Done",
-                "Running", "Checking", "Reading", "Looking", "Good", "Great", "Thanks", "Sure"}
+                "Running", "Checking", "Reading", "Looking", "Good", "Great", "Thanks", "Sure",
+                # greetings: "Hey Mel", "Congrats Caroline" address a person, they state nothing
+                "Hey", "Hi", "Hello", "Congrats", "Congratulations", "Wow", "Woohoo", "Go", "Dear", "Bye"}
 
 _KIND_PATTERNS = ((INSTRUCTION, _INSTRUCTION), (DECISION, _DECISION), (ERROR, _ERROR),
                   (TODO, _TODO), (IDENTIFIER, _IDENTIFIER), (PATH, _PATH), (URL, _URL),
@@ -148,6 +151,11 @@ _IS = re.compile(
     r"\s+(?:is|are|was|will\s+be|should\s+be)\s+(?:now\s+|still\s+|actually\s+)?(?:set\s+to\s+|changed\s+to\s+|moved\s+to\s+)?"
     r"(?P<val>[^.;!?]{1,120}?)\s*[.;!?]?$", _I)
 _ASSIGN = re.compile(r"^\s*(?P<subj>[A-Za-z][\w.-]{0,40}(?:\s+[\w.-]+){0,3})\s*(?:=|:)\s*(?P<val>\S.{0,160}?)\s*$")
+# "Ben: release is Friday": who speaks, in a transcript or a chat log, is not the subject of
+# what is said. A name of one or two capitalised words before a clause of 3+ words; a
+# short value after the colon ("Broker: Kafka") is a label and value, kept.
+_SPEAKER = re.compile(r"^(?!(?:Update|Note|Decision|Correction|Reminder|Important|Warning|Summary|Status|Todo"
+                      r"|Heads|Fyi|Approved|Change)\b)[A-Z][a-z]+(?:\s[A-Z][a-z]+)?:\s+(?=\S+\s+\S+\s+\S)")
 _LEADING_NOISE = re.compile(
     r"^(?:(?:ok|okay|so|also|note|fyi|update|correction|heads up|please|and|but|then|decision|"
     r"change of plan)[,:]?\s+)+", _I)
@@ -217,7 +225,7 @@ def supersession_key(sentence: str) -> tuple[str, str] | None:
     >>> supersession_key("Set the request timeout to 45 s.")
     ('request timeout', '45 s')
     """
-    s = sentence.strip()
+    s = _SPEAKER.sub("", sentence.strip())
     for pattern, prefix in ((_SET_TO, ""), (_USE_FOR, "use for "), (_MOVED_TO, ""), (_OF_VALUE, ""),
                             (_IS, ""), (_ASSIGN, "")):
         m = pattern.search(s)
@@ -238,16 +246,19 @@ def supersession_key(sentence: str) -> tuple[str, str] | None:
 def _rule_key(sentence: str) -> str:
     """A rule's key is its action without the modal words, so "always X" and "never X"
     share a key (the later one supersedes) while their values stay different."""
-    return "rule:" + re.sub(r"\s+", " ", _MODALS.sub(" ", normalize(sentence))).strip()
+    return "rule:" + re.sub(r"\s+", " ", _MODALS.sub(" ", normalize(_SPEAKER.sub("", sentence)))).strip()
 
 
-def classify(sentence: str) -> str | None:
-    """The most important kind the sentence matches, or None for no fact."""
+def classify(sentence: str, role: str = "user") -> str | None:
+    """The most important kind the sentence matches, or None for no fact. What no kind
+    pattern recognises may still be a fact in other words: app.context.salience decides."""
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(sentence):
             if kind == INSTRUCTION and _NOT_INSTRUCTION.search(sentence):
                 continue
             return kind
+    if salience.is_question(sentence):
+        return None  # "could we move the retro to 3pm?" sets nothing
     if _NUMERIC_SETTING.search(sentence):
         return QUANTITY  # a number without a unit, but explicitly assigned: a setting
     if re.match(_CLAUSE + r"(?:set|change|switch|move|rename|point|raise|lower|bump)\s", sentence, _I) \
@@ -258,9 +269,30 @@ def classify(sentence: str) -> str | None:
         return INSTRUCTION  # "the log level should be debug"
     if assignment is not None and re.search(r"\d", assignment[1]):
         return QUANTITY  # "the region is us-east-1": a subject given a coded value
-    if _named_entities(sentence):
-        return ENTITY
+    salient = salience.score(sentence, role)
+    if salient.is_fact:
+        return _salient_kind(salient)
+    if role != "tool" and _named_entities(sentence):
+        return ENTITY  # not in tool output: logs and bots capitalise labels, not names
     return None
+
+
+# What a salient sentence is, from what made it salient: binding words first (they are
+# why it must not be forgotten), then the sort of its strongest value.
+_COMMITMENT_KIND = {"obligation": INSTRUCTION, "prohibition": INSTRUCTION, "every": INSTRUCTION,
+                    "preference": INSTRUCTION, "decision": DECISION}
+_VALUE_KIND = {"exception": ERROR, "path": PATH, "url": URL, "amount": QUANTITY, "time": QUANTITY, "date": QUANTITY,
+               "number": QUANTITY}
+
+
+def _salient_kind(salient: salience.Salience) -> str:
+    for commitment in salient.commitments:
+        if commitment in _COMMITMENT_KIND:
+            return _COMMITMENT_KIND[commitment]
+    strongest = salient.values[0]
+    if strongest in ("name", "acronym", "quoted"):
+        return ENTITY
+    return _VALUE_KIND.get(strongest, IDENTIFIER)
 
 
 def _named_entities(sentence: str) -> list[str]:
@@ -313,7 +345,7 @@ MAX_FACTS_PER_TOOL_MESSAGE = 3
 def extract_facts(content: str, source_seq: int, role: str = "user") -> list[ExtractedFact]:
     """Key facts of one message, in order of appearance, without duplicates; for a tool
     message, only its MAX_FACTS_PER_TOOL_MESSAGE most important ones."""
-    facts = _extract_all(content, source_seq)
+    facts = _extract_all(content, source_seq, role)
     if role == "tool" and len(facts) > MAX_FACTS_PER_TOOL_MESSAGE:
         ranked = sorted(range(len(facts)), key=lambda i: (KIND_PRIORITY[facts[i].kind], i))
         keep = set(ranked[:MAX_FACTS_PER_TOOL_MESSAGE])
@@ -336,11 +368,11 @@ def fact_shape(kind: str, text: str) -> str:
     return f"{kind}:" + re.sub(r"\s+", " ", masked).strip()
 
 
-def _extract_all(content: str, source_seq: int) -> list[ExtractedFact]:
+def _extract_all(content: str, source_seq: int, role: str) -> list[ExtractedFact]:
     facts: list[ExtractedFact] = []
     seen: set[str] = set()
     for sentence in _fact_units(content):
-        kind = classify(sentence)
+        kind = classify(sentence, role)
         if kind is None:
             continue
         text = _clip(sentence, kind)
@@ -352,7 +384,7 @@ def _extract_all(content: str, source_seq: int) -> list[ExtractedFact]:
         elif kind == INSTRUCTION:
             key, value = _rule_key(sentence), normalize(sentence)
         else:
-            key = value = f"{kind}:{normalize(sentence)}"
+            key = value = f"{kind}:{normalize(_SPEAKER.sub('', sentence))}"
         if key in seen and any(f.key == key and f.value == value for f in facts):
             continue
         seen.add(key)

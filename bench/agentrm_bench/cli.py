@@ -91,17 +91,22 @@ def _context(argv: list[str]) -> int:
     p.add_argument("--repeat", type=int, default=3, help="repeats of the --latency phases")
     p.add_argument("--latency-agents", type=int, default=2)
     p.add_argument("--rate", type=float, default=10.0, help="appends/s of the --latency lag phase")
+    p.add_argument("--style-seeds", type=int, default=3,
+                   help="generator seeds per session style for the per-style table (0: none)")
     p.add_argument("--skip-planted", action="store_true", help="only the --locomo, --scale and --latency parts")
     args = p.parse_args(argv)
     if args.locomo is not None and not args.locomo.is_dir():
         p.error(f"--locomo {args.locomo}: not a directory")
+    if args.style_seeds < 0:
+        p.error("--style-seeds must be >= 0")
     if args.agents < 1 or args.tokens < 100:
         p.error("--agents must be >= 1 and --tokens >= 100")
     if args.repeat < 1 or args.latency_agents < 1 or args.rate <= 0:
         p.error("--repeat and --latency-agents must be >= 1, --rate positive")
     from .context_bench import run
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {} if args.skip_planted else run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick)
+    result = {} if args.skip_planted else run(args.out, sessions=args.sessions, seed=args.seed, quick=args.quick,
+                                                 style_seeds=args.style_seeds)
     report = "" if args.skip_planted else (args.out / "context.md").read_text()
     if args.locomo is not None:
         from . import locomo

@@ -175,10 +175,12 @@ def _filler(rng: random.Random, turn: int) -> tuple[str, str]:
         f"KeyError: '{_word(rng, 5)}'"])
 
 
-def _planted(rng: random.Random, params: SessionParameters, turns: int) -> list[tuple[int, str, str, PlantedFact]]:
+def _planted(rng: random.Random, params: SessionParameters, turns: int,
+             wordings: dict[str, tuple] | None = None) -> list[tuple[int, str, str, PlantedFact]]:
     """(turn, role, content, fact) for every planted statement, superseding ones included."""
     out: list[tuple[int, str, str, PlantedFact]] = []
     used_turns: set[int] = set()
+    wordings = PARAPHRASES if wordings is None else wordings
 
     def pick_turn(lo: float, hi: float) -> int:
         while True:
@@ -189,8 +191,8 @@ def _planted(rng: random.Random, params: SessionParameters, turns: int) -> list[
 
     def add(kind: str, role: str, content: str, answer: str, question: str, lo=0.02, hi=0.9) -> None:
         t = pick_turn(lo, hi)
-        if params.paraphrase and question in PARAPHRASES:
-            statements, questions = PARAPHRASES[question]
+        if params.paraphrase and question in wordings:
+            statements, questions = wordings[question]
             content, question = rng.choice(statements).format(a=answer), rng.choice(questions)
         out.append((t, role, content, PlantedFact(f"{kind}-{len(out)}", kind, t, answer, question)))
 
@@ -261,8 +263,8 @@ def _planted(rng: random.Random, params: SessionParameters, turns: int) -> list[
     def superseded(kind: str, old: str, new: str, first: str, second: str, question: str) -> None:
         t1 = pick_turn(0.02, 0.45)
         t2 = pick_turn(0.5, 0.92)
-        if params.paraphrase and question in PARAPHRASES:
-            (firsts, seconds), questions = PARAPHRASES[question]
+        if params.paraphrase and question in wordings:
+            (firsts, seconds), questions = wordings[question]
             first, second = rng.choice(firsts).format(a=old), rng.choice(seconds).format(a=new)
             question = rng.choice(questions)
         fact = PlantedFact(f"{kind}-{len(out)}", kind, t2, new, question, stale=old, stale_turn=t1)
@@ -371,6 +373,140 @@ PARAPHRASES: dict[str, tuple] = {
 }
 
 
+# The held-out styles' own wordings (same keys and answers): terse as ticket comments are,
+# or spoken, as in a transcribed call.
+_TICKET_WORDINGS: dict[str, tuple] = {
+    "Which branch must pull requests be opened against?": (
+        ["Per release mgmt, target branch for anything touching this = {a}. Main is frozen.",
+         "PR base: {a} (main stays closed until the train leaves)",
+         "Don't open against main pls, {a} is where reviews happen this cycle."],
+        ["Base branch for my PR?", "Which branch do reviews happen on this cycle?"]),
+    "Which command must be run before every commit?": (
+        ["CI gate: `{a}`, run it before each commit or the hook bounces you.",
+         "Pre-commit requirement: {a}. No exceptions.",
+         "heads up the hook runs {a} on every commit, run it locally first"],
+        ["What does the pre-commit hook run?", "Which command gates commits?"]),
+    "Which directory must not be modified because it is generated?": (
+        ["{a} is codegen output, edits get clobbered on the next build.",
+         "Generated: {a}. Touch the generator, not the output."],
+        ["Which folder gets clobbered by the build?", "Where is the codegen output?"]),
+    "What is the customer's order id for the refund bug?": (
+        ["Customer repro: {a}", "Affected order: {a} (refund shows twice)."],
+        ["Which order shows the double refund?", "What's the affected order?"]),
+    "Which ticket tracks this work?": (
+        ["Linked: {a}. Put it in commit subjects.", "Tracking under {a}."],
+        ["What goes in the commit subjects?", "Under which key is this tracked?"]),
+    "What is the staging tenant UUID?": (
+        ["stg tenant {a}", "Use tenant {a} for the staging runs."],
+        ["Tenant for staging runs?", "Which stg tenant?"]),
+    "Where is the new migration file?": (
+        ["Added migration {a}; old one untouched.", "Schema change lives at {a} now."],
+        ["Which migration did you add?", "Path of the schema change?"]),
+    "Which file holds the failing refund fixture?": (
+        ["Culprit fixture: {a}.", "Bad data is in {a}, patching."],
+        ["Which fixture is the culprit?", "Where's the bad test data?"]),
+    "Where does the payment service read its configuration from in production?": (
+        ["Prod config path for payments: {a}", "payments in prod reads {a}"],
+        ["Config path of payments in prod?", "What does payments read in production?"]),
+    "What is the memory limit for the export worker pods?": (
+        ["Pod limit for export workers: {a}.", "export-worker mem cap = {a}"],
+        ["Memory cap of an export-worker pod?", "How much memory does an export pod get?"]),
+    "What monthly vendor budget did finance approve for the OCR service?": (
+        ["OCR vendor: {a}/mo approved by finance.", "Finance OK'd {a} monthly for OCR."],
+        ["Monthly OCR allowance?", "What did finance OK for OCR?"]),
+    "Where is the refunds API spec published?": (
+        ["Spec for refunds: {a}", "API reference for refunds -> {a}"],
+        ["Link to the refunds spec?", "Where's the refunds API reference?"]),
+    "Which store do we use for the session cache?": (
+        (["Session cache: {a}.", "Going to back sessions with {a}."],
+         ["Revised: session cache moves to {a}.", "Sessions -> {a} (replacing the earlier pick)."]),
+        ["Session cache backend?", "What holds sessions?"]),
+    "Which message broker did we decide on?": (
+        (["Broker: {a}.", "Queueing goes through {a}."],
+         ["Broker changed to {a}.", "We're on {a} for messaging now."]),
+        ["Which broker?", "What does queueing go through?"]),
+    "What is the upstream request timeout?": (
+        (["Upstream timeout {a} for the time being.", "Timeout to upstream = {a}."],
+         ["Vendor wants {a} on the upstream timeout, updated.", "upstream timeout -> {a}"]),
+        ["Upstream timeout?", "How long do we wait on the vendor?"]),
+    "When is the release deadline?": (
+        (["Target release: {a}.", "Ship date {a}."],
+         ["Release slipped to {a}.", "Revised ship date: {a}."]),
+        ["When do we release?", "Current ship date?"]),
+}
+
+
+_MEETING_WORDINGS: dict[str, tuple] = {
+    "Which branch must pull requests be opened against?": (
+        ["Ana: right, so for this cycle everything goes into {a}, main is closed until the train leaves, okay?",
+         "Ana: so the branch for pull requests this time round is {a}, yeah, not main"],
+        ["Which branch do pull requests go into this cycle?", "What did Ana say about the branch?"]),
+    "Which command must be run before every commit?": (
+        ["Ben: and before anybody commits please just run {a}, it takes like a minute",
+         "Ben: the hook will reject you unless {a} is clean so run that first"],
+        ["What should be run before committing?", "What makes the hook reject a commit?"]),
+    "Which directory must not be modified because it is generated?": (
+        ["Ana: oh and nobody touch {a}, that gets regenerated every build",
+         "Ana: {a} is all generated stuff so hands off"],
+        ["Which directory gets regenerated on every build?", "What's all generated stuff?"]),
+    "What is the customer's order id for the refund bug?": (
+        ["Cleo: the customer who complained, their order was {a}, use that to reproduce",
+         "Cleo: yeah it's order {a} that has the double refund"],
+        ["Which order did the customer complain about?", "Which order has the double refund?"]),
+    "Which ticket tracks this work?": (
+        ["Ben: we're tracking it as {a} so stick that in your commit messages",
+         "Ben: the ticket is {a} by the way"],
+        ["How are we tracking this?", "What's the ticket?"]),
+    "What is the staging tenant UUID?": (
+        ["Cleo: for staging use tenant {a}, not the prod one",
+         "Cleo: staging tenant is {a}, I'll paste it in the chat too"],
+        ["Which tenant for staging?", "What did Cleo paste for staging?"]),
+    "Where is the new migration file?": (
+        ["So I've added the migration, it's at {a}, I didn't change the old one.",
+         "The new migration went into {a}."],
+        ["Where's the migration you added?", "Where did the new migration go?"]),
+    "Which file holds the failing refund fixture?": (
+        ["The broken refund fixture is the one in {a}, I'm fixing it.",
+         "It turned out {a} had the bad test data."],
+        ["Which file had the bad test data?", "Where's the broken refund fixture?"]),
+    "Where does the payment service read its configuration from in production?": (
+        ["Ana: in production the payment service picks up its config from {a}",
+         "Ana: payments reads {a} in prod, just so you know"],
+        ["Where does payments pick up its config in production?", "What does payments read in prod?"]),
+    "What is the memory limit for the export worker pods?": (
+        ["Ben: the export pods get {a} each, that's the limit",
+         "Ben: we capped export workers at {a} of memory"],
+        ["How much do the export pods get?", "What are export workers capped at?"]),
+    "What monthly vendor budget did finance approve for the OCR service?": (
+        ["Cleo: finance said yes to {a} a month for the OCR vendor",
+         "Cleo: we've got {a} per month for OCR, finance approved it"],
+        ["What did finance say yes to for OCR?", "How much per month for OCR?"]),
+    "Where is the refunds API spec published?": (
+        ["Ana: the refunds spec is up at {a} if you need field names",
+         "Ana: I dropped the refund API docs link in the notes, it's {a}"],
+        ["Where's the refunds spec up?", "What's the refund API docs link?"]),
+    "Which store do we use for the session cache?": (
+        (["Ben: for the session cache we said {a}, right", "Ben: we'll put sessions in {a}"],
+         ["Ben: actually let's move the session cache over to {a}",
+          "Ben: so sessions are going in {a} now, forget what I said before"]),
+        ["Where are sessions going?", "What did Ben say about the session cache?"]),
+    "Which message broker did we decide on?": (
+        (["Cleo: the message broker is going to be {a}", "Cleo: we're going with {a} for messaging"],
+         ["Cleo: we changed our minds on the broker, it's {a}", "Cleo: broker wise we're on {a} now"]),
+        ["What's the broker going to be?", "What are we on for messaging?"]),
+    "What is the upstream request timeout?": (
+        (["Ana: upstream timeout, let's do {a} for now", "Ana: give upstream calls {a} before they time out"],
+         ["Ana: the vendor wants {a} on the upstream timeout so let's change it",
+          "Ana: make the upstream timeout {a}"]),
+        ["What's the upstream timeout now?", "How long do upstream calls get?"]),
+    "When is the release deadline?": (
+        (["Ben: we're aiming to release on {a}", "Ben: release is {a}"],
+         ["Ben: the release got pushed to {a}", "Ben: new date for the release is {a}"]),
+        ["When are we releasing?", "What's the release date now?"]),
+}
+HELDOUT_PARAPHRASES: dict[str, dict[str, tuple]] = {"ticket": _TICKET_WORDINGS, "meeting": _MEETING_WORDINGS}
+
+
 def _filler_chat(rng: random.Random, turn: int) -> tuple[str, str]:
     """A planning conversation between a user and an assistant: no tool output, chatty."""
     person, mod = rng.choice(_PEOPLE), rng.choice(_MODULES)
@@ -413,14 +549,89 @@ def _filler_ops(rng: random.Random, turn: int) -> tuple[str, str]:
         f"Is {mod} still degraded or can we close this?", "Who is on call tonight?"])
 
 
+def _filler_ticket(rng: random.Random, turn: int) -> tuple[str, str]:
+    """A ticket thread: terse comments by people, the agent's updates, and bots (CI, the
+    tracker) posting ids, build numbers and sizes that are not key facts."""
+    person, mod = rng.choice(_PEOPLE), rng.choice(_MODULES)
+    r = rng.random()
+    if r < 0.3:
+        return "user", rng.choice([
+            "+1, seeing this on my side too.", "Any ETA on this one?", f"cc {person}",
+            f"Is this blocking the {mod} rollout or can it wait?", "Thanks for picking it up.",
+            f"Customer success asked again, {person} is chasing.", "Moving this up the board.",
+            "Not urgent from our side, whenever you get to it.",
+        ])
+    if r < 0.6:
+        return "assistant", rng.choice([
+            f"Picked this up. Looking at the {mod} handler first.",
+            f"Repro'd locally, narrowing it down in {rng.choice(_FUNCS)}.",
+            f"Pushed a draft, still {rng.randint(2, 9)} tests to fix in {mod}.",
+            "Rebased, rerunning CI.", f"Waiting on review from {person}.",
+            f"Root cause looks like a race in {mod}, writing a test for it.",
+        ])
+    return "tool", rng.choice([
+        f"Status changed: {rng.choice(['Open', 'In Progress', 'In Review'])} -> "
+        f"{rng.choice(['In Progress', 'In Review', 'Blocked'])}",
+        f"Build #{rng.randint(1000, 9999)} {rng.choice(['passed', 'failed'])} in {rng.randint(3, 25)}m "
+        f"{rng.randint(0, 59)}s (pipeline {mod}-ci)",
+        f"Linked pull request #{rng.randint(100, 4000)} was {rng.choice(['opened', 'merged', 'closed'])}",
+        f"Attachment added: screenshot-{rng.randint(1, 40)}.png ({rng.randint(40, 900)} KB)",
+        f"Priority changed: P{rng.randint(2, 4)} -> P{rng.randint(1, 3)}",
+        f"Label added: {mod}",
+    ])
+
+
+def _filler_meeting(rng: random.Random, turn: int) -> tuple[str, str]:
+    """A transcribed call: spoken, run-on, lower case, with the agent taking notes and the
+    transcription service marking pauses."""
+    person, mod = rng.choice(_PEOPLE), rng.choice(_MODULES)
+    first = person.split()[0]
+    r = rng.random()
+    if r < 0.55:
+        return "user", rng.choice([
+            f"{first}: yeah so I looked at {mod} yesterday and honestly it's mostly fine, just slow in places",
+            f"{first}: can everyone hear me, okay good, so where were we",
+            f"{first}: I think we talked about this last week but I don't remember where we landed",
+            f"{first}: um the demo went okay, people liked the {mod} part, the rest was a bit rough",
+            f"{first}: let's not go down that rabbit hole now, we can take it offline",
+            f"{first}: I'll have to drop in ten minutes, just so you know",
+            f"{first}: right, and the other thing was the {mod} dashboard, it still shows old numbers sometimes",
+        ])
+    if r < 0.85:
+        return "assistant", rng.choice([
+            f"Noted: {first} will look into the {mod} slowness and report back.",
+            f"Action item for {first}: follow up on the {mod} dashboard numbers.",
+            "I've added that to the notes under open questions.",
+            f"Summary so far: the {mod} demo went well, performance is the main concern.",
+        ])
+    return "tool", rng.choice([
+        f"[transcript] {rng.randint(0, 1):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d} crosstalk",
+        f"[transcript] {person} joined the call", f"[transcript] {person} left the call",
+        f"[transcript] recording resumed after {rng.randint(5, 90)} s",
+    ])
+
+
 STYLES = ("worklog", "chat", "ops")
+# Written after the extractor, to check it on text it was not built for, each with its own
+# filler and its own wording of every planted fact (HELDOUT_PARAPHRASES), and never part of
+# the "mixed" sessions. Each was measured once before the extractor saw it, then its misses
+# taught the extractor something general: the ticket thread terse "Label: value" lines,
+# the meeting transcript that a speaker's label is no subject. Neither is unseen any more
+# (README: the first-look numbers); a new style is needed for the next unseen check.
+HELDOUT_STYLES = ("ticket", "meeting")
+UNSEEN_STYLES: tuple[str, ...] = ()
 
 
 def generate_session(seed: int, params: SessionParameters) -> Session:
     rng = random.Random(seed)
     style = STYLES[seed % len(STYLES)] if params.style == "mixed" else params.style
-    filler = {"worklog": _filler, "chat": _filler_chat, "ops": _filler_ops}[style]
-    planted = {t: (role, content, fact) for t, role, content, fact in _planted(rng, params, params.turns)}
+    fillers = {"worklog": _filler, "chat": _filler_chat, "ops": _filler_ops, "ticket": _filler_ticket,
+               "meeting": _filler_meeting}
+    if style not in fillers:
+        raise ValueError(f"unknown session style {style!r}: one of {', '.join(fillers)} or mixed")
+    filler = fillers[style]
+    wordings = HELDOUT_PARAPHRASES.get(style, PARAPHRASES)
+    planted = {t: (role, content, fact) for t, role, content, fact in _planted(rng, params, params.turns, wordings)}
     at = 1_700_000_000.0 + seed
     system = ("You are a coding agent working in the payments monorepo. Follow the user's instructions "
               "exactly, keep changes small and explain each step before you run a tool.")
@@ -635,10 +846,91 @@ def run_strategy(name: str, session: Session, budget: int, summarizer: Extractiv
             "view_tokens": view_tokens, "latencies_ms": latencies, **asdict(strategy.stats)}
 
 
+def run_styles(styles: Sequence[str], seeds: Sequence[int], params: SessionParameters,
+               embedder: CachingEmbedder, model: MiniLMEmbedder) -> list[dict]:
+    """AgentRM per session style, over several generator seeds: key-fact retention at 4k
+    (no query) and probe answerability at 2k (the probe as query), the issue's targets.
+    One row per style and seed; the same seed plants the same facts in every style, so
+    the styles differ only in their filler and (for a held-out style) their wording."""
+    summarizer = ExtractiveSummarizer(embedder)
+    rows = []
+    for style in styles:
+        for seed in seeds:
+            session = generate_session(seed, SessionParameters(**{**asdict(params), "style": style}))
+            at_4k = run_strategy("agentrm", session, 4_000, summarizer, embedder, model)
+            at_2k = run_strategy("agentrm", session, 2_000, summarizer, embedder, model)
+            rows.append({"style": style, "seed": seed, "held_out": style in HELDOUT_STYLES,
+                         "unseen": style in UNSEEN_STYLES,
+                         "retained_4k": at_4k["retained"], "planted_4k": at_4k["planted"],
+                         "fact_retention_4k": at_4k["retained"] / max(1, at_4k["planted"]),
+                         "answered_2k": at_2k["answered"], "probes_2k": at_2k["probes"],
+                         "probe_answerability_2k": at_2k["answered"] / max(1, at_2k["probes"])})
+    return rows
+
+
+def facts_block_retention(style: str, seeds: Sequence[int], budget: int = 4_000,
+                          params: SessionParameters = SessionParameters()) -> list[float]:
+    """The extractor alone, per seed, in seconds and with no model: every message's facts
+    folded in order by the compactor's rule (supersession included), then the view's own
+    selection of the facts block (``facts_share`` of ``budget``), checked at the same four
+    checkpoints as key-fact retention. Summaries and the recent window are left out, so
+    this is what the facts block alone retains."""
+    from app.context.compactor import facts_of_span
+    from app.domain.context.view import _select_facts
+
+    from .agentrm_context import cached_count_message, cached_count_text
+
+    fields = ("fact_id", "kind", "text", "key", "source_seq", "tokens", "role", "value", "shape")
+    cap = int(domain.ViewSettings().facts_share * budget)
+    rates = []
+    for seed in seeds:
+        session = generate_session(seed, SessionParameters(**{**asdict(params), "style": style}))
+        live: dict[str, domain.KeyFact] = {}
+        n = len(session.messages) - 1
+        checkpoints = {max(1, round(n * f)) for f in (0.25, 0.5, 0.75, 1.0)}
+        retained = planted = 0
+        for index, (role, content, pinned, at) in enumerate(session.messages):
+            if not pinned:
+                message = domain.ContextMessage(index, role, content, False, 0, at)
+                facts, superseded = facts_of_span(list(live.values()), [message], cached_count_text)
+                for s in superseded:
+                    live.pop(s["fact_id"], None)
+                live.update({f["fact_id"]: domain.KeyFact(**{k: f[k] for k in fields}) for f in facts})
+            if index in checkpoints:
+                chosen, _ = _select_facts(list(live.values()), cap, cached_count_message)
+                text = "\n".join(f.text for f in chosen)
+                for fact in session.facts:
+                    answer = _current_answer(fact, index)
+                    if answer is not None:
+                        planted += 1
+                        retained += answer in text
+        rates.append(retained / max(1, planted))
+    return rates
+
+
+def summarize_styles(rows: Sequence[dict]) -> list[dict]:
+    """Per style: pooled rate, and the spread (min, max) of the per-seed rates."""
+    out = []
+    for style in dict.fromkeys(r["style"] for r in rows):
+        mine = [r for r in rows if r["style"] == style]
+        retention = [r["fact_retention_4k"] for r in mine]
+        answer = [r["probe_answerability_2k"] for r in mine]
+        out.append({"style": style, "held_out": mine[0]["held_out"], "unseen": mine[0]["unseen"],
+                    "seeds": [r["seed"] for r in mine],
+                     "fact_retention_4k": sum(r["retained_4k"] for r in mine) / max(1, sum(r["planted_4k"] for r in mine)),
+                     "fact_retention_4k_min": min(retention), "fact_retention_4k_max": max(retention),
+                     "probe_answerability_2k": sum(r["answered_2k"] for r in mine) / max(1, sum(r["probes_2k"] for r in mine)),
+                     "probe_answerability_2k_min": min(answer), "probe_answerability_2k_max": max(answer)})
+    return out
+
+
 def run(out_dir: pathlib.Path, sessions: int = 3, seed: int = 7, quick: bool = False,
-        strategies: Sequence[str] = STRATEGIES) -> dict:
+        strategies: Sequence[str] = STRATEGIES, style_seeds: int = 3,
+        styles: Sequence[str] = STYLES + HELDOUT_STYLES) -> dict:
     """Run the benchmark, write ``context.md`` and ``context.png`` into ``out_dir``, and
-    return the JSON-able results. ``quick``: one short session (a smoke run, not a result)."""
+    return the JSON-able results. ``quick``: one short session (a smoke run, not a result),
+    and the per-style table on one seed of the last held-out style only. ``style_seeds``:
+    generator seeds per style for the per-style table (0: no table)."""
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     params = SessionParameters(turns=140) if quick else SessionParameters()
@@ -678,6 +970,11 @@ def run(out_dir: pathlib.Path, sessions: int = 3, seed: int = 7, quick: bool = F
             "index_cpu_s": sum(r["index_cpu_seconds"] for r in runs) / len(runs),
             "latency_ms_p50": (percentile(latencies, 50) or 0.0), "latency_ms_p95": (percentile(latencies, 95) or 0.0),
         })
+    style_rows: list[dict] = []
+    if style_seeds > 0:
+        style_rows = run_styles(HELDOUT_STYLES[-1:] if quick else styles,
+                                [seed * 1000 + 100 + i for i in range(1 if quick else style_seeds)],
+                                params, embedder, model)
     agentrm_4k = next(r for r in rows if r["strategy"] == "agentrm" and r["budget"] == 4_000)
     agentrm_2k = next(r for r in rows if r["strategy"] == "agentrm" and r["budget"] == 2_000)
     results = {
@@ -689,6 +986,7 @@ def run(out_dir: pathlib.Path, sessions: int = 3, seed: int = 7, quick: bool = F
                        "cpu_seconds_per_sentence": cpu_per_sentence,
                        "torch_threads": _torch_threads()},
         "rows": rows,
+        "styles": {"rows": style_rows, "summary": summarize_styles(style_rows)},
         "target": {"fact_retention_4k": 1.0, "probe_answerability_2k": 0.95,
                    "agentrm_fact_retention_4k": agentrm_4k["fact_retention"],
                    "agentrm_probe_answerability_2k": agentrm_2k["probe_answerability"],
@@ -748,10 +1046,28 @@ def render_markdown(results: dict) -> str:
         f"{p['torch_threads']} torch threads); index CPU is measured. Latency for agentrm includes the "
         "query embedding and the exact cosine search.",
         "",
+        *_styles_markdown(results.get("styles", {}).get("summary", [])),
         f"Wall time: {results['wall_seconds']:.1f} s.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _styles_markdown(summary: Sequence[dict]) -> list[str]:
+    if not summary:
+        return []
+    lines = ["AgentRM per session style (several generator seeds; pooled rate, and min-max over seeds):", "",
+             "| style | seeds | key-fact retention at 4k | probe answerability at 2k |", "|---|---:|---:|---:|"]
+    for r in summary:
+        name = (f"{r['style']} (unseen)" if r["unseen"] else f"{r['style']} (held out, then used)"
+                if r["held_out"] else r["style"])
+        lines.append(f"| {name} | {len(r['seeds'])} | {r['fact_retention_4k']:.1%} "
+                     f"({r['fact_retention_4k_min']:.1%}-{r['fact_retention_4k_max']:.1%}) "
+                     f"| {r['probe_answerability_2k']:.1%} "
+                     f"({r['probe_answerability_2k_min']:.1%}-{r['probe_answerability_2k_max']:.1%}) |")
+    return lines + ["", "Held-out styles have their own filler and their own wording of every fact and were "
+                    "written after the extractor; each was measured once unseen, then its misses were used "
+                    "once to improve the extractor (README), so these rows are no longer an unseen check.", ""]
 
 
 def render_plot(results: dict, path: pathlib.Path) -> None:

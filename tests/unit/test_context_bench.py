@@ -32,6 +32,25 @@ def test_sessions_come_in_several_styles_and_facts_in_paraphrase():
         assert all(f.answer in text for f in s.facts)                  # answers still exact
 
 
+def test_held_out_styles_word_every_fact_their_own_way():
+    seen = {st.format(a="") for wordings, _ in bench.PARAPHRASES.values()
+            for group in (wordings if isinstance(wordings, tuple) else (wordings,)) for st in group}
+    for style in bench.HELDOUT_STYLES:
+        session = bench.generate_session(5, bench.SessionParameters(turns=120, style=style))
+        assert session.session_id == f"s5-{style}"
+        planted = {f.turn for f in session.facts} | {f.stale_turn for f in session.facts if f.stale_turn is not None}
+        statements = [session.messages[t + 1][1] for t in planted]
+        text = "\n".join(c for _, c, _, _ in session.messages)
+        assert all(f.answer in text for f in session.facts)
+        # no planted statement is one of the seen styles' wordings (the tool's error line is no wording)
+        assert not any(st.replace(f.answer, "") in seen for f in session.facts for st in statements
+                       if f.answer in st)
+    assert set(bench.UNSEEN_STYLES) <= set(bench.HELDOUT_STYLES)
+    assert not set(bench.HELDOUT_STYLES) & set(bench.STYLES)   # never in the mixed sessions
+    with pytest.raises(ValueError, match="unknown session style"):
+        bench.generate_session(1, bench.SessionParameters(turns=120, style="haiku"))
+
+
 @pytest.mark.timeout(1200)  # a safety net for a loaded machine, not a speed check
 def test_quick_run_writes_table_plot_and_reports_honestly(tmp_path):
     strategies = ("truncation", "agentrm")
@@ -58,3 +77,17 @@ def test_quick_run_writes_table_plot_and_reports_honestly(tmp_path):
                              and target["agentrm_probe_answerability_2k"] >= 0.95)
     assert ("met" if target["met"] else "NOT met") in table
     assert rows[("truncation", 4000)]["compactions"] == 0 and rows[("agentrm", 2000)]["compactions"] > 0
+    # The per-style table: in quick mode one seed of the last held-out style.
+    (style,) = results["styles"]["summary"]
+    assert style["style"] == bench.HELDOUT_STYLES[-1] and style["held_out"] and len(style["seeds"]) == 1
+    (row,) = results["styles"]["rows"]
+    assert style["fact_retention_4k"] == row["retained_4k"] / row["planted_4k"]
+    assert 0.0 <= style["probe_answerability_2k"] <= 1.0 and row["probes_2k"] == 17
+    assert f"| {style['style']} (held out, then used) | 1 | {style['fact_retention_4k']:.1%}" in table
+
+
+def test_the_facts_block_alone_keeps_every_planted_fact_of_a_seen_style():
+    # The extractor and the view's fact selection, no model: a regression in either shows here.
+    rates = bench.facts_block_retention("worklog", [100, 101])
+    assert rates == [1.0, 1.0]
+    assert all(0.0 <= r <= 1.0 for r in bench.facts_block_retention("meeting", [100]))
