@@ -1,0 +1,120 @@
+"""Edges of the grant-order, outage and refusal rules that the worked examples of
+test_ordering.py and test_capacity_rules.py leave open: the starvation bound's constant for
+each combination of terms, a run slack rate below one, probes while an old call is still in
+flight or when the outage is suspected with turns already waiting, what recovery records and
+leaves in the state, and the refusal values the Service turns into errors."""
+from __future__ import annotations
+
+import pytest
+
+from app.domain import events as ev
+from app.domain import rules
+from app.domain.decide import REAP_GRACE_S, decide, decide_many
+from app.domain.ordering import max_slack
+from app.domain.settings import PoolSettings
+from app.domain.state import PoolState
+
+from .test_capacity_rules import _hung_outage, beat, kinds, pool as failure_pool, register, request, warm
+from .test_ordering import complete as complete_input, granted, pool as order_pool, request as request_input
+
+
+# -- the starvation bound's constant ------------------------------------------------------
+
+@pytest.mark.parametrize("run_rate, size_rate, bound", [
+    (0.0, 0.0, 12.0),          # only the class slack: run and size caps are not in play
+    (0.5, 0.0, 52.0),          # a run slack rate below 1 still counts its cap (40)
+    (0.0, 0.5, 22.0),          # so does a size slack rate below 1 (cap 10)
+    (0.5, 0.5, 62.0),
+])
+def test_the_largest_slack_counts_each_cap_only_when_its_term_is_on(run_rate, size_rate, bound):
+    s = PoolSettings(class_slack_seconds=(0.0, 6.0, 12.0), run_slack_per_service=run_rate,
+                     run_slack_cap_seconds=40.0, size_slack_per_ktoken=size_rate, size_slack_cap_seconds=10.0)
+    assert max_slack(PoolState.new(s, 0.0)) == bound
+
+
+def test_a_run_slack_rate_below_one_second_per_second_still_delays_a_run_by_its_service():
+    # Run "long" held the lane 10 s; at 0.5 s of slack per lane-second its next turn's
+    # deadline is 5 s after its arrival, so a run-less turn queued 4 s later goes first.
+    state = order_pool(class_slack_seconds=(0.0, 0.0, 0.0), run_slack_per_service=0.5, run_slack_cap_seconds=60.0)
+    assert granted(decide_many(state, [request_input("first", "i", 0.0, run="long")], 0.0)) == ["first"]
+    decide_many(state, [complete_input("first")], 10.0)
+    decide_many(state, [request_input("hold", "j", 10.0)], 10.0)
+    decide_many(state, [request_input("again", "i", 11.0, run="long")], 11.0)    # deadline 11 + 5
+    decide_many(state, [request_input("fresh", "j", 15.0)], 15.0)                # deadline 15
+    out = decide_many(state, [complete_input("hold")], 20.0)
+    assert granted(out) == ["fresh"]
+    out = decide_many(state, [complete_input("fresh")], 21.0)
+    assert [(d["turn_id"], d["order_deadline"], d["run_service_s"]) for t, d in out if t == ev.TURN_GRANTED] == \
+        [("again", 16.0, 10.0)]
+
+
+# -- probes ---------------------------------------------------------------------------------
+
+def test_an_old_call_still_in_flight_does_not_hold_back_the_probe():
+    s = failure_pool(lanes=5)
+    register(s, "a")
+    now = warm(s, "a", 0.0)
+    request(s, "old", "a", now, streams=False)      # sent before the silence; holds its plain lease
+    _hung_outage(s, now + 0.1, 4)
+    assert s.outage_since is not None and s.turns["old"].status == ev.GRANTED
+    register(s, "n", now + 3.0)
+    out = request(s, "new", "n", now + 3.0)
+    grants = [d for t, d in out if t == ev.TURN_GRANTED]
+    assert [(d["turn_id"], d["probe"]) for d in grants] == [("new", True)]
+
+
+def test_turns_waiting_when_the_outage_is_suspected_get_one_probe_in_that_same_pass():
+    s = failure_pool(lanes=4)
+    register(s, "a")
+    now = warm(s, "a", 0.0)
+    for i in range(4):                               # every lane busy with a call that hangs
+        register(s, f"o{i}", now)
+        request(s, f"o{i}", f"o{i}", now)
+    for i in range(3):                               # and three turns queued behind them
+        register(s, f"q{i}", now)
+        request(s, f"q{i}", f"q{i}", now)
+    assert s.queued_count() == 3
+    out = decide(s, None, None, now + 1.5 + REAP_GRACE_S)
+    assert kinds(out).count(ev.TURN_REAPED) == 4 and ev.PROVIDER_OUTAGE_SUSPECTED in kinds(out)
+    grants = [d for t, d in out if t == ev.TURN_GRANTED]
+    assert [(d["turn_id"], d["probe"]) for d in grants] == [("q0", True)]
+    assert s.turns["q0"].granted_at == s.outage_since and s.queued_count() == 2
+
+
+def test_recovery_records_the_probe_and_the_outage_and_leaves_no_outage_state_behind():
+    s = failure_pool(lanes=4)
+    register(s, "a")
+    now = warm(s, "a", 0.0)
+    _hung_outage(s, now, 4)
+    since = s.outage_since
+    register(s, "p", since + 1.0)
+    request(s, "probe1", "p", since + 1.0)
+    probe = s.turns["probe1"]
+    decide(s, None, None, probe.lease_expires_at + REAP_GRACE_S)        # the first probe hangs too
+    assert s.failed_probes == 1
+    asked = probe.lease_expires_at + 1.0
+    register(s, "p2", asked)
+    request(s, "probe2", "p2", asked)                                  # asked for again: the next probe
+    second = s.turns["probe2"]
+    assert second.status == ev.GRANTED
+    at = second.granted_at + 0.5
+    out = beat(s, second.turn_id, at)
+    recovered = dict(out)[ev.PROVIDER_RECOVERED]
+    assert (recovered["turn_id"], recovered["failed_probes"]) == (second.turn_id, 1)
+    assert recovered["outage_s"] == pytest.approx(at - since)
+    # The pool's stored form is again that of a pool that never saw an outage.
+    assert not {"outage_since", "failed_probes", "silent_reaps", "silent_from"} & set(s.to_dict())
+
+
+# -- refusals --------------------------------------------------------------------------------
+
+def test_the_queue_cap_refuses_the_turn_that_would_exceed_it_and_says_by_how_much():
+    assert rules.queue_refusal(0, 3) is None and rules.queue_refusal(2, 3) is None
+    assert rules.queue_refusal(3, 3) == rules.Refusal(rules.QUEUE_FULL, need=4, limit=3)
+    assert rules.queue_refusal(7, 3) == rules.Refusal(rules.QUEUE_FULL, need=8, limit=3)
+
+
+def test_only_a_quarantined_agent_can_be_released():
+    assert rules.release_refusal(ev.QUARANTINED) is None
+    for state in (ev.ACTIVE, ev.HIBERNATED, None):
+        assert rules.release_refusal(state) == rules.Refusal(rules.NOT_QUARANTINED)
