@@ -118,3 +118,22 @@ def test_only_a_quarantined_agent_can_be_released():
     assert rules.release_refusal(ev.QUARANTINED) is None
     for state in (ev.ACTIVE, ev.HIBERNATED, None):
         assert rules.release_refusal(state) == rules.Refusal(rules.NOT_QUARANTINED)
+
+
+# -- waking for a factor that must grow (RateRecovered) -------------------------------------
+
+def test_a_pool_of_one_request_a_minute_waits_for_the_whole_factor_back_and_no_longer():
+    from .test_core_edges import complete as core_complete, pool as core_pool, register as core_register, \
+        request as core_request
+    from app.domain.decide import next_deadline
+    # At 1 rpm one request needs the whole factor: after a 429 halves it at 1 s, the factor
+    # is back to 1 at 1 + 0.5 / (0.1 per minute) = 301 s, whatever the tokens need.
+    s = core_pool(lanes=2, rpm=1, tpm=1_000)
+    core_register(s, "a")
+    core_request(s, "t1", "a", 0.0, est=10)
+    core_complete(s, "t1", 1.0, outcome=ev.RATE_LIMITED)
+    core_request(s, "t2", "a", 2.0, est=10)
+    decide(s, None, None, 3.0)                               # the pause ends
+    assert next_deadline(s, 3.0) == pytest.approx(301.0)
+    # Asked after that instant (the state still at the old factor): at once, 1 ms on.
+    assert next_deadline(s, 400.0) == pytest.approx(400.0 + 1e-3)
