@@ -5,6 +5,8 @@ flight or when the outage is suspected with turns already waiting, what recovery
 leaves in the state, and the refusal values the Service turns into errors."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from app.domain import events as ev
@@ -137,3 +139,111 @@ def test_a_pool_of_one_request_a_minute_waits_for_the_whole_factor_back_and_no_l
     assert next_deadline(s, 3.0) == pytest.approx(301.0)
     # Asked after that instant (the state still at the old factor): at once, 1 ms on.
     assert next_deadline(s, 400.0) == pytest.approx(400.0 + 1e-3)
+
+
+# -- adaptive lanes: the arithmetic of one sample (concurrency.py) ----------------------------
+
+def test_the_first_samples_are_a_plain_mean_in_both_averages():
+    from app.domain.concurrency import LaneLimit
+    limit = LaneLimit()
+    for i, sample in enumerate((0.0, 0.3, 0.6, 0.9)):
+        limit.observe(sample, in_use=1, lanes=64)      # app-limited: the means move, the limit does not
+        mean = sum((0.0, 0.3, 0.6, 0.9)[:i + 1]) / (i + 1)
+        assert (limit.samples, limit.short, limit.long) == (i + 1, pytest.approx(mean), pytest.approx(mean))
+    assert limit.limit is None
+    # From the ninth sample on, short moves by 1/8 of the gap; long still by 1/n until 128.
+    limit = LaneLimit(limit=None, short=0.0, long=0.0, samples=8)
+    limit.observe(0.8, in_use=1, lanes=64)
+    assert (limit.short, limit.long) == (pytest.approx(0.1), pytest.approx(0.8 / 9))
+
+
+def test_a_long_average_far_above_the_short_one_is_pulled_down_and_a_near_one_is_not():
+    from app.domain.concurrency import LaneLimit
+    # long - short = 1.99 - 1 > ln 2 after the sample: long = short + 0.95 x the gap.
+    limit = LaneLimit(limit=10.0, short=1.0, long=2.0, samples=500)
+    limit.observe(1.0, in_use=10, lanes=64)
+    gap = (2.0 - 1.0 / 128) - 1.0
+    assert (limit.short, limit.long) == (pytest.approx(1.0), pytest.approx(1.0 + gap * 0.95))
+    # Gradient 1 (2 x e^(long - short) > 1) with the limit in use: 0.8 x 10 + 0.2 x (10 + 4).
+    assert limit.limit == pytest.approx(10.8)
+    # A gap under ln 2 is left alone (the sum of the two is no criterion).
+    limit = LaneLimit(limit=10.0, short=1.0, long=1.2, samples=500)
+    limit.observe(1.0, in_use=10, lanes=64)
+    assert limit.long == pytest.approx(1.2 - 0.2 / 128)
+
+
+def test_the_limit_grows_from_half_of_it_in_use_and_not_below():
+    from app.domain.concurrency import LaneLimit
+    at_half = LaneLimit(limit=10.0, short=0.0, long=0.0, samples=500)
+    at_half.observe(0.0, in_use=5, lanes=64)
+    assert at_half.limit == pytest.approx(10.8)
+    below = LaneLimit(limit=10.0, short=0.0, long=0.0, samples=500)
+    below.observe(0.0, in_use=4, lanes=64)
+    assert below.limit == 10.0
+    unmeasured = LaneLimit(limit=10.0)
+    unmeasured.grow_unmeasured(in_use=5, lanes=64)
+    assert unmeasured.limit == pytest.approx(10.8)      # + 0.2 x 4
+    unmeasured.grow_unmeasured(in_use=4, lanes=64)
+    assert unmeasured.limit == pytest.approx(10.8)
+
+
+def test_the_initial_limit_is_the_setting_within_the_configured_lanes():
+    from app.domain.concurrency import LaneLimit
+    for initial, lanes, start in ((4, 64, 4.0), (32, 64, 32.0), (32, 20, 20.0)):
+        limit = LaneLimit()
+        assert limit.current(lanes, initial) == start and limit.lanes_in_use(lanes, initial) == int(start)
+        limit.observe(0.0, in_use=lanes, lanes=lanes, initial=initial)     # gradient 1, in use
+        assert limit.limit == pytest.approx(min(lanes, start + 0.8))
+        grown = LaneLimit()
+        grown.grow_unmeasured(in_use=lanes, lanes=lanes, initial=initial)
+        assert grown.limit == pytest.approx(min(lanes, start + 0.8))
+    # Calls queue (short far above long: gradient 0.5): 0.8 x 9 + 0.2 x (4.5 + 4) = 8.9, but
+    # never below the minimum.
+    for minimum, after in ((2, 8.9), (9, 9.0)):
+        floor = LaneLimit(limit=9.0, short=5.0, long=0.0, samples=500)
+        floor.observe(math.log(4.0), in_use=9, lanes=64, minimum=minimum)
+        assert floor.limit == pytest.approx(after)
+
+
+# -- the stall deadline and the end of an outage (deadlines.py) -------------------------------
+
+def test_a_stall_deadline_as_long_as_the_lease_is_the_plain_lease():
+    s = failure_pool(lanes=1, lease_seconds=6.0, stall_timeout_seconds=6.0)
+    register(s, "a")
+    request(s, "t", "a", 0.0)
+    beat(s, "t", 0.2)                                    # the first chunk
+    out = beat(s, "t", 1.0)
+    extended = dict(out)[ev.LEASE_EXTENDED]
+    assert extended["lease_expires_at"] == pytest.approx(7.0) and extended.get("stall_deadline") is None
+
+
+def test_the_probe_granted_in_the_pass_that_suspects_the_outage_ends_it_with_its_first_chunk():
+    s = failure_pool(lanes=4)
+    register(s, "a")
+    now = warm(s, "a", 0.0)
+    for i in range(4):
+        register(s, f"o{i}", now)
+        request(s, f"o{i}", f"o{i}", now)
+    register(s, "q", now)
+    request(s, "q", "q", now)
+    decide(s, None, None, now + 1.5 + REAP_GRACE_S)
+    assert s.turns["q"].granted_at == s.outage_since
+    out = beat(s, "q", s.outage_since + 0.5)
+    assert ev.PROVIDER_RECOVERED in kinds(out) and s.outage_since is None
+
+
+def test_a_probe_that_has_shown_life_no_longer_holds_the_probe_slot():
+    # A probe that does not stream heartbeats without a first chunk: it is no longer waiting
+    # for one, so the next queued turn may go as a probe (the outage goes on: no first chunk).
+    s = failure_pool(lanes=4)
+    register(s, "a")
+    now = warm(s, "a", 0.0)
+    _hung_outage(s, now, 4)
+    at = s.outage_since + 1.0
+    for name in ("p", "n"):
+        register(s, name, at)
+    request(s, "plain", "p", at, streams=False)
+    request(s, "next", "n", at)
+    assert s.turns["plain"].status == ev.GRANTED and s.turns["next"].status == ev.QUEUED
+    out = beat(s, "plain", at + 1.0)
+    assert [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED] == ["next"] and s.outage_since is not None
