@@ -247,3 +247,27 @@ def test_a_probe_that_has_shown_life_no_longer_holds_the_probe_slot():
     assert s.turns["plain"].status == ev.GRANTED and s.turns["next"].status == ev.QUEUED
     out = beat(s, "plain", at + 1.0)
     assert [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED] == ["next"] and s.outage_since is not None
+
+
+@pytest.mark.parametrize("after, hung, suspected", [(0, 4, False), (1, 1, True), (3, 3, True), (3, 2, False)])
+def test_an_outage_is_suspected_at_exactly_the_set_number_of_silent_reaps_and_never_when_off(after, hung, suspected):
+    s = failure_pool(lanes=4, outage_after_silent_reaps=after)
+    register(s, "a")
+    now = warm(s, "a", 0.0)
+    out = _hung_outage(s, now, hung)
+    assert kinds(out).count(ev.TURN_REAPED) == hung
+    assert (ev.PROVIDER_OUTAGE_SUSPECTED in kinds(out)) is suspected
+    assert (s.outage_since is not None) is suspected
+
+
+def test_a_report_for_a_turn_that_holds_no_lane_is_refused_with_the_turn_status():
+    assert rules.report_refusal(ev.GRANTED) is None
+    assert rules.report_refusal(ev.COMPLETED) == rules.Refusal(rules.NOT_GRANTED, status=ev.COMPLETED)
+    assert rules.report_refusal(None) == rules.Refusal(rules.NOT_GRANTED, status="")
+
+
+def test_a_grant_of_a_turn_without_a_run_records_no_run_service():
+    state = order_pool()
+    out = decide_many(state, [request_input("solo", "i", 0.0)], 0.0)
+    assert [(d["turn_id"], d.get("run_service_s"), d["order_deadline"]) for t, d in out if t == ev.TURN_GRANTED] == \
+        [("solo", None, 0.0)]
