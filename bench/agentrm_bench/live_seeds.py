@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 RunOne = Callable[[int], Awaitable[dict]]   # seed -> one run's result (with "comparison")
+DELAYS = ("client_delay_p50_s", "client_delay_p95_s", "report_delay_p50_s", "report_delay_p95_s")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -82,7 +83,9 @@ def summarize(runs: list[dict]) -> dict:
         entry["passed"] = sum(1 for r in rows if r["within"])
         entry["failed_runs"] = [(r["seed"], r["repeat"]) for r in rows if not r["within"]]
     return {"runs": [{"seed": r["seed"], "repeat": r["repeat"], "all_within": r["result"]["all_within"],
-                      "elapsed_s": r["result"].get("elapsed_s")} for r in runs],
+                      "elapsed_s": r["result"].get("elapsed_s"),
+                      # How loaded the run was: the sim draws its client delays from these.
+                      "delays": {k: r["result"].get("diagnostics", {}).get(k) for k in DELAYS}} for r in runs],
             "metrics": metrics,
             "all_within": all(r["result"]["all_within"] for r in runs)}
 
@@ -114,6 +117,13 @@ def to_markdown(title: str, summary: dict) -> str:
         ratio_s = "-" if ratio["n"] == 0 else f"{ratio['min']:.2f}-{ratio['max']:.2f}"
         lines.append(f"| {key} | " + " | ".join(cells) + f" | {entry['passed']}/{len(entry['runs'])} "
                      f"| {live_s} | {ratio_s} |")
+    lines += ["", "| run | grant -> provider p50 / p95 (wall ms) | last byte -> decision p50 / p95 (wall ms) |",
+              "|---|---|---|"]
+    for label, r in zip(labels, runs):
+        d = r.get("delays") or {}
+        ms = {k: "-" if d.get(k) is None else f"{d[k] * 1000:.0f}" for k in DELAYS}
+        lines.append(f"| {label} | {ms['client_delay_p50_s']} / {ms['client_delay_p95_s']} "
+                     f"| {ms['report_delay_p50_s']} / {ms['report_delay_p95_s']} |")
     took = sum(r["elapsed_s"] or 0.0 for r in runs)
     lines += ["", f"All within: {'yes' if summary['all_within'] else 'no'}. The runs took {took:.0f} s of wall time."]
     return "\n".join(lines) + "\n"

@@ -25,7 +25,9 @@ def test_bad_seeds_are_refused_with_the_reason(text, message):
 
 def _result(rows: dict) -> dict:
     return {"comparison": {k: {"live": a, "sim": b, "within": w} for k, (a, b, w) in rows.items()},
-            "all_within": all(w for _, _, w in rows.values()), "elapsed_s": 10.0}
+            "all_within": all(w for _, _, w in rows.values()), "elapsed_s": 10.0,
+            "diagnostics": {"client_delay_p50_s": 0.020, "client_delay_p95_s": 0.055,
+                            "report_delay_p50_s": 0.034, "report_delay_p95_s": 0.134}}
 
 
 def test_every_seed_runs_repeat_times_in_order_and_the_summary_keeps_each_verdict_and_the_spread():
@@ -55,6 +57,7 @@ def test_every_seed_runs_repeat_times_in_order_and_the_summary_keeps_each_verdic
     text = live_seeds.to_markdown("Live `x`", summary)
     assert "| p95 | 130.0 / 100.0 (1.30) FAIL | 100.0 / 100.0 (1.00) |" in text
     assert "| 3/4 | 90.0-130.0 (107.5 ± 17.1) | 0.90-1.30 |" in text and "s2#1, s2#2, s1#1, s1#2" in text
+    assert "| s1#2 | 20 / 55 | 34 / 134 |" in text      # each run's measured delays: how loaded it was
 
 
 def test_repeat_must_be_at_least_one():
