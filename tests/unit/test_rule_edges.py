@@ -271,3 +271,44 @@ def test_a_grant_of_a_turn_without_a_run_records_no_run_service():
     out = decide_many(state, [request_input("solo", "i", 0.0)], 0.0)
     assert [(d["turn_id"], d.get("run_service_s"), d["order_deadline"]) for t, d in out if t == ev.TURN_GRANTED] == \
         [("solo", None, 0.0)]
+
+
+def _cut_factor(rpm, tpm, est):
+    """A pool whose factor a 429 halved at 1 s (resumed at 3 s), with a head of `est` tokens."""
+    from .test_core_edges import complete as core_complete, pool as core_pool, register as core_register, \
+        request as core_request
+    s = core_pool(lanes=2, rpm=rpm, tpm=tpm)
+    core_register(s, "a")
+    core_request(s, "t1", "a", 0.0, est=10)
+    core_complete(s, "t1", 1.0, outcome=ev.RATE_LIMITED)
+    core_request(s, "t2", "a", 2.0, est=est)
+    decide(s, None, None, 3.0)
+    return s
+
+
+def _until_granted(s, now):
+    from app.domain.decide import next_deadline
+    seen = []
+    for _ in range(6):
+        now = next_deadline(s, now)
+        out = decide(s, None, None, now)
+        seen.append([(t, d) for t, d in out])
+        if ev.TURN_GRANTED in kinds(out):
+            break
+    return seen
+
+
+def test_rate_recovered_names_the_head_and_the_factor_it_found():
+    s = _cut_factor(rpm=1, tpm=1_000, est=10)
+    first = _until_granted(s, 3.0)[0]
+    assert [t for t, _ in first][:1] == [ev.RATE_RECOVERED]
+    recovered = first[0][1]
+    assert recovered["turn_id"] == "t2" and recovered["rate_factor"] == pytest.approx(1.0)
+
+
+def test_a_head_within_the_reduced_request_capacity_waits_for_the_refill_alone():
+    # 2 rpm at a factor of about 0.5 holds one request: the head fits, only the emptied
+    # request bucket must refill; the factor need not grow first.
+    s = _cut_factor(rpm=2, tpm=100_000, est=10)
+    seen = _until_granted(s, 3.0)
+    assert [t for t, _ in seen[0]] == [ev.TURN_GRANTED]
