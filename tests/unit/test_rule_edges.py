@@ -312,3 +312,26 @@ def test_a_head_within_the_reduced_request_capacity_waits_for_the_refill_alone()
     s = _cut_factor(rpm=2, tpm=100_000, est=10)
     seen = _until_granted(s, 3.0)
     assert [t for t, _ in seen[0]] == [ev.TURN_GRANTED]
+
+
+def test_lane_limit_changed_records_the_move_and_the_two_averages_behind_it():
+    s = failure_pool(lanes=64, adaptive_lanes_initial=4)
+    register(s, "a")
+    for i in range(4):
+        request(s, f"t{i}", "a", 0.0)
+    assert sum(1 for lane in s.lanes if lane is not None) == 4      # the initial limit
+    # First chunks after 0.5 s with all 4 in use (gradient 1): 4 -> 4.8 -> 5.6 lanes.
+    assert ev.LANE_LIMIT_CHANGED not in kinds(beat(s, "t0", 0.5))
+    out = beat(s, "t1", 0.5)
+    changed = dict(out)[ev.LANE_LIMIT_CHANGED]
+    assert (changed["lanes_in_use"], changed["previous"]) == (5, 4)
+    assert changed["limit"] == pytest.approx(5.6)
+    assert changed["first_chunk_short_s"] == pytest.approx(0.5) and changed["first_chunk_long_s"] == pytest.approx(0.5)
+
+
+def test_a_first_chunk_that_teaches_nothing_moves_no_limit_from_the_initial_setting():
+    s = failure_pool(lanes=64, adaptive_lanes_initial=4)
+    register(s, "a")
+    request(s, "t", "a", 0.0)
+    out = beat(s, "t", 0.5)                 # 1 of 4 in use: app-limited, the limit is still unset
+    assert ev.LANE_LIMIT_CHANGED not in kinds(out) and s.lanes_in_use() == 4
