@@ -10,7 +10,6 @@ from strawberry.types import Info
 from app.auth import require, require_operator
 from app.db.outage import is_outage
 from app.domain.decide import available
-from app.domain.settings import PoolSettings
 from app.errors import BadInput, Forbidden, NotFound, ServiceError
 from app.eventstore.listener import follow
 from app.replay import pool_state_at, replay_check
@@ -24,6 +23,7 @@ from .resources_schema import ResourceMutation, ResourceQuery
 from .context import principal, runtime
 from .document_cache import SmallDocumentParserCache, SmallDocumentValidationCache
 from .errors import ErrorCodes, as_graphql_error, assign_codes, is_input_error
+from .pool_input import settings_of
 from .security import RefuseInvalidCredentials, limit_extensions
 
 
@@ -150,17 +150,8 @@ class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
 class Mutation(ContextMutation, ResourceMutation):
     @strawberry.mutation
     async def create_pool(self, info: Info, input: t.PoolInput) -> t.Pool:
-        defaults = PoolSettings()
         try:
-            settings = PoolSettings(
-                name=input.name, lanes=input.lanes, rpm=input.rpm, tpm=input.tpm,
-                lease_seconds=input.lease_seconds,
-                start_timeout_floor_seconds=(input.start_timeout_floor_seconds
-                                             if input.start_timeout_floor_seconds is not None
-                                             else defaults.start_timeout_floor_seconds),
-                levels=input.levels if input.levels is not None else defaults.levels,
-                boost_seconds=input.boost_seconds if input.boost_seconds is not None else defaults.boost_seconds,
-                tokenizer=input.tokenizer or defaults.tokenizer, upstream_base_url=input.upstream_base_url)
+            settings = settings_of(input)
         except (TypeError, ValueError) as exc:
             raise BadInput(str(exc)) from None
         svc = runtime(info).service

@@ -44,6 +44,13 @@ class Outcome(Enum):
     ERROR = "ERROR"
 
 
+@strawberry.enum(description="The order in which a pool grants its queued turns (README: Scheduling rules).")
+class SchedulingPolicy(Enum):
+    DEADLINE = "deadline"
+    MLFQ = "mlfq"
+    FIFO = "fifo"
+
+
 @strawberry.type
 class Pool:
     name: str
@@ -57,6 +64,20 @@ class Pool:
     tokenizer: str
     upstream_base_url: str | None
     has_upstream_api_key: bool
+    # The scheduling rules' settings (PoolInput describes each).
+    policy: SchedulingPolicy
+    class_slack_seconds: list[float]
+    run_slack_per_service: float
+    run_slack_cap_seconds: float
+    size_slack_per_ktoken: float
+    size_slack_cap_seconds: float
+    run_forget_seconds: float
+    adaptive_lanes: bool
+    adaptive_lanes_initial: int
+    adaptive_lanes_minimum: int
+    stall_timeout_seconds: float | None
+    outage_after_silent_reaps: int
+    probe_backoff_cap: int
 
     @classmethod
     def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> "Pool":
@@ -64,7 +85,15 @@ class Pool:
                    start_timeout_floor_seconds=s.start_timeout_floor_seconds, levels=s.levels,
                    boost_seconds=s.boost_seconds, tokenizer=s.tokenizer,
                    upstream_base_url=s.upstream_base_url if show_upstream else None,
-                   has_upstream_api_key=has_upstream_api_key)
+                   has_upstream_api_key=has_upstream_api_key,
+                   policy=SchedulingPolicy(s.policy), class_slack_seconds=list(s.class_slack_seconds),
+                   run_slack_per_service=s.run_slack_per_service, run_slack_cap_seconds=s.run_slack_cap_seconds,
+                   size_slack_per_ktoken=s.size_slack_per_ktoken, size_slack_cap_seconds=s.size_slack_cap_seconds,
+                   run_forget_seconds=s.run_forget_seconds, adaptive_lanes=s.adaptive_lanes,
+                   adaptive_lanes_initial=s.adaptive_lanes_initial,
+                   adaptive_lanes_minimum=s.adaptive_lanes_minimum,
+                   stall_timeout_seconds=s.stall_timeout_seconds,
+                   outage_after_silent_reaps=s.outage_after_silent_reaps, probe_backoff_cap=s.probe_backoff_cap)
 
 
 @strawberry.type
@@ -114,6 +143,8 @@ class Turn:
     finished_at: datetime | None
     outcome: Outcome | None
     reason: str | None
+    run_id: str | None = strawberry.field(default=None, description=(
+        "The run the request named (TurnRequestInput.runId), if any."))
 
     @classmethod
     def of(cls, v: dict) -> "Turn":
@@ -123,7 +154,8 @@ class Turn:
                    streams=bool(v.get("streams", False)), requested_at=ts(v["requested_at"]), queued_at=ts(v["queued_at"]),
                    granted_at=ts(v["granted_at"]), lease_expires_at=ts(v["lease_expires_at"]),
                    finished_at=ts(v["finished_at"]),
-                   outcome=Outcome(v["outcome"]) if v.get("outcome") else None, reason=v.get("reason"))
+                   outcome=Outcome(v["outcome"]) if v.get("outcome") else None, reason=v.get("reason"),
+                   run_id=v.get("run_id"))
 
 
 @strawberry.type
@@ -209,6 +241,40 @@ class PoolInput:
     tokenizer: str | None = None
     upstream_base_url: str | None = None
     upstream_api_key: str | None = None
+    # The scheduling rules (README "Scheduling rules and defaults"); each left out takes its
+    # default, and a bad value is refused with its reason (BAD_USER_INPUT), creating nothing.
+    policy: SchedulingPolicy | None = strawberry.field(default=None, description=(
+        "Grant order: DEADLINE (default), MLFQ or FIFO."))
+    class_slack_seconds: list[float] | None = strawberry.field(default=None, description=(
+        "DEADLINE: seconds of slack per class, [interactive, batch, background] (default [0, 6, 12]), "
+        "each 0-3600."))
+    run_slack_per_service: float | None = strawberry.field(default=None, description=(
+        "DEADLINE: seconds of slack per lane-second the turn's run has held (default 0: off), 0-1000."))
+    run_slack_cap_seconds: float | None = strawberry.field(default=None, description=(
+        "DEADLINE: the most run slack a turn gets (default 120), 0-3600."))
+    size_slack_per_ktoken: float | None = strawberry.field(default=None, description=(
+        "DEADLINE: seconds of slack per 1,000 reserved tokens (default 0: off), 0-3600."))
+    size_slack_cap_seconds: float | None = strawberry.field(default=None, description=(
+        "DEADLINE: the most size slack a turn gets (default 30), 0-3600."))
+    run_forget_seconds: float | None = strawberry.field(default=None, description=(
+        "A run with nothing live for this long is forgotten (default 600), 1-86400."))
+    adaptive_lanes: bool | None = strawberry.field(default=None, description=(
+        "Learn how many of the lanes to use from the provider's time to first chunk (default true); "
+        "false uses every configured lane."))
+    adaptive_lanes_initial: int | None = strawberry.field(default=None, description=(
+        "Adaptive lanes: lanes in use before any sample, at most `lanes` (default 16)."))
+    adaptive_lanes_minimum: int | None = strawberry.field(default=None, description=(
+        "Adaptive lanes: the fewest lanes the learned limit goes to (default 2), "
+        "1 to adaptiveLanesInitial."))
+    stall_timeout_seconds: float | None = strawberry.field(default=strawberry.UNSET, description=(
+        "Streaming turns after their first chunk: each heartbeat extends the lease by this much "
+        "(default 6), 0.5-3600; null: no stall deadline (the plain lease)."))
+    outage_after_silent_reaps: int | None = strawberry.field(default=None, description=(
+        "Start-deadline reaps in a row, with no first chunk between, that suspend the pool to one "
+        "probe at a time (default 3), 0 (off) to 1000."))
+    probe_backoff_cap: int | None = strawberry.field(default=None, description=(
+        "During an outage, how many times a failed probe doubles the next probe's start deadline "
+        "(default 2), 0-16."))
 
 
 @strawberry.input

@@ -26,7 +26,7 @@ The rule is Netflix concurrency-limits' Gradient2 (`Gradient2Limit`), in log spa
   for its own reasons (a long reasoning prefill) says nothing of the pool's concurrency.
 Gradient2 starts at a small initial limit and finds the knee from below: a limit that
 starts past the knee never sees the provider's unqueued latency, so its long average would
-be the queued one. This starts at min(lanes, INITIAL) and grows while the first chunk
+be the queued one. This starts at min(lanes, initial) and grows while the first chunk
 keeps its time; a hosted API that does not slow down under load reaches the configured
 lanes in about a minute of traffic and stays there.
 
@@ -49,24 +49,27 @@ DRIFT = 2.0            # long > 2 x short: long decays (Gradient2's drift correc
 DRIFT_DECAY = 0.95
 INITIAL = 16           # Gradient2's initialLimit is 20; 16 is a fifth of a typical knee at most
 MINIMUM = 2            # never fewer lanes than this (nor more than configured)
+# INITIAL and MINIMUM are the defaults of the pool settings adaptive_lanes_initial and
+# adaptive_lanes_minimum, which every call below passes on.
 
 
 @dataclass
 class LaneLimit:
     """The learned number of lanes (a real number; the pool uses its whole part)."""
-    limit: float | None = None     # None until the first fold: min(lanes, INITIAL)
+    limit: float | None = None     # None until the first fold: min(lanes, initial)
     short: float | None = None     # moving mean of log(first chunk / size), fast
     long: float | None = None      # the same, slow
     samples: int = 0
 
-    def current(self, lanes: int) -> float:
-        return float(min(lanes, INITIAL)) if self.limit is None else self.limit
+    def current(self, lanes: int, initial: int = INITIAL) -> float:
+        return float(min(lanes, initial)) if self.limit is None else self.limit
 
-    def observe(self, log_sample: float, in_use: int, lanes: int) -> None:
+    def observe(self, log_sample: float, in_use: int, lanes: int,
+                initial: int = INITIAL, minimum: int = MINIMUM) -> None:
         """Fold one first-chunk sample (already divided by its prompt size, in log units),
         seen while `in_use` lanes were granted."""
         n = self.samples + 1
-        limit = self.current(lanes)
+        limit = self.current(lanes, initial)
         if self.long is None or self.short is None:
             self.short = self.long = log_sample
         else:
@@ -81,16 +84,16 @@ class LaneLimit:
             return   # app-limited: no evidence about more lanes
         proposed = limit * gradient + QUEUE
         limit = (1 - SMOOTHING) * limit + SMOOTHING * proposed
-        self.limit = min(float(lanes), max(float(min(MINIMUM, lanes)), limit))
+        self.limit = min(float(lanes), max(float(min(minimum, lanes)), limit))
 
-    def grow_unmeasured(self, in_use: int, lanes: int) -> None:
+    def grow_unmeasured(self, in_use: int, lanes: int, initial: int = INITIAL) -> None:
         """A call completed that never reported a first chunk (its client does not stream):
         no sign of a queue, so the limit grows as with gradient 1. Without this a pool of
         non-streaming clients would stay at its initial limit for ever."""
-        limit = self.current(lanes)
+        limit = self.current(lanes, initial)
         if in_use < limit / 2:
             return
         self.limit = min(float(lanes), limit + SMOOTHING * QUEUE)
 
-    def lanes_in_use(self, lanes: int) -> int:
-        return max(1, min(lanes, int(self.current(lanes))))
+    def lanes_in_use(self, lanes: int, initial: int = INITIAL) -> int:
+        return max(1, min(lanes, int(self.current(lanes, initial))))

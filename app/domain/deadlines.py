@@ -15,8 +15,9 @@ timer and none of them needs the whole lease:
   chunk shows it is back, the pool grants one probe at a time (a circuit breaker's half-open
   state) instead of one call per free lane, each of which would hang, be reaped and be
   asked for again: an outage then costs one lane, not all of them. A probe's start
-  deadline is doubled per probe that failed (Karn again), at most PROBE_BACKOFF_CAP times,
-  so a provider that is only slow is still found, and recovery is seen within 4 deadlines.
+  deadline is doubled per probe that failed (Karn again), at most `probe_backoff_cap` times
+  (default 2), so a provider that is only slow is still found, and recovery is seen within
+  4 deadlines.
   The outage ends (ProviderRecovered) when a turn granted during it shows its first chunk.
   A first chunk of a call sent before the outage proves nothing about new calls, and does
   not end it.
@@ -26,9 +27,6 @@ from __future__ import annotations
 from . import events as ev
 from .settings import PoolSettings
 from .state import PoolState, TurnState
-
-PROBE_BACKOFF_CAP = 2
-
 
 def lease_after_heartbeat(settings: PoolSettings, turn: TurnState) -> tuple[float, bool]:
     """(seconds the lease is extended by, whether that is the stall deadline)."""
@@ -62,7 +60,7 @@ def grants_allowed(state: PoolState) -> int:
 
 
 def probe_backoff(state: PoolState) -> int:
-    return min(state.failed_probes, PROBE_BACKOFF_CAP) if state.outage_since is not None else 0
+    return min(state.failed_probes, state.settings.probe_backoff_cap) if state.outage_since is not None else 0
 
 
 def ends_outage(state: PoolState, turn: TurnState) -> bool:

@@ -331,10 +331,11 @@ def _limit_moved(step: _Step) -> None:
         return
     estimate = state.lane_limit
     previous = state.lanes_in_use()
-    now_in_use = estimate.lanes_in_use(state.settings.lanes)
+    lanes, initial = state.settings.lanes, state.settings.adaptive_lanes_initial
+    now_in_use = estimate.lanes_in_use(lanes, initial)
     if now_in_use != previous:
         step.emit(ev.LaneLimitChanged, lanes_in_use=now_in_use, previous=previous,
-                  limit=estimate.current(state.settings.lanes),
+                  limit=estimate.current(lanes, initial),
                   first_chunk_short_s=None if estimate.short is None else math.exp(estimate.short),
                   first_chunk_long_s=None if estimate.long is None else math.exp(estimate.long))
 

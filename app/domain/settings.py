@@ -72,6 +72,12 @@ class PoolSettings:
     stall_timeout_seconds: float | None = 6.0   # None: a streaming turn keeps the plain lease
     outage_after_silent_reaps: int = 3          # 0: no outage detection
     adaptive_lanes: bool = True                 # False: every configured lane is used
+    # Bounds of adaptive lanes and the outage probe's backoff. Their defaults are the values
+    # these rules had as constants, and a setting at its default is not written (DEFAULTED),
+    # so pools recorded before they were settings keep their settings JSON and state hash.
+    adaptive_lanes_initial: int = 16            # lanes in use before any sample (at most `lanes`)
+    adaptive_lanes_minimum: int = 2             # the learned limit never goes below this
+    probe_backoff_cap: int = 2                  # a probe's start deadline doubles at most this often
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     # The grant order of policy "deadline" (app/domain/ordering.py has the rule and the reasons).
     # Written to the log only by pools of that policy, so logs of the other policies keep their
@@ -138,8 +144,19 @@ class PoolSettings:
             problems.append("aimdDecrease must be greater than 0 and at most 1")
         if self.stall_timeout_seconds is not None and not 0.5 <= self.stall_timeout_seconds <= 3600:
             problems.append("stallTimeoutSeconds must be between 0.5 and 3600, or null for none")
-        if not 0 <= self.outage_after_silent_reaps <= 1000:
-            problems.append("outageAfterSilentReaps must be between 0 (off) and 1000")
+        if not _is_int(self.outage_after_silent_reaps) or not 0 <= self.outage_after_silent_reaps <= 1000:
+            problems.append("outageAfterSilentReaps must be between 0 (off) and 1000, a whole number")
+        if not isinstance(self.adaptive_lanes, bool):
+            problems.append("adaptiveLanes must be true or false")
+        initial, minimum = self.adaptive_lanes_initial, self.adaptive_lanes_minimum
+        if not _is_int(initial) or not 1 <= initial <= MAX_LANES:
+            problems.append(f"adaptiveLanesInitial must be a whole number between 1 and {MAX_LANES}")
+        elif not _is_int(minimum) or not 1 <= minimum <= initial:
+            # A floor above the start would be reached at the first sample anyway: say so
+            # instead of silently starting higher than asked.
+            problems.append("adaptiveLanesMinimum must be a whole number between 1 and adaptiveLanesInitial")
+        if not _is_int(self.probe_backoff_cap) or not 0 <= self.probe_backoff_cap <= 16:
+            problems.append("probeBackoffCap must be a whole number between 0 and 16 (doublings)")
         if self.tokenizer not in ("cl100k_base", "o200k_base"):
             problems.append("tokenizer must be cl100k_base or o200k_base")
         if problems:
@@ -156,6 +173,9 @@ class PoolSettings:
             d[key] = [None if math.isinf(v) else v for v in d[key]]
         for key, legacy in LEGACY.items():
             if d[key] == legacy:
+                del d[key]
+        for key, default in DEFAULTED.items():
+            if d[key] == default:
                 del d[key]
         if self.policy != "deadline":
             for key in ORDER_FIELDS:
@@ -184,3 +204,12 @@ class PoolSettings:
 # written before its rule, so they read it as off: replay and what-if of an old log decide
 # exactly as the recorded scheduler did.
 LEGACY: dict = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False}
+
+# Settings that were constants before they were settings: not written at their default,
+# which is what a stored pool without the key meant all along.
+DEFAULTED: dict = {key: PoolSettings.__dataclass_fields__[key].default
+                   for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap")}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

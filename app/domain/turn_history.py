@@ -39,6 +39,7 @@ class TurnHistory:
     estimated_tokens: int | None = None
     max_output_tokens: int | None = None
     streams: bool = False
+    run_id: str | None = None               # the client's run, when the request named one
     priority_class: str | None = None       # the agent's class when the turn was queued
     status: str = ev.QUEUED
     level: int | None = None
@@ -78,11 +79,12 @@ def start(event: ev.Event, position: int | None = None) -> TurnHistory | None:
         return TurnHistory(event.turn_id, event.agent_id, pool=event.pool, requested_at=event.at,
                            estimated_tokens=event.estimated_tokens,
                            max_output_tokens=event.max_output_tokens, streams=bool(event.streams),
-                           version=position)
+                           run_id=event.run_id, version=position)
     if isinstance(event, ev.TurnQueued):
         history = TurnHistory(event.turn_id, event.agent_id, requested_at=event.requested_at,
                               estimated_tokens=event.estimated_tokens,
-                              max_output_tokens=event.max_output_tokens, streams=bool(event.streams))
+                              max_output_tokens=event.max_output_tokens, streams=bool(event.streams),
+                              run_id=event.run_id)
         return fold(history, event, position)
     return None
 

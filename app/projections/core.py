@@ -40,12 +40,21 @@ _IDEMPOTENT_INPUTS = {ev.COMPLETION_REPORTED: "completion_request_id", ev.CANCEL
                       ev.HEARTBEAT_SENT: "heartbeat_request_id"}
 
 
+# Kept in a turn's document only when set, so the documents of turns without one (every
+# turn of a log written before runs) are what they always were.
+TURN_DOC_WHEN_SET = ("run_id",)
+
+
 def turn_doc(history: turn_history.TurnHistory) -> dict:
-    return {name: getattr(history, name) for name in TURN_DOC}
+    doc = {name: getattr(history, name) for name in TURN_DOC}
+    for name in TURN_DOC_WHEN_SET:
+        if getattr(history, name) is not None:
+            doc[name] = getattr(history, name)
+    return doc
 
 
 def turn_from_doc(doc: dict) -> turn_history.TurnHistory:
-    return turn_history.TurnHistory(**{name: doc[name] for name in TURN_DOC if name in doc})
+    return turn_history.TurnHistory(**{name: doc[name] for name in TURN_DOC + TURN_DOC_WHEN_SET if name in doc})
 
 
 @dataclass

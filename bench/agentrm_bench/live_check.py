@@ -1,8 +1,8 @@
 """`agentrm bench live`: the scheduler benchmark's workload through the REAL service, checked
 against the simulation.
 
-    agentrm bench live [--agents 30] [--minutes 10] [--compression 20] [--seed 1]
-        [--hang-rate 0.02] [--out DIR] [--json]
+    agentrm bench live [--agents 30] [--minutes 10] [--compression 20] [--seed 1 | --seeds 1-5]
+        [--repeat 1] [--hang-rate 0.02] [--out DIR] [--json]
     agentrm bench live --scenario NAME [...]    (live_scenarios.py: one frozen scenario)
 
 What runs: the seeded trace of `agentrm bench scheduler` (scaled down to a few dozen agents
@@ -927,6 +927,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=d.minutes, help="simulated minutes")
     p.add_argument("--compression", type=float, default=d.compression)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seeds", help="several seeds, e.g. 1-5 or 1,3,11-15 (instead of --seed): "
+                                   "writes live_check_seeds.md with every run and the spread")
+    p.add_argument("--repeat", type=int, default=1, help="runs per seed")
     p.add_argument("--hang-rate", type=float, default=d.hang_rate)
     p.add_argument("--lease-seconds", type=float, default=d.lease_seconds, help="simulated seconds")
     p.add_argument("--out", default="bench/results", help="write live_check.md and .json here")
@@ -941,15 +944,32 @@ def main(argv: list[str] | None = None) -> int:
         from .live_scenarios import main as scenario_main   # one frozen scenario of benchmark v2
         return scenario_main(argv)
     args = _parser().parse_args(argv)
+    from . import live_seeds
     try:
         LiveSettings(agents=args.agents, minutes=args.minutes, compression=args.compression,
                      lease_seconds=args.lease_seconds).check()
+        seeds = live_seeds.parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
+        if args.repeat < 1:
+            raise ValueError("--repeat must be at least 1")
     except ValueError as exc:
         print(exc)
         return 2
-    result = run(args.out, agents=args.agents, minutes=args.minutes, compression=args.compression,
-                 seed=args.seed, hang_rate=args.hang_rate, lease_seconds=args.lease_seconds)
-    print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
+    kwargs = dict(agents=args.agents, minutes=args.minutes, compression=args.compression,
+                  hang_rate=args.hang_rate, lease_seconds=args.lease_seconds)
+    if args.seeds is None and args.repeat == 1:
+        result = run(args.out, seed=args.seed, **kwargs)
+        print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
+        return 0
+    database = _own_database()
+
+    async def one(seed: int) -> dict:
+        return await run_async(database, None, seed=seed, **kwargs)
+
+    summary = live_seeds.summarize(asyncio.run(live_seeds.run_seeds(one, seeds, args.repeat)))
+    summary["settings"] = {**kwargs, "seeds": seeds, "repeat": args.repeat}
+    live_seeds.write(args.out, "live_check", "Live check", summary)
+    print(json.dumps(summary, sort_keys=True, default=str) if args.json
+          else live_seeds.to_markdown("Live check", summary))
     return 0
 
 

@@ -2,7 +2,7 @@
 through the REAL service, checked against the simulation of the same trace.
 
     agentrm bench live --scenario NAME [--agents 60] [--minutes 10] [--compression 10]
-        [--seed 1] [--lease-seconds 20] [--out DIR] [--json]
+        [--seed 1 | --seeds 1-5] [--repeat 1] [--lease-seconds 20] [--out DIR] [--json]
 
 The same method as the generic live check (live_check.py, whose docstring gives the reasons):
 the scenario's trace is scaled down to a few dozen agents and time-compressed by c (every
@@ -49,6 +49,7 @@ from app.domain.settings import PoolSettings
 from app.stats import percentile
 
 from . import live_check as lc
+from . import live_seeds
 from .fake_provider import FakeProvider
 from .metrics import envelope_excess
 from .scenarios import AGENTRM_DEFAULTS, SCENARIOS, Scenario
@@ -164,10 +165,17 @@ class ScenarioSettings:
         scenario's AgentRM settings with every `*_seconds` one over c, and the lease, boost
         and start-deadline floor as the generic live check compresses them."""
         c, defaults = self.compression, PoolSettings()
-        settings = {k: (v / c if k.endswith("_seconds") and isinstance(v, (int, float)) else v)
-                    for k, v in AGENTRM_DEFAULTS.items()}
+        # The scheduling rules' durations at their defaults, unless the scenario sets them:
+        # compressed like every other duration, or a 10x compressed run would grant by a
+        # class slack (and cut streams by a stall deadline) ten times the scenario's.
+        rules = {k: getattr(defaults, k) for k in RULE_DURATIONS}
+        settings = {k: _compressed(k, v, c) for k, v in {**rules, **AGENTRM_DEFAULTS}.items()}
         floor = settings.get("start_timeout_floor_seconds", defaults.start_timeout_floor_seconds / c)
         boost = settings.get("boost_seconds", defaults.boost_seconds / c)
+        if settings.get("stall_timeout_seconds") is not None:
+            # The heartbeat path does not compress (as the start floor below): a stall
+            # deadline under a second of wall time would cut streams by the service's delays.
+            settings["stall_timeout_seconds"] = max(settings["stall_timeout_seconds"], self.min_start_floor_wall_s)
         sc = self.compressed()
         return {**settings, "lanes": sc.lanes, "rpm": sc.rpm, "tpm": sc.tpm, "lease_seconds": self.lease_seconds / c,
                 "boost_seconds": boost, "start_timeout_floor_seconds": max(floor, self.min_start_floor_wall_s)}
@@ -178,6 +186,20 @@ class ScenarioSettings:
         return lc.LiveSettings(agents=self.agents, minutes=self.minutes, compression=self.compression,
                                seed=self.seed, lanes=sc.lanes, rpm=sc.rpm, tpm=sc.tpm,
                                lease_seconds=self.lease_seconds)
+
+
+# The PoolSettings durations of the scheduling rules (seconds, or seconds per unit), which a
+# compressed run divides by c. run_slack_per_service is seconds per second: no unit to compress.
+RULE_DURATIONS = ("class_slack_seconds", "run_slack_cap_seconds", "size_slack_per_ktoken",
+                  "size_slack_cap_seconds", "run_forget_seconds", "stall_timeout_seconds")
+
+
+def _compressed(key: str, value, c: float):
+    if not (key.endswith("_seconds") or key == "size_slack_per_ktoken") or value is None:
+        return value
+    if isinstance(value, (tuple, list)):
+        return [v / c for v in value]
+    return value / c if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 # -- the pool, created through the API from a settings dict -------------------------------------
@@ -194,7 +216,7 @@ async def create_pool(operator: lc.Gql, name: str, settings: dict) -> None:
     """createPool with every setting given, by its GraphQL name; a setting the API does not
     take is an error (the run would otherwise not be the scenario it claims to be)."""
     accepted = {f["name"] for f in (await operator(POOL_INPUT_FIELDS))["__type"]["inputFields"]}
-    values = {_camel(k): v for k, v in settings.items()}
+    values = {_camel(k): (v.upper() if k == "policy" else v) for k, v in settings.items()}
     missing = sorted(set(values) - accepted)
     if missing:
         raise ValueError(f"the API's createPool does not take {', '.join(missing)}: this scenario's "
@@ -337,6 +359,11 @@ async def live_run(endpoints: list[str], store, trace: Trace, s: ScenarioSetting
             clients.append(lc.Gql(endpoints[i % len(endpoints)], token))
             agents.append(ScenarioAgent(name, scripts[name], clients[-1], provider.url, clock,
                                         stored["lease_seconds"], stats))
+            # As the sim's client (policies.AgentRM): with a stall deadline shorter than the
+            # lease, heartbeats go with the chunks a third of the stall deadline apart.
+            stall = stored.get("stall_timeout_seconds")
+            if stall is not None:
+                agents[-1].heartbeat_s = min(stored["lease_seconds"], stall) / 3.0
         await asyncio.sleep(max(0.0, t0 - time.time()))
         cpu0 = time.process_time()
         tasks = [asyncio.create_task(a.run(), name=f"live-{a.name}") for a in agents]
@@ -624,6 +651,22 @@ def run(out_dir: str | Path | None = None, url: str | None = None, **kwargs) -> 
     return asyncio.run(run_async(url or lc._own_database(), out_dir, **kwargs))
 
 
+def run_seeds(out_dir: str | Path | None, seeds: list[int], repeat: int, url: str | None = None,
+              **kwargs) -> dict:
+    """Every seed, `repeat` times each, one after the other on one database; writes
+    live_<scenario>_seeds.md/.json (per seed, with the spread) when out_dir is given."""
+    database = url or lc._own_database()
+
+    async def one(seed: int) -> dict:
+        return await run_async(database, None, **{**kwargs, "seed": seed})
+
+    summary = live_seeds.summarize(asyncio.run(live_seeds.run_seeds(one, seeds, repeat)))
+    summary["settings"] = {**kwargs, "seeds": seeds, "repeat": repeat}
+    if out_dir is not None:
+        live_seeds.write(out_dir, f"live_{kwargs['scenario']}", f"Live `{kwargs['scenario']}`", summary)
+    return summary
+
+
 def _parser() -> argparse.ArgumentParser:
     d = ScenarioSettings("paper")
     p = argparse.ArgumentParser(prog="agentrm bench live --scenario", description=__doc__,
@@ -633,6 +676,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=d.minutes, help="simulated minutes")
     p.add_argument("--compression", type=float, default=d.compression)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seeds", help="several seeds, e.g. 1-5 or 1,3,11-15 (instead of --seed): "
+                                   "writes live_<scenario>_seeds.md with every run and the spread")
+    p.add_argument("--repeat", type=int, default=1, help="runs per seed (the spread of a seed's repeats "
+                                                         "is the live run's own noise)")
     p.add_argument("--lease-seconds", type=float, default=d.lease_seconds, help="simulated seconds")
     p.add_argument("--out", default="bench/results", help="write live_<scenario>.md and .json here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -645,9 +692,18 @@ def main(argv: list[str] | None = None) -> int:
                   compression=args.compression, seed=args.seed, lease_seconds=args.lease_seconds)
     try:
         ScenarioSettings(**kwargs).check()
+        seeds = live_seeds.parse_seeds(args.seeds) if args.seeds is not None else [args.seed]
+        if args.repeat < 1:
+            raise ValueError("--repeat must be at least 1")
     except ValueError as exc:
         print(exc)
         return 2
-    result = run(args.out, **kwargs)
-    print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
-    return 0 if result["all_within"] else 1
+    if args.seeds is None and args.repeat == 1:
+        result = run(args.out, **kwargs)
+        print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
+        return 0 if result["all_within"] else 1
+    kwargs.pop("seed")
+    summary = run_seeds(args.out, seeds, args.repeat, **kwargs)
+    print(json.dumps(summary, sort_keys=True, default=str) if args.json
+          else live_seeds.to_markdown(f"Live `{args.scenario}`", summary))
+    return 0 if summary["all_within"] else 1

@@ -9,6 +9,7 @@ and what the log says happened agrees, turn by turn, with what the clients and t
 themselves saw."""
 from __future__ import annotations
 
+from agentrm_bench import live_seeds
 from agentrm_bench.live_scenarios import HEADLINES, run_async
 from app.audit import load_records
 from app.audit.verify import verify
@@ -67,5 +68,29 @@ async def test_hangs_scenario_runs_live_and_the_log_agrees_with_the_clients(fres
         assert row["live"] is not None and row["sim"] is not None
         assert isinstance(row["within"], bool)
     assert result["stored_settings"]["lease_seconds"] == 1.0   # the 20 s lease, compressed 20x
+    # The scheduling rules went through createPool compressed too: class slack 0/6/12 s over
+    # 20, and the stall deadline at its 1 s wall floor.
+    assert result["stored_settings"]["class_slack_seconds"] == [0.0, 0.3, 0.6]
+    assert result["stored_settings"]["stall_timeout_seconds"] == 1.0
     text = (tmp_path / "live_hangs.md").read_text()
     assert "| hung_lane_seconds |" in text and (tmp_path / "live_hangs.json").exists()
+
+
+async def test_two_seeds_run_one_after_the_other_and_each_run_is_summed_up_with_its_own_verdict(fresh_database):
+    # 12 agents, 2 simulated minutes at 20x: 6 s of wall time per run.
+    results = {}
+
+    async def one(seed: int) -> dict:
+        results[seed] = await run_async(fresh_database, None, scenario="mixed-lanes", agents=12, minutes=2.0,
+                                        compression=20.0, seed=seed)
+        return results[seed]
+
+    summary = live_seeds.summarize(await live_seeds.run_seeds(one, [4, 5], 1))
+    assert [(r["seed"], r["repeat"]) for r in summary["runs"]] == [(4, 1), (5, 1)]
+    assert results[4]["settings"]["pool"] != results[5]["settings"]["pool"]
+    assert set(summary["metrics"]) == set(HEADLINES["mixed-lanes"])
+    for key, entry in summary["metrics"].items():
+        assert [(r["live"], r["sim"], r["within"]) for r in entry["runs"]] == \
+            [(results[seed]["comparison"][key]["live"], results[seed]["comparison"][key]["sim"],
+              results[seed]["comparison"][key]["within"]) for seed in (4, 5)]
+    assert summary["all_within"] == (results[4]["all_within"] and results[5]["all_within"])
