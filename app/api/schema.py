@@ -246,16 +246,22 @@ class Subscription:
             raise as_graphql_error(exc) from None
         key = (doc["status"], doc["version"])
         yield t.Turn.of(doc)
-        while doc["finished_at"] is None:
-            # The next decision that changes the turn's record, unless one came meanwhile.
-            async with rt.service.replies.expect(str(turn_id), changes_turn) as change:
-                if (rt.service.turn_view(str(turn_id))["status"],
-                        rt.service.turn_view(str(turn_id))["version"]) == key:
-                    await change.wait(30.0)
+        while True:
+            # The projector updates the turn's record in place, so the record may have
+            # changed, even to its end, while the last state was being sent: read it afresh
+            # after every yield, and stop only once its end has been sent.
             doc = rt.service.turn_view(str(turn_id))
             if (doc["status"], doc["version"]) != key:
                 key = (doc["status"], doc["version"])
                 yield t.Turn.of(doc)
+                continue
+            if doc["finished_at"] is not None:
+                return
+            # The next decision that changes the turn's record, unless one came meanwhile.
+            async with rt.service.replies.expect(str(turn_id), changes_turn) as change:
+                now = rt.service.turn_view(str(turn_id))
+                if (now["status"], now["version"]) == key:
+                    await change.wait(30.0)
 
 
 class AgentRMSchema(strawberry.Schema):

@@ -157,12 +157,9 @@ async def test_messages_are_indexed_off_the_request_path_and_found_by_query_in_a
 
 async def test_privacy_and_bad_input(server, operator):
     alice_id, alice = await new_agent(operator)
-    _bob_id, bob = await new_agent(operator)
+    bob_id, bob = await new_agent(operator)
     async with GraphQLClient(server, alice) as a, GraphQLClient(server, bob) as b:
         await a(APPEND, role="user", content="secret plan: project NIGHTJAR", pinned=False)
-        # earlier tests' agents may still be compacting in the background: settle that, so
-        # the head below moves only if a refused request appended something
-        await server.runtime.context.run_compactions()
         before = await server.runtime.store.head()
         with pytest.raises(GraphQLError) as err:
             await b(VIEW, budget=1024, agent=alice_id)
@@ -189,7 +186,11 @@ async def test_privacy_and_bad_input(server, operator):
             await a("mutation($m: [ContextMessageInput!]!) { appendContextMessages(messages: $m) { messages } }",
                     m=too_many)
         assert err.value.code == "BAD_USER_INPUT"
-        assert await server.runtime.store.head() == before
+        # Nothing about either agent was appended by the refused requests. (The log's head
+        # itself may move: the shared server's other pools and agents run in the background.)
+        assert await server.runtime.store.read(0, agent_id=alice_id)  # the filter sees her append
+        for agent_id in (alice_id, bob_id):
+            assert await server.runtime.store.read(before, agent_id=agent_id) == []
         # the operator may read anyone's context
         view = (await operator(VIEW, budget=1024, agent=alice_id))["context"]
         assert "NIGHTJAR" in view["items"][-1]["content"]
