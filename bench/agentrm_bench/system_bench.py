@@ -49,7 +49,7 @@ async def _raw_insert_rate(url: str, connections: int, per_conn: int) -> float:
     async def loop(c, k):
         for i in range(per_conn):
             await c.execute("INSERT INTO events (stream, version, type, data, metadata) VALUES ($1,$2,$3,$4,$5)",
-                            f"raw-{k}-{uuid.uuid4().hex[:6]}", 0, "Raw", payload, {})
+                            f"raw-{k}-{uuid.uuid4().hex}", 0, "Raw", payload, {})
     start = time.perf_counter()
     await asyncio.gather(*(loop(c, k) for k, c in enumerate(conns)))
     elapsed = time.perf_counter() - start
@@ -84,9 +84,11 @@ async def _single_commit_latency(url: str, samples: int) -> list[float]:
 
 
 async def _store_append_rate(rt: Runtime, tasks: int, per_task: int, batch: int = 1) -> float:
+    run = uuid.uuid4().hex[:8]  # fresh streams per run: a repeat must not append to the last run's
+
     async def loop(k):
         for i in range(per_task):
-            await rt.store.append([NewEvent(f"bench-{k}-{i}", "Bench", {"n": j, "text": "x" * 64})
+            await rt.store.append([NewEvent(f"bench-{run}-{k}-{i}", "Bench", {"n": j, "text": "x" * 64})
                                    for j in range(batch)])
     start = time.perf_counter()
     await asyncio.gather(*(loop(k) for k in range(tasks)))
