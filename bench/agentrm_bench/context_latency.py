@@ -28,7 +28,6 @@ import asyncio
 import os
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ import httpx
 
 from .context_bench import _filler
 from .load_bench import _start_server, cpu_seconds
+from .processes import stop_process
 from .system_bench import pct
 
 APPEND = ("mutation($c: String!, $r: String!) { appendContext(input: {role: $r, content: $c, pinned: false}) "
@@ -256,12 +256,7 @@ async def run_async(url: str, *, agents: int = 2, tokens: int = 30_000, views: i
                                               views=views, rate=rate, seconds=seconds, seed=seed))
         finally:
             await db.close()
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
     return {"settings": {"agents": agents, "tokens": tokens, "views": views, "repeat": repeat, "rate": rate,
                          "seconds": seconds, "seed": seed, "budget": BUDGET},
             "figures": {name: _spread([f(r) for r in runs]) for name, f in FIGURES.items()},

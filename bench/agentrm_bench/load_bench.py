@@ -37,6 +37,7 @@ import httpx
 import orjson
 
 from .raw_http import GraphQLConnection, HTTPError
+from .processes import stop_process
 from .system_bench import _raw_insert_rate, pct
 
 REQUEST = ("mutation { requestTurn(input: {estimatedTokens: 50, maxOutputTokens: 10, waitSeconds: 30}) "
@@ -380,12 +381,7 @@ async def run_async(url: str, *, agents: int = 1000, workers: int = 2, seconds: 
             finally:
                 await driver.close()
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
     verify = subprocess.run([sys.executable, "-m", "app.cli", "audit", "verify"], capture_output=True, text=True,
                             env={**os.environ, "DATABASE_URL": url}, cwd=Path(__file__).resolve().parents[2])
     turns = _spread([r[0]["turns_per_s"] for r in runs])
