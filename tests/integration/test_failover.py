@@ -324,15 +324,24 @@ async def test_a_standby_watches_every_pool_with_one_session_and_takes_them_all_
             return await watcher.fetch(f"SELECT pid, query_start FROM pg_stat_activity WHERE {where} "
                                        "AND datname = current_database() AND application_name = $1", b.worker)
         await _until(lambda: _count(sessions(tries), len(pools)))   # b's lock sessions, one per pool
-        await _until(lambda: _count(sessions(watch), 1))   # b's watch has polled once at least
-        before = {r["pid"]: r["query_start"] for r in await sessions(tries)}
-        [first] = await sessions(watch)
+        # b's watch has polled once at least. Keep the row the wait saw: asked again a moment
+        # later, the session may be between statements and match nothing.
+        seen: list = []
 
-        async def polled_three_times() -> bool:
-            [now] = await sessions(watch)
-            return now["query_start"] > first["query_start"] + timedelta(seconds=3 * a.leadership.poll_seconds)
+        async def one_watch() -> bool:
+            seen[:] = await sessions(watch)
+            return len(seen) == 1
+        await _until(one_watch)
+        first = seen[0]
+        before = {r["pid"]: r["query_start"] for r in await sessions(tries)}
+
+        async def polled_three_times() -> bool:   # the same session, three polls later
+            now = await watcher.fetchrow(f"SELECT query_start FROM pg_stat_activity WHERE pid = $1 AND {watch}",
+                                         first["pid"])
+            return now is not None and \
+                now["query_start"] > first["query_start"] + timedelta(seconds=3 * a.leadership.poll_seconds)
         await _until(polled_three_times)
-        assert len(await sessions(watch)) == 1, "one watch session for all of b's pools"
+        await _until(one_watch)   # one watch session for all of b's pools (two would never pass)
         assert {r["pid"]: r["query_start"] for r in await sessions(tries)} == before, \
             "the lock sessions do not poll"
         assert not any(_scheduler(b, name).leading.is_set() for name in pools)
