@@ -343,12 +343,13 @@ async def _fleet(base: str, token: str, agents: int) -> list[str]:
 
 
 async def _head(url: str) -> int:
-    import asyncpg
-    conn = await asyncpg.connect(url)
+    """The log's head, as the event store itself reads it."""
+    from app.eventstore.store import EventStore, create_pool
+    pg = await create_pool(url, min_size=1, max_size=1)
     try:
-        return await conn.fetchval("SELECT coalesce(max(position), 0) FROM events")
+        return await EventStore(pg).head()
     finally:
-        await conn.close()
+        await pg.close()
 
 
 def _spread(values: list[float]) -> dict:
