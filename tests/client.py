@@ -122,6 +122,20 @@ ADMITTED = """subscription($agent: ID) { events(after: 0, agentId: $agent, types
   position } }"""
 
 
+async def appended_about(server, after: int, *names: str) -> list:
+    """Events after ``after`` whose stream or data names any of ``names``. A test that checks
+    a refused request appended nothing uses this, not the log's head: on the shared test
+    server other tests' pools append in the background (reaps, learned lane limits)."""
+    assert names, "name what the refused requests were about"
+    return [e for e in await server.runtime.store.read(after, 10_000)
+            if any(n in e.stream or n in json.dumps(e.data) for n in names)]
+
+
+async def appended_outside_pools(server, after: int) -> list:
+    """Events after ``after`` outside the pools' streams, where background work appends."""
+    return [e for e in await server.runtime.store.read(after, 10_000) if not e.stream.startswith("pool-")]
+
+
 async def admitted(operator: GraphQLClient, agent_id: str) -> int:
     """Wait for the pool's scheduler to answer a registration (AgentAdmitted, appended after
     registerAgent returns): a test that counts appended events starts from a quiet log."""

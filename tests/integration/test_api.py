@@ -6,8 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.client import (CANCEL, COMPLETE, CREATE_POOL, HEARTBEAT, REQUEST, SCHEDULER, TURN_FIELDS,
-                          GraphQLClient, GraphQLError, admitted, register)
+from tests.client import (
+    CANCEL,
+    COMPLETE,
+    CREATE_POOL,
+    HEARTBEAT,
+    REQUEST,
+    SCHEDULER,
+    TURN_FIELDS,
+    GraphQLClient,
+    GraphQLError,
+    admitted,
+    appended_about,
+    register,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,7 +148,8 @@ async def test_auth_rules(server, operator):
         with pytest.raises(GraphQLError) as err:
             await alice("{ agents { id } }")
         assert err.value.code == "FORBIDDEN"
-        after = await events_of(operator, before, None)
+        after = await appended_about(server, before, alice_id, bob_id) + \
+            await events_of(operator, before, ["PoolCreated"])
         assert after == [], f"an unauthenticated or forbidden request appended events: {after}"
         turn = (await alice(REQUEST, est=1, out=1, wait=5))["requestTurn"]
         before = await head(server)
@@ -148,13 +161,14 @@ async def test_auth_rules(server, operator):
         with pytest.raises(GraphQLError) as err:
             await bob(SCHEDULER, pool=pool)
         assert err.value.code == "FORBIDDEN"
-        assert await head(server) == before, "a refused request appended events"
+        refused = await appended_about(server, before, alice_id, bob_id, turn["id"])
+        assert refused == [], f"a refused request appended events: {refused}"
         await alice(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
 
 
 async def test_bad_input_gets_a_clear_error_and_appends_nothing(server, operator):
     pool = await new_pool(operator, tpm=10_000)
-    _, token = await register(operator, "careless", pool)
+    agent_id, token = await register(operator, "careless", pool)
     async with GraphQLClient(server, token) as agent:
         turn = (await agent(REQUEST, est=10, out=10, wait=5))["requestTurn"]
         before = await head(server)
@@ -183,13 +197,14 @@ async def test_bad_input_gets_a_clear_error_and_appends_nothing(server, operator
         with pytest.raises(GraphQLError) as err:
             await operator("mutation { registerAgent(input: {name: \"x\", pool: \"nope\"}) { token } }")
         assert err.value.code == "NOT_FOUND"
-        assert await head(server) == before
+        assert await appended_about(server, before, agent_id, turn["id"], "bad name!", "nope") == []
+        assert await events_of(operator, before, ["PoolCreated", "AgentRegistered"]) == []
         await agent(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
         before = await head(server)
         with pytest.raises(GraphQLError) as err:
             await agent(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
         assert err.value.code == "CONFLICT" and "already completed" in str(err.value)
-        assert await head(server) == before
+        assert await appended_about(server, before, agent_id, turn["id"]) == []
     # a body that is not JSON at all
     async with GraphQLClient(server, None) as raw:
         response = await raw._http.post(server.http, content=b"{oops", headers={"content-type": "application/json"})
@@ -365,4 +380,4 @@ async def test_a_run_id_travels_from_graphql_into_the_log_and_a_bad_one_is_refus
         with pytest.raises(GraphQLError) as err:
             await agent(RUN_REQUEST, run="x" * 201)
         assert err.value.code == "BAD_USER_INPUT" and "runId" in str(err.value.errors)
-        assert await events_of(operator, before, None) == []
+        assert await appended_about(server, before, agent_id) == []

@@ -3,12 +3,18 @@ database: what is given is stored, shown and obeyed; what is left out takes its 
 a bad value is refused with its reason and creates nothing. And Turn.runId."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from app.domain.settings import DEFAULTED, PoolSettings
-from tests.client import COMPLETE, HEARTBEAT, TURN_FIELDS, GraphQLClient, GraphQLError, register
+from tests.client import (
+    COMPLETE,
+    HEARTBEAT,
+    TURN_FIELDS,
+    GraphQLClient,
+    GraphQLError,
+    appended_about,
+    register,
+)
 from tests.integration.test_api import events_of, head, unique
 
 RULE_FIELDS = ("policy classSlackSeconds runSlackPerService runSlackCapSeconds sizeSlackPerKtoken "
@@ -106,13 +112,6 @@ async def test_null_stall_timeout_means_no_stall_deadline_and_other_policies_tak
     assert created["policy"] == "MLFQ"
     settings = await stored(server, mlfq)
     assert settings["policy"] == "mlfq" and "class_slack_seconds" not in settings
-
-
-async def appended_about(server, after: int, name: str) -> list:
-    """Events after ``after`` that name the pool. Not the log's head: the shared server's
-    other pools and agents append in the background (reaps, learned lane limits)."""
-    return [e for e in await server.runtime.store.read(after, 1000)
-            if name in e.stream or name in json.dumps(e.data)]
 
 
 BAD = [
