@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from app.domain import events as ev
+from app.domain import pool_access
 from app.domain.streams import pool_stream
 from app.eventstore.store import EventStore
 
@@ -56,7 +57,10 @@ async def load_records(store: EventStore, after: int = 0, up_to: int | None = No
 
 
 async def workload_records(store: EventStore, pool: str) -> list[Record]:
-    """What a what-if needs: the pool's decisions and the inputs addressed to it."""
+    """What a what-if needs: the pool's decisions, the inputs addressed to it, and the access
+    grants and revocations (global: a pattern may name any pool), which the scheduler folds
+    in log order with the requests."""
     decisions = await load_records(store, streams=[pool_stream(pool)])
     inputs = [r for r in await load_records(store, types=ev.INPUTS) if r.data.get("pool") == pool]
-    return sorted(decisions + inputs, key=lambda r: r.position)
+    access = await load_records(store, types=pool_access.CHANGES)
+    return sorted(decisions + inputs + access, key=lambda r: r.position)

@@ -17,6 +17,9 @@ What is taken from the record (the workload) and what is re-decided (the policy)
   sent (at the same offsets from their grant), then fall silent and are reaped by lease.
 - Turns whose fate is unknown (still queued or in flight at the end of the log) hold a
   lane once granted and are left out of the metrics.
+- Access grants and revocations are inputs too: the policy starts as the fold of those
+  before the window, and the later ones enter in log order with the requests, so a request
+  the real scheduler refused for access is refused again (app/domain/pool_access.py).
 The provider is not modelled: a call that met a 429 in reality meets it again, whatever
 the counterfactual's pacing; 429 counts therefore compare pacing only through pauses.
 """
@@ -32,7 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.domain import events as ev
-from app.domain import turn_history
+from app.domain import pool_access, turn_history
+from app.domain.access import AccessPolicy
 from app.domain.decide import decide_events, decide_many_events, next_deadline
 from app.domain.settings import ORDER_FIELDS, PoolSettings
 from app.domain.state import PoolState
@@ -77,6 +81,14 @@ class Workload:
     inputs: list[tuple[float, int, str, dict]]     # (arrival, position, type, data) in log order
     turns: dict[str, TurnSpec]
     actual: list[ev.Decided]                       # recorded decisions about the window's turns
+    access_before: list[tuple[str, dict]] = field(default_factory=list)   # grants/revocations before the inputs
+
+    def access_policy(self) -> AccessPolicy:
+        """The pool access policy as the window's first input found it."""
+        policy = AccessPolicy()
+        for type_, data in self.access_before:
+            pool_access.fold(policy, type_, data)
+        return policy
 
 
 def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last: int | None = None) -> Workload:
@@ -99,6 +111,7 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
 
     inputs = [(r.position, ev.parse(r.type, r.data), r.data) for r in records if r.type in ev.INPUTS]
     inputs = [(position, e, data) for position, e, data in inputs if e.pool == pool]
+    access = [(r.position, r.type, r.data) for r in records if r.type in pool_access.CHANGES]
     # The window's turns: their requests, then every decision and input about them, in log order.
     requested = [(p, e) for p, e, _ in inputs if isinstance(e, ev.TurnRequested) and first <= p <= last]
     others = [(p, e) for p, e in decisions] + [(p, e) for p, e, _ in inputs if not isinstance(e, ev.TurnRequested)]
@@ -131,10 +144,20 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
     if start is None:
         start = min((a for a, _, t, _ in replayed if t != ev.AGENT_REGISTERED), default=created.at)
         replayed = [(max(a, start), p, t, d) for a, p, t, d in replayed]
+    # Access changes after the first replayed input go in among the inputs, at the time of
+    # the input before them (so the heap keeps their log order); earlier ones seed the policy.
+    first_input = replayed[0][1] if replayed else math.inf
+    access_before = [(t, d) for p, t, d in access if p < first_input]
+    timed = replayed[:]
+    for position, type_, data in access:
+        if position > first_input:
+            before = [a for a, p, _, _ in replayed if p < position]
+            timed.append((max(before) if before else start, position, type_, data))
+    replayed = sorted(timed, key=lambda r: r[1])
     actual = [d for _, d in decisions if getattr(d, "turn_id", None) in turns]
     end = max([d.at for d in actual] + [start])
     return Workload(pool, PoolSettings.from_dict(created.settings), start, end,
-                    first, last, replayed, turns, actual)
+                    first, last, replayed, turns, actual, access_before)
 
 
 def _spec(h: turn_history.TurnHistory, seen_at: dict[int, float]) -> TurnSpec:
@@ -199,6 +222,7 @@ class SimRun:
 
 def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) -> SimRun:
     state = PoolState.new(settings, w.start)
+    access = w.access_policy()
     heap: list[tuple[float, float, int, str, object]] = []
     order = itertools.count()
 
@@ -252,7 +276,7 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
                         if periodic:
                             push(now + beat, "heartbeat", (turn_id, True, now + beat))
             if batch:
-                decided = decide_many_events(state, batch, now)
+                decided = decide_many_events(state, batch, now, access)
         else:
             decided = decide_events(state, None, None, now)
         for d in decided:

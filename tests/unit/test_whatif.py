@@ -181,3 +181,44 @@ def test_an_unknown_order_setting_is_refused():
         counterfactual_settings(w.settings, class_slack=(0.0, 1.0, 2.0))
     with pytest.raises(ValueError, match="classSlackSeconds"):
         counterfactual_settings(w.settings, policy="deadline", class_slack_seconds=(0.0, 1.0))
+
+
+def test_replay_folds_the_access_policy_in_log_order_with_the_requests():
+    """A request the real scheduler refused for pool access is refused again in the replay,
+    and one granted before a revocation is granted again: grants and revocations are inputs
+    the replay folds in log order (a pool grant before the window counts from the start)."""
+    from app.domain import pool_access
+    from app.domain import resource_events as rev
+    from app.domain.access import AccessPolicy
+    from app.domain.decide import decide_many
+
+    log, policy = Log(lanes=2, lease_seconds=30.0), AccessPolicy()
+
+    def access(type_, **data):
+        record = log.append(f"access-{data.get('agent_id', 'x')}", type_, {**data, "at": 1000.0})
+        pool_access.fold(policy, type_, record.data)
+
+    def request(turn_id, agent_id, now):
+        data = {"turn_id": turn_id, "agent_id": agent_id, "pool": "p", "at": now,
+                "estimated_tokens": 10, "max_output_tokens": 10}
+        record = log.append(f"turn-{turn_id}", ev.TURN_REQUESTED, data)
+        log._decisions(decide_many(log.state, [(ev.TURN_REQUESTED, data, record.position)], now, policy))
+
+    access(rev.ACCESS_GRANTED, grant_id="g1", agent_id="a", pattern="pool:p", modes=["SHARED"])
+    log.register("a", 1000.0)
+    log.register("b", 1000.0)
+    request("t1", "a", 1001.0)          # allowed by g1
+    request("t2", "b", 1002.0)          # b holds no grant: refused
+    access(rev.ACCESS_REVOKED, grant_id="g1")
+    request("t3", "a", 1003.0)          # behind the revocation: refused
+    log.complete("t1", 1004.0)          # the replay runs until every turn of known fate ends
+    recorded = {d["turn_id"]: t for t, d in ((r.type, r.data) for r in log.records)
+                if t in (ev.TURN_GRANTED, ev.TURN_CANCELLED)}
+    assert recorded == {"t1": ev.TURN_GRANTED, "t2": ev.TURN_CANCELLED, "t3": ev.TURN_CANCELLED}
+
+    w = extract_workload(log.records, "p")
+    replayed = {d.turn_id: d for d in simulate(w, w.settings).decisions
+                if isinstance(d, (ev.TurnGranted, ev.TurnCancelled))}
+    assert {t: type(d) for t, d in replayed.items()} == \
+        {"t1": ev.TurnGranted, "t2": ev.TurnCancelled, "t3": ev.TurnCancelled}
+    assert all(pool_access.is_refused_reason(replayed[t].reason) for t in ("t2", "t3"))
