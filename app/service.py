@@ -301,6 +301,8 @@ class Service:
                                        and run_id.isprintable()):
             raise BadInput(f"runId must be 1-{MAX_RUN_ID} printable characters")
         turn_id = self.ids() if request_id is None else idempotency.turn_id_for(agent["agent_id"], request_id)
+        if request_id is not None:
+            await self.recall_turn(turn_id)   # the first attempt's turn may have ended and left memory
         if request_id is not None and turn_id in self.model.turns:   # a retry: the first answer
             self._refused_by_scheduler(idempotency.same_turn_request(self.turn_view(turn_id), request_id,
                                                                      est, out, streams))
@@ -349,8 +351,8 @@ class Service:
                 if request_id is None:
                     raise
                 # The same request, appended a moment ago by a concurrent retry (maybe on
-                # another worker): answer with that turn.
-                await self.projector.catch_up()
+                # another worker): answer with that turn, read back if it has ended since.
+                await self.recall_turn(turn_id)
                 idempotency.same_turn_request(self.turn_view(turn_id), request_id, est, out, streams)
             finally:
                 left = self._unanswered.get(agent_id, 1) - 1

@@ -177,6 +177,9 @@ async def test_request_ids_are_answered_from_the_log_after_a_restart(server, ope
                              .replace("$headers: JSON)", "$headers: JSON, $rid: String)")
         done = (await agent(completing, id=first["id"], outcome="OK", p=5, c=5, rid="c-1"))["completeTurn"]
     head = await server.runtime.store.head()
+    # The finished turn's document persisted: a process that starts now loads only open
+    # turns, so the retry must read the ended turn back (the path a restart takes).
+    await server.runtime.projector.persist()
     # A second process on the same database, folded from the log (no state carried over).
     other = await postgres_runtime(server.url, run_schedulers=False)
     try:
