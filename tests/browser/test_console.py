@@ -250,6 +250,9 @@ async def test_an_agents_context_view_opens(page, console, operator):
         for i in range(12):
             stats = (await agent(APPEND, role="assistant", content=f"Later step {i}. " + FILLER, pinned=False))
     assert stats["appendContext"]["messages"] == 27
+    # Compaction runs in the background, off the append path: settle it (this waits for a
+    # pass in flight too) rather than give the page a deadline that a busy machine misses.
+    await console.server.runtime.context.run_compactions()
     await open_console(page, console, "agents")
     table = page.get_by_test_id("agent-table")
     await page.get_by_label("filter agents").fill("remembers")
