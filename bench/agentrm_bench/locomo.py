@@ -113,6 +113,7 @@ VARIANTS = {
     "agentrm -lexical neighbours": {"lexical_neighbours": ()},
     "agentrm -dense neighbours": {"neighbour_weight": 0.0},
     "agentrm -neighbours": {"neighbour_weight": 0.0, "lexical_neighbours": ()},
+    "agentrm -heads": {"heads": 0},
     "agentrm +recent 10%": {"view_settings": domain.ViewSettings(query_recent_share=0.10)},
     "agentrm +facts 10%": {"view_settings": domain.ViewSettings(query_facts_share=0.10)},
 }
