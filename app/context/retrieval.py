@@ -44,6 +44,14 @@ LEXICAL_NEIGHBOUR_WEIGHTS = (0.5, 0.25)
 # each brought those back and left LoCoMo's dev recall within 0.5 points at 1k, unchanged at
 # 2k and 4k; 2 was the one that raised it on both conversations (README).
 RANKING_HEADS = 2
+# Words of a question that name no topic: interrogatives, auxiliaries, personal pronouns.
+# bm25s's English stopwords (Lucene's 33) keep them, so "What did she ..." matched, and
+# through the neighbour propagation lent score to, every message with a "what" or "did" in
+# it: a long lexical list of weak matches that crowds a small budget. They are dropped from
+# the query only (the index keeps every word; a query of nothing else keeps them all).
+QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "where", "when", "why", "how",
+                  "do", "does", "did", "has", "have", "had", "was", "were", "been", "would", "could", "should",
+                  "i", "my", "we", "our", "you", "your", "he", "his", "she", "her")
 EMBEDDING_DIM = 384
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 
@@ -54,6 +62,22 @@ def _stemmer():
 
 
 _STOPWORDS: frozenset[str] | None = None
+_QUESTION_STEMS: frozenset[str] | None = None
+
+
+def _question_stems() -> frozenset[str]:
+    global _QUESTION_STEMS
+    if _QUESTION_STEMS is None:
+        _QUESTION_STEMS = frozenset(_stemmer().stemWords(list(QUESTION_WORDS)))
+    return _QUESTION_STEMS
+
+
+def topical(query_tokens: Sequence[str]) -> list[str]:
+    """``query_tokens`` (stemmed, as Tokenizer gives them) without the question words, or all
+    of them if nothing else is left."""
+    stems = _question_stems()
+    kept = [t for t in query_tokens if t not in stems]
+    return kept or list(query_tokens)
 
 
 def _stopwords() -> frozenset[str]:
@@ -240,13 +264,14 @@ def hybrid_ranking(query_vector: np.ndarray | None, query_tokens: list[str], chr
                    vectors: AgentVectors | None, lexical: LexicalIndex,
                    neighbour_weight: float = NEIGHBOUR_WEIGHT, dense: bool = True, bm25: bool = True,
                    lexical_neighbours: Sequence[float] = LEXICAL_NEIGHBOUR_WEIGHTS,
-                   heads: int = RANKING_HEADS) -> list[int]:
+                   heads: int = RANKING_HEADS, question_words: bool = False) -> list[int]:
     """Message seqs, most relevant first: RRF of the dense ranking (cosine plus neighbour
     propagation, over messages that have a vector) and the BM25 ranking (BM25 plus
     neighbour propagation, ``lexical_neighbours`` per distance; messages scoring above 0),
     led by the first ``heads`` messages of each ranking before propagation (plain cosine,
-    plain BM25 above 0). A message the indexer has not reached yet competes on BM25 alone;
-    messages in neither come last."""
+    plain BM25 above 0). The query's question words are left out of BM25 unless
+    ``question_words`` (``topical``). A message the indexer has not reached yet competes on
+    BM25 alone; messages in neither come last."""
     rankings: list[list[int]] = []
     direct: list[list[int]] = []      # each ranking before neighbour propagation, for its heads
     if dense and query_vector is not None and vectors is not None and len(vectors.seqs):
@@ -257,7 +282,7 @@ def hybrid_ranking(query_vector: np.ndarray | None, query_tokens: list[str], chr
         rankings.append(ranked(with_neighbours(scores, in_order, neighbour_weight)))
         direct.append(_best(scores, heads))
     if bm25:
-        scores = lexical.scores(query_tokens)
+        scores = lexical.scores(list(query_tokens) if question_words else topical(query_tokens))
         in_order = [s for s in chronological if s in scores]
         rankings.append(positive_ranking(with_neighbours(scores, in_order, lexical_neighbours)
                                          if any(lexical_neighbours) else scores))

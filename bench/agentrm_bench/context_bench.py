@@ -65,7 +65,8 @@ VARIANTS = {"agentrm -facts": {"view_settings": domain.ViewSettings(facts_share=
             "agentrm -supersession": {"supersession": False}}
 # Query-view ablations of the per-style table: the same fold, each probe's view built again
 # with one ranking idea removed (AgentRMContext.view's ranking options).
-STYLE_ABLATIONS = {"-heads": {"heads": 0}, "-lexical neighbours": {"lexical_neighbours": ()}}
+STYLE_ABLATIONS = {"-heads": {"heads": 0}, "-lexical neighbours": {"lexical_neighbours": ()},
+                   "+question words": {"question_words": True}}
 
 
 # -- synthetic sessions -------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.context.retrieval import LexicalCache, VectorCache, from_bytes, hybrid_ranking, to_bytes
+from app.context.retrieval import LexicalCache, VectorCache, from_bytes, hybrid_ranking, to_bytes, topical
 from app.domain.context.ranking import heads_first
 
 
@@ -115,3 +115,20 @@ def test_a_paraphrase_the_dense_ranking_puts_first_is_not_buried_by_weak_lexical
     buried = hybrid_ranking(unit(1), tokens, chronological, cache.get("a"), index, heads=0)
     assert buried.index(1) >= 10
     assert hybrid_ranking(unit(1), tokens, chronological, cache.get("a"), index)[0] == 1
+
+
+def test_question_words_are_left_out_of_the_lexical_query_unless_nothing_else_is_left():
+    lexical = LexicalCache()
+    assert topical(lexical.tokenize("What did we decide about the cache, and why?")) == ["decid", "about", "cach"]
+    assert topical(lexical.tokenize("What did you do?")) == lexical.tokenize("What did you do?")
+    messages = [(1, "What did the team say about lunch?"), (2, "Lunch was fine."),
+                (3, "We moved the cache to KeyDB."), (4, "Why did the build fail?"), (5, "ok")]
+    index = lexical.index_of("a", messages)
+    query = lexical.tokenize("What did we do with the cache?")
+    # Without the question words only the cache message matches (and its neighbours, by
+    # propagation); with them, "what" and "did" pull in both questions as well.
+    ranking = hybrid_ranking(None, query, [1, 2, 3, 4, 5], None, index, dense=False, lexical_neighbours=())
+    assert ranking[0] == 3 and ranking[1:] == [5, 4, 2, 1]          # the rest only newest first
+    asked = hybrid_ranking(None, query, [1, 2, 3, 4, 5], None, index, dense=False, lexical_neighbours=(),
+                           question_words=True)
+    assert set(asked[:3]) == {1, 3, 4}
