@@ -279,7 +279,7 @@ def classify(sentence: str, role: str = "user") -> str | None:
 
 # What a salient sentence is, from what made it salient: binding words first (they are
 # why it must not be forgotten), then the sort of its strongest value.
-_COMMITMENT_KIND = {"obligation": INSTRUCTION, "prohibition": INSTRUCTION, "every": INSTRUCTION,
+_COMMITMENT_KIND = {"obligation": INSTRUCTION, "condition": INSTRUCTION, "prohibition": INSTRUCTION, "every": INSTRUCTION,
                     "preference": INSTRUCTION, "decision": DECISION}
 _VALUE_KIND = {"exception": ERROR, "path": PATH, "url": URL, "amount": QUANTITY, "time": QUANTITY, "date": QUANTITY,
                "number": QUANTITY}

@@ -15,6 +15,7 @@ Caches, both per agent and in process:
 """
 from __future__ import annotations
 
+import heapq
 import re
 import threading
 from collections import OrderedDict
@@ -23,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from app.domain.context.ranking import ranked, reciprocal_rank_fusion, with_neighbours
+from app.domain.context.ranking import heads_first, ranked, reciprocal_rank_fusion, with_neighbours
 
 # A reply scores 0.3 of its best neighbour's cosine on top of its own (see
 # ranking.with_neighbours); measured on planted-fact sessions and one conversation set,
@@ -36,6 +37,21 @@ NEIGHBOUR_WEIGHT = 0.3
 # dev conversation and checked on the other (it raised recall on both at 1k, 2k and 4k);
 # the same for every budget and question.
 LEXICAL_NEIGHBOUR_WEIGHTS = (0.5, 0.25)
+# Each ranking's own best hits (plain cosine, plain BM25: no neighbours) lead the fused
+# order, two per ranking (ranking.heads_first). With the BM25 neighbour propagation the
+# lexical list holds nearly every message, and RRF then buried a paraphrased fact that the
+# dense ranking put first (planted work logs at 2k: 3 of the 5 probes missed). 1-5 heads
+# each brought those back and left LoCoMo's dev recall within 0.5 points at 1k, unchanged at
+# 2k and 4k; 2 was the one that raised it on both conversations (README).
+RANKING_HEADS = 2
+# Words of a question that name no topic: interrogatives, auxiliaries, personal pronouns.
+# bm25s's English stopwords (Lucene's 33) keep them, so "What did she ..." matched, and
+# through the neighbour propagation lent score to, every message with a "what" or "did" in
+# it: a long lexical list of weak matches that crowds a small budget. They are dropped from
+# the query only (the index keeps every word; a query of nothing else keeps them all).
+QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "where", "when", "why", "how",
+                  "do", "does", "did", "has", "have", "had", "was", "were", "been", "would", "could", "should",
+                  "i", "my", "we", "our", "you", "your", "he", "his", "she", "her")
 EMBEDDING_DIM = 384
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 
@@ -46,6 +62,22 @@ def _stemmer():
 
 
 _STOPWORDS: frozenset[str] | None = None
+_QUESTION_STEMS: frozenset[str] | None = None
+
+
+def _question_stems() -> frozenset[str]:
+    global _QUESTION_STEMS
+    if _QUESTION_STEMS is None:
+        _QUESTION_STEMS = frozenset(_stemmer().stemWords(list(QUESTION_WORDS)))
+    return _QUESTION_STEMS
+
+
+def topical(query_tokens: Sequence[str]) -> list[str]:
+    """``query_tokens`` (stemmed, as Tokenizer gives them) without the question words, or all
+    of them if nothing else is left."""
+    stems = _question_stems()
+    kept = [t for t in query_tokens if t not in stems]
+    return kept or list(query_tokens)
 
 
 def _stopwords() -> frozenset[str]:
@@ -215,6 +247,14 @@ def from_bytes(blobs: Sequence[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).astype(np.float32)
 
 
+def _best(scores: dict[int, float], n: int) -> list[int]:
+    """The ``n`` best-scored seqs, in ``ranked`` order (ties: the newer first), without
+    sorting them all."""
+    if n <= 0:
+        return []
+    return heapq.nsmallest(n, scores, key=lambda seq: (-scores[seq], -seq))
+
+
 def positive_ranking(scores: dict[int, float]) -> list[int]:
     """Seqs with a positive score, best first; ties: the newer message first."""
     return [seq for seq in ranked(scores) if scores[seq] > 0]
@@ -223,25 +263,31 @@ def positive_ranking(scores: dict[int, float]) -> list[int]:
 def hybrid_ranking(query_vector: np.ndarray | None, query_tokens: list[str], chronological: Sequence[int],
                    vectors: AgentVectors | None, lexical: LexicalIndex,
                    neighbour_weight: float = NEIGHBOUR_WEIGHT, dense: bool = True, bm25: bool = True,
-                   lexical_neighbours: Sequence[float] = LEXICAL_NEIGHBOUR_WEIGHTS) -> list[int]:
+                   lexical_neighbours: Sequence[float] = LEXICAL_NEIGHBOUR_WEIGHTS,
+                   heads: int = RANKING_HEADS, question_words: bool = False) -> list[int]:
     """Message seqs, most relevant first: RRF of the dense ranking (cosine plus neighbour
     propagation, over messages that have a vector) and the BM25 ranking (BM25 plus
-    neighbour propagation, ``lexical_neighbours`` per distance; messages scoring above 0).
-    A message the indexer has not reached yet competes on BM25 alone; messages in neither
-    come last."""
+    neighbour propagation, ``lexical_neighbours`` per distance; messages scoring above 0),
+    led by the first ``heads`` messages of each ranking before propagation (plain cosine,
+    plain BM25 above 0). The query's question words are left out of BM25 unless
+    ``question_words`` (``topical``). A message the indexer has not reached yet competes on
+    BM25 alone; messages in neither come last."""
     rankings: list[list[int]] = []
+    direct: list[list[int]] = []      # each ranking before neighbour propagation, for its heads
     if dense and query_vector is not None and vectors is not None and len(vectors.seqs):
         wanted = set(chronological)
         cosines = vectors.matrix @ np.asarray(query_vector, dtype=np.float32)
         scores = {int(s): float(c) for s, c in zip(vectors.seqs, cosines) if int(s) in wanted}
         in_order = [s for s in chronological if s in scores]
         rankings.append(ranked(with_neighbours(scores, in_order, neighbour_weight)))
+        direct.append(_best(scores, heads))
     if bm25:
-        scores = lexical.scores(query_tokens)
+        scores = lexical.scores(list(query_tokens) if question_words else topical(query_tokens))
         in_order = [s for s in chronological if s in scores]
         rankings.append(positive_ranking(with_neighbours(scores, in_order, lexical_neighbours)
                                          if any(lexical_neighbours) else scores))
-    fused = reciprocal_rank_fusion(rankings)
+        direct.append([s for s in _best(scores, heads) if scores[s] > 0])
+    fused = heads_first(reciprocal_rank_fusion(rankings), direct, heads)
     # A message no ranking holds (no query word, and no vector yet, or dense off) still
     # competes for the budget the ranked ones leave, newest first: under a budget that fits
     # everything, the view must not drop a message because the indexer has not reached it.

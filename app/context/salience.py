@@ -10,9 +10,11 @@ so this module scores a sentence on two things that survive rewording:
   with a unit, a time with its zone, a date, a quoted literal, or a name written like
   one (a capitalised word in mid-sentence, CamelCase, an acronym, a code-style token);
 - a **commitment**: words that make the sentence binding for later, such as an obligation
-  or prohibition ("has to", "should be", "nobody", "hands off"), a decision or a change
-  ("will run on", "switching to", "from today", "instead", "is X now"), a preference, or
-  a marker that the speaker wants it remembered ("reminder", "heads-up", "FYI").
+  or prohibition ("has to", "should be", "nobody", "hands off"), a condition on what others
+  do ("unless", "before anybody commits"), a decision or a change ("will run on", "switching
+  to", "from today", "instead", "is X now", "we changed our minds"), a preference or a
+  polite request ("please just run"), or a marker that the speaker wants it remembered
+  ("reminder", "heads-up", "FYI").
 
 Against those: questions (a fact is stated, not asked), hedges ("maybe", "I think"), and
 the assistant narrating its own next step ("let me", "I'll"). Tool output is bulk, so it
@@ -80,6 +82,12 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
         r"\b(?:must(?!\s+have\s+been|'ve)|has\s+to|have\s+to|had\s+better|needs?\s+to\s+be|required|mandatory|shall"
         r"|should(?:n't|\s+not)?\s+(?:be|go|use|run|stay|point|target|always|never|only)"
         r"|(?:is|are)\s+(?:not\s+)?allowed|may\s+not|can(?:no|')t(?!\s+(?:wait|believe|imagine))|only\s+(?:ever|use|run|deploy|push))\b", _I), 2.0),
+    # A condition on what others do binds as much as "must": "the hook rejects you unless
+    # the linter is clean", "before anybody commits, run ...".
+    ("condition", re.compile(
+        r"\b(?:unless|only\s+if|as\s+long\s+as|will\s+(?:reject|refuse|block)"
+        r"|before\s+(?:you|anyone|anybody|everyone|everybody|we|committing|merging|pushing|deploying|releasing|shipping))\b",
+        _I), 2.0),
     ("prohibition", re.compile(
         r"\b(?:never|don't|do\s+not|nobody|no\s+one|hands\s+off|leave\s+\w+(?:\s+\w+){0,3}\s+alone"
         r"|off[\s-]limits|forbidden|locked|frozen|closed|keep\s+out)\b", _I), 2.0),
@@ -92,8 +100,12 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
         r"|replac(?:e|es|ed|ing)|supersed\w*|overrid\w*|\bnow\s*[.!]?\s*$|from\s+now\s+on|from\s+today|going\s+forward|until\s+further\s+notice"
         r"|instead|rather\s+than|the\s+plan\s+is|scratch|new\s+\w+(?:\s+\w+)?\s*:|(?:is|are)\s+now\b|now\s+(?:is|are)\b"
         r"|no\s+longer|approved|signed\s+off|capped\s+at|limited\s+to"
+        r"|changed\s+(?:our|my|their|the)\s+minds?|forget\s+what\s+(?:i|we)\s+said|scrap\s+that"
         r"|set\s+to|defaults?\s+to|lives?\s+(?:in|at|on)|goes\s+to|go\s+to|sits?\s+in|is\s+(?:at|in|on)\s)\b", _I), 2.0),
-    ("preference", re.compile(r"\b(?:prefer|i'd\s+rather|we'd\s+rather|please\s+use|let's|stick\s+(?:to|with))\b", _I), 1.5),
+    # A request is an instruction said politely: "please (just) run / use / keep ...".
+    ("preference", re.compile(r"\b(?:prefer|i'd\s+rather|we'd\s+rather|let's|stick\s+(?:to|with)"
+                              r"|please\s+(?:just\s+|always\s+|also\s+)?(?:use|run|keep|check|add|set|put|send"
+                              r"|tag|reference|include|follow|make\s+sure))\b", _I), 1.5),
     ("remember", re.compile(r"\b(?:reminder|remember|important|note|fyi|heads[\s-]up|for\s+the\s+record|update|correction"
                             r"|keep\s+in\s+mind|btw)\b", _I), 1.0),
     ("definition", re.compile(r"\b(?:is|are|was)\s+(?:the|our|your|a)?\s*\w*\s*(?:id|key|name|host|address|number"

@@ -63,6 +63,10 @@ STRATEGIES = ("truncation", "running-summary", "agentrm", "agentrm -facts", "age
 # Structure must earn its place: each AgentRM variant removes one piece, alone.
 VARIANTS = {"agentrm -facts": {"view_settings": domain.ViewSettings(facts_share=0.0)},
             "agentrm -supersession": {"supersession": False}}
+# Query-view ablations of the per-style table: the same fold, each probe's view built again
+# with one ranking idea removed (AgentRMContext.view's ranking options).
+STYLE_ABLATIONS = {"-heads": {"heads": 0}, "-lexical neighbours": {"lexical_neighbours": ()},
+                   "+question words": {"question_words": True}}
 
 
 # -- synthetic sessions -------------------------------------------------------------------
@@ -807,7 +811,10 @@ def _current_answer(fact: PlantedFact, turn: int) -> str | None:
 
 
 def run_strategy(name: str, session: Session, budget: int, summarizer: ExtractiveSummarizer,
-                 embedder: CachingEmbedder, query_embedder: MiniLMEmbedder) -> dict:
+                 embedder: CachingEmbedder, query_embedder: MiniLMEmbedder,
+                 ablations: dict[str, dict] | None = None) -> dict:
+    """``ablations`` (AgentRM only): name -> ranking options; each probe is also answered
+    by the view built with those options, on the same fold (``ablation_answered``)."""
     cls = {"truncation": Truncation, "running-summary": RunningSummary}.get(name, AgentRMTiers)
     strategy = cls(budget=budget, summarizer=summarizer, embedder=embedder, query_embedder=query_embedder,
                    **VARIANTS.get(name, {}))
@@ -827,6 +834,7 @@ def run_strategy(name: str, session: Session, budget: int, summarizer: Extractiv
                     retained += answer in text
     now = session.messages[-1][3] + 60.0
     answered = stale_only = superseded_probes = 0
+    ablation_answered = {ablation: 0 for ablation in ablations or {}}
     latencies: list[float] = []
     for fact in session.facts:
         started = time.perf_counter()
@@ -838,12 +846,15 @@ def run_strategy(name: str, session: Session, budget: int, summarizer: Extractiv
             raise AssertionError(f"{name} built a {tokens}-token view for a {budget} budget")
         text = "\n".join(c for _, c in view)
         answered += fact.answer in text
+        for ablation, options in (ablations or {}).items():
+            other = view_messages(strategy.context.view(fact.question, now, budget, **options))
+            ablation_answered[ablation] += fact.answer in "\n".join(c for _, c in other)
         if fact.stale is not None:
             superseded_probes += 1
             stale_only += (fact.stale in text) and (fact.answer not in text)
     return {"retained": retained, "planted": planted, "answered": answered, "probes": len(session.facts),
             "stale_only": stale_only, "superseded_probes": superseded_probes,
-            "view_tokens": view_tokens, "latencies_ms": latencies, **asdict(strategy.stats)}
+            "ablation_answered": ablation_answered, "view_tokens": view_tokens, "latencies_ms": latencies, **asdict(strategy.stats)}
 
 
 def run_styles(styles: Sequence[str], seeds: Sequence[int], params: SessionParameters,
@@ -858,13 +869,14 @@ def run_styles(styles: Sequence[str], seeds: Sequence[int], params: SessionParam
         for seed in seeds:
             session = generate_session(seed, SessionParameters(**{**asdict(params), "style": style}))
             at_4k = run_strategy("agentrm", session, 4_000, summarizer, embedder, model)
-            at_2k = run_strategy("agentrm", session, 2_000, summarizer, embedder, model)
+            at_2k = run_strategy("agentrm", session, 2_000, summarizer, embedder, model, STYLE_ABLATIONS)
             rows.append({"style": style, "seed": seed, "held_out": style in HELDOUT_STYLES,
                          "unseen": style in UNSEEN_STYLES,
                          "retained_4k": at_4k["retained"], "planted_4k": at_4k["planted"],
                          "fact_retention_4k": at_4k["retained"] / max(1, at_4k["planted"]),
                          "answered_2k": at_2k["answered"], "probes_2k": at_2k["probes"],
-                         "probe_answerability_2k": at_2k["answered"] / max(1, at_2k["probes"])})
+                         "probe_answerability_2k": at_2k["answered"] / max(1, at_2k["probes"]),
+                         "ablation_answered_2k": at_2k["ablation_answered"]})
     return rows
 
 
@@ -920,7 +932,10 @@ def summarize_styles(rows: Sequence[dict]) -> list[dict]:
                      "fact_retention_4k": sum(r["retained_4k"] for r in mine) / max(1, sum(r["planted_4k"] for r in mine)),
                      "fact_retention_4k_min": min(retention), "fact_retention_4k_max": max(retention),
                      "probe_answerability_2k": sum(r["answered_2k"] for r in mine) / max(1, sum(r["probes_2k"] for r in mine)),
-                     "probe_answerability_2k_min": min(answer), "probe_answerability_2k_max": max(answer)})
+                     "probe_answerability_2k_min": min(answer), "probe_answerability_2k_max": max(answer),
+                     "ablation_answerability_2k": {
+                         a: sum(r["ablation_answered_2k"][a] for r in mine) / max(1, sum(r["probes_2k"] for r in mine))
+                         for a in mine[0].get("ablation_answered_2k", {})}})
     return out
 
 
@@ -1056,15 +1071,19 @@ def render_markdown(results: dict) -> str:
 def _styles_markdown(summary: Sequence[dict]) -> list[str]:
     if not summary:
         return []
-    lines = ["AgentRM per session style (several generator seeds; pooled rate, and min-max over seeds):", "",
-             "| style | seeds | key-fact retention at 4k | probe answerability at 2k |", "|---|---:|---:|---:|"]
+    ablations = list(summary[0].get("ablation_answerability_2k", {}))
+    lines = ["AgentRM per session style (several generator seeds; pooled rate, and min-max over seeds; "
+             "the last columns answer the same probes with one ranking idea removed, on the same fold):", "",
+             "| style | seeds | key-fact retention at 4k | probe answerability at 2k |"
+             + "".join(f" at 2k, {a} |" for a in ablations), "|---|---:|---:|---:|" + "---:|" * len(ablations)]
     for r in summary:
         name = (f"{r['style']} (unseen)" if r["unseen"] else f"{r['style']} (held out, then used)"
                 if r["held_out"] else r["style"])
         lines.append(f"| {name} | {len(r['seeds'])} | {r['fact_retention_4k']:.1%} "
                      f"({r['fact_retention_4k_min']:.1%}-{r['fact_retention_4k_max']:.1%}) "
                      f"| {r['probe_answerability_2k']:.1%} "
-                     f"({r['probe_answerability_2k_min']:.1%}-{r['probe_answerability_2k_max']:.1%}) |")
+                     f"({r['probe_answerability_2k_min']:.1%}-{r['probe_answerability_2k_max']:.1%}) |"
+                     + "".join(f" {r['ablation_answerability_2k'][a]:.1%} |" for a in ablations))
     return lines + ["", "Held-out styles have their own filler and their own wording of every fact and were "
                     "written after the extractor; each was measured once unseen, then its misses were used "
                     "once to improve the extractor (README), so these rows are no longer an unseen check.", ""]

@@ -13,12 +13,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from app.context.retrieval import LexicalCache
+from app.context.retrieval import LexicalCache, topical
 from app.domain.context.ranking import reciprocal_rank_fusion
 
 Message = tuple[int, str, str]   # seq, role, content
 
 BASELINES = ("recency", "bm25", "dense", "hybrid")
+# Not a plain baseline but a fairness check: the hybrid baseline given AgentRM's query
+# processing (question words out of the BM25 query), so that what that step alone is worth
+# shows apart from the rest of AgentRM's ranking.
+REFERENCES = ("hybrid -question words",)
 
 
 def fill(order: Sequence[int], messages: dict[int, Message], budget: int,
@@ -55,4 +59,6 @@ class Baselines:
             return dense
         if name == "hybrid":
             return reciprocal_rank_fusion([dense, self.index.ranking(self.lexical.tokenize(query))])
+        if name == "hybrid -question words":
+            return reciprocal_rank_fusion([dense, self.index.ranking(topical(self.lexical.tokenize(query)))])
         raise ValueError(f"unknown baseline {name!r}")

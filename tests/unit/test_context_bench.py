@@ -83,6 +83,11 @@ def test_quick_run_writes_table_plot_and_reports_honestly(tmp_path):
     (row,) = results["styles"]["rows"]
     assert style["fact_retention_4k"] == row["retained_4k"] / row["planted_4k"]
     assert 0.0 <= style["probe_answerability_2k"] <= 1.0 and row["probes_2k"] == 17
+    # each ranking ablation answers the same probes on the same fold
+    assert set(style["ablation_answerability_2k"]) == set(bench.STYLE_ABLATIONS)
+    for ablation, rate in style["ablation_answerability_2k"].items():
+        assert rate == row["ablation_answered_2k"][ablation] / row["probes_2k"]
+        assert f"at 2k, {ablation} |" in table
     assert f"| {style['style']} (held out, then used) | 1 | {style['fact_retention_4k']:.1%}" in table
 
 

@@ -43,7 +43,7 @@ def test_bad_directories_and_files_get_clear_errors(tmp_path):
 def test_a_run_scores_every_strategy_and_budget_within_budget(tmp_path):
     results = locomo.run(TINY, variants={"agentrm": {}})
     rows = {(r["strategy"], r["budget"]): r for r in results["rows"]}
-    assert set(rows) == {(s, b) for s in (*locomo.BASELINES, "agentrm") for b in locomo.BUDGETS}
+    assert set(rows) == {(s, b) for s in (*locomo.BASELINES, *locomo.REFERENCES, "agentrm") for b in locomo.BUDGETS}
     for (strategy, budget), row in rows.items():
         assert row["mean_tokens"] <= budget
     # the whole conversation fits 1k tokens: every strategy that reads it all recalls all
@@ -52,3 +52,6 @@ def test_a_run_scores_every_strategy_and_budget_within_budget(tmp_path):
     assert rows[("agentrm", 1000)]["recall_by_conversation"] == {"tiny": 1.0}
     report = locomo.render_markdown(results)
     assert "| agentrm | 1000 | 100.0% |" in report and "| agentrm | 1000 | 100.0% | 100.0% |" in report
+    # the fairness check is reported apart from the plain baselines' target
+    assert results["target"]["reference"][1000] == rows[("hybrid -question words", 1000)]["recall"]
+    assert "Against the fairness check (hybrid -question words" in report

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.context.retrieval import LexicalCache, VectorCache, from_bytes, hybrid_ranking, to_bytes
+from app.context.retrieval import LexicalCache, VectorCache, from_bytes, hybrid_ranking, to_bytes, topical
+from app.domain.context.ranking import heads_first
 
 
 def unit(*values):
@@ -86,3 +87,48 @@ def test_a_reply_sharing_no_query_word_enters_the_lexical_ranking_through_its_ne
     assert ranking == [2, 3, 1, 4, 6, 5]       # 3 and 1 tie at half the question's score: the newer first
     plain = hybrid_ranking(None, query, [1, 2, 3, 4, 5, 6], None, index, dense=False, lexical_neighbours=())
     assert plain == [2, 6, 5, 4, 3, 1]                     # the rest only newest first, for the budget left
+
+
+def test_each_rankings_best_hits_lead_the_fused_order_once_each():
+    fused = [5, 6, 7, 1, 2, 3, 4]
+    assert heads_first(fused, [[1, 2, 3], [2, 4, 6]], 2) == [1, 2, 4, 5, 6, 7, 3]   # 1, 2; then 2 (taken), 4
+    assert heads_first(fused, [[1, 2, 3], [2, 4, 6]], 0) == fused
+    assert heads_first(fused, [[9, 1]], 1) == fused          # a head the fused order lacks is not added
+    assert heads_first(fused, [[], [3]], 3) == [3, 5, 6, 7, 1, 2, 4]
+
+
+def test_a_paraphrase_the_dense_ranking_puts_first_is_not_buried_by_weak_lexical_matches():
+    # The fact shares no word with the question (BM25 0), while many messages match its
+    # common words; dense ranks the fact first. RRF alone ranks it behind every message in
+    # the top ~60 of both lists; as the dense ranking's best hit it leads.
+    lexical = LexicalCache()
+    fact = (1, "Everything in vendor/gen/ is produced by codegen, leave those files alone.")
+    noise = [(seq, f"Please summarise what changed in module {seq} so far.") for seq in range(2, 60)]
+    messages = [fact] + noise
+    index = lexical.index_of("a", messages)
+    cache = VectorCache()
+    vectors = [unit(1, 0.2)] + [unit(0.3, 1, seq / 100) for seq in range(2, 60)]
+    cache.extend("a", [s for s, _ in messages], np.stack(vectors))
+    tokens = lexical.tokenize("Which folder is generated and what changed so far?")
+    assert index.scores(tokens)[1] == 0.0 and len(index.ranking(tokens)) == len(noise)
+    chronological = [s for s, _ in messages]
+    buried = hybrid_ranking(unit(1), tokens, chronological, cache.get("a"), index, heads=0)
+    assert buried.index(1) >= 10
+    assert hybrid_ranking(unit(1), tokens, chronological, cache.get("a"), index)[0] == 1
+
+
+def test_question_words_are_left_out_of_the_lexical_query_unless_nothing_else_is_left():
+    lexical = LexicalCache()
+    assert topical(lexical.tokenize("What did we decide about the cache, and why?")) == ["decid", "about", "cach"]
+    assert topical(lexical.tokenize("What did you do?")) == lexical.tokenize("What did you do?")
+    messages = [(1, "What did the team say about lunch?"), (2, "Lunch was fine."),
+                (3, "We moved the cache to KeyDB."), (4, "Why did the build fail?"), (5, "ok")]
+    index = lexical.index_of("a", messages)
+    query = lexical.tokenize("What did we do with the cache?")
+    # Without the question words only the cache message matches (and its neighbours, by
+    # propagation); with them, "what" and "did" pull in both questions as well.
+    ranking = hybrid_ranking(None, query, [1, 2, 3, 4, 5], None, index, dense=False, lexical_neighbours=())
+    assert ranking[0] == 3 and ranking[1:] == [5, 4, 2, 1]          # the rest only newest first
+    asked = hybrid_ranking(None, query, [1, 2, 3, 4, 5], None, index, dense=False, lexical_neighbours=(),
+                           question_words=True)
+    assert set(asked[:3]) == {1, 3, 4}

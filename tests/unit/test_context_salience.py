@@ -25,6 +25,10 @@ def kinds(text: str, role: str = "user") -> list[str]:
     ("Nina: the cut-off for refunds is 17:30 CET, after that they wait a day", "17:30 CET"),
     ("Run `tox -e lint` before pushing anything.", "tox -e lint"),
     ("Our Postgres runs on port 6543 behind pgbouncer.", "6543"),
+    # a condition on what others do, a polite request, a retraction: spoken, binding
+    ("Mia: CI will refuse the merge unless npm run typecheck passes locally", "npm run typecheck"),
+    ("before anyone pushes, please just run pytest -m smoke, takes a minute", "pytest -m smoke"),
+    ("Omar: we changed our minds about the queue, it's SQS", "SQS"),
 ])
 def test_facts_in_unfamiliar_wordings_are_kept_with_their_value(text, value):
     facts = extract_facts(text, 1, "user")

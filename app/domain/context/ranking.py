@@ -51,6 +51,33 @@ def with_neighbours(scores: Mapping[int, float], seqs: Sequence[int],
     return out
 
 
+def heads_first(fused: Sequence[int], rankings: Sequence[Sequence[int]], heads: int) -> list[int]:
+    """``fused`` with the first ``heads`` items of every one of ``rankings`` moved to its
+    front, taken by rank and then by list (the first of each list, then the second of each,
+    ...), each once; the rest keep their fused order. Items of ``rankings`` that ``fused``
+    does not hold are not added.
+
+    Why: RRF rewards agreement. A message that one ranking puts first and the other misses
+    entirely (a paraphrase shares no word with the query, so BM25 scores it 0) gets
+    1/(k + 1), which any message ranked within the top k of both lists beats; once the
+    lexical list is long (weak matches on common words, and their neighbours), such a hit
+    falls out of a small budget. A ranking's own best hits are its strongest evidence, so
+    they are taken before the fused order decides the rest."""
+    if heads <= 0:
+        return list(fused)
+    held = set(fused)
+    front: list[int] = []
+    seen: set[int] = set()
+    for position in range(heads):
+        for ranking in rankings:
+            if position < len(ranking):
+                item = ranking[position]
+                if item in held and item not in seen:
+                    front.append(item)
+                    seen.add(item)
+    return front + [item for item in fused if item not in seen]
+
+
 def ranked(scores: Mapping[int, float]) -> list[int]:
     """Items by descending score; ties: the larger item (newer message) first."""
     return sorted(scores, key=lambda item: (-scores[item], -item))
