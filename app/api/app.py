@@ -128,8 +128,9 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
             return FileResponse(index, headers={"cache-control": "no-cache"})
         return PlainTextResponse("AgentRM: GraphQL at /graphql. The console is not built: run `make setup`.")
 
-    routes = [Route("/", console), *observability_routes(holder), *gateway_routes(holder),
-              Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql),
+    # /graphql first: every agent call takes it, and the router tries routes in order.
+    routes = [Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql),
+              Route("/", console), *observability_routes(holder), *gateway_routes(holder),
               # check_dir=False: an unbuilt console must not keep the API from starting.
               Mount("/assets", StaticFiles(directory=CONSOLE / "assets", check_dir=False), name="assets")]
     if demo if demo_upstream is None else demo_upstream:

@@ -34,7 +34,6 @@ from dataclasses import MISSING, dataclass
 from types import SimpleNamespace
 from typing import Any
 
-import orjson
 from graphql import (
     DocumentNode,
     FieldNode,
@@ -207,6 +206,7 @@ class HotDocuments:
         self.schema, self.maxsize = schema, maxsize
         self.plans: OrderedDict[str, Plan | None] = OrderedDict()   # None: not of the shape
         self.served = 0   # requests answered on a plan (the tests check it is taken)
+        self._streaming_accept: dict[str, bool] = {}
 
     def learn(self, query: str, document: DocumentNode) -> None:
         if query in self.plans or len(query) > MAX_CACHED_DOCUMENT_CHARS:
@@ -225,8 +225,8 @@ class HotDocuments:
         if len(body) > MAX_BODY:
             return None
         try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
+            data = json.loads(body)   # as strawberry decodes it (orjson reads big integers otherwise)
+        except Exception:   # not JSON, or nested past the decoder: the general way says how
             return None
         if type(data) is not dict or not data.keys() <= _BODY_KEYS:
             return None
@@ -239,9 +239,7 @@ class HotDocuments:
         variables = data.get("variables")
         if variables is not None and type(variables) is not dict:
             return None
-        headers = request.headers
-        if "application/json" not in parse_content_type(headers.get("content-type") or "")[0] \
-                or view._get_stream_transport_from_headers(headers) is not None:
+        if not self._plain_json(view, request.headers):
             return None   # strawberry refuses the content type, or streams the answer
         context = {"request": request, "response": None, "runtime": runtime}
         try:
@@ -262,6 +260,22 @@ class HotDocuments:
         if fast is None:
             return await self._complete(plan, context, variables, name, value, failed=False)
         return json.dumps({"data": {plan.key: fast}}, separators=(",", ":")).encode()
+
+    def _plain_json(self, view, headers) -> bool:
+        """A JSON body that strawberry answers with one JSON document (no streaming
+        transport asked for in Accept). Both are read as strawberry reads them; what it
+        makes of each Accept value is remembered (a few, as clients send few)."""
+        content_type = headers.get("content-type")
+        if content_type != "application/json" \
+                and "application/json" not in parse_content_type(content_type or "")[0]:
+            return False
+        accept = headers.get("accept", "")
+        streams = self._streaming_accept.get(accept)
+        if streams is None:
+            streams = view._get_stream_transport_from_headers(headers) is not None
+            if len(self._streaming_accept) < 64:
+                self._streaming_accept[accept] = streams
+        return not streams
 
     def _arguments(self, plan: Plan, variables: dict) -> dict | None:
         problems = []
