@@ -72,10 +72,6 @@ class NotCompiled(Exception):
     """This document (or one of its argument types) is not of the shape a plan takes."""
 
 
-class _Declined(Exception):
-    """An argument that does not convert: the general path gives its error."""
-
-
 # -- arguments: strawberry's convert_arguments, resolved once per type ---------------
 def _converter(type_, schema):
     """A function doing what strawberry's `convert_argument(value, type_)` does, for the
