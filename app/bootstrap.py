@@ -72,6 +72,12 @@ def introspection_enabled() -> bool:
     return os.environ.get("AGENTRM_INTROSPECTION", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
+def hot_documents_enabled() -> bool:
+    """The compiled path for the turn documents (AGENTRM_HOT_DOCUMENTS, default on; 0 sends
+    every request through the general executor, to compare the two: app/api/hot_documents.py)."""
+    return os.environ.get("AGENTRM_HOT_DOCUMENTS", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
 def max_queued_turns_per_agent() -> int:
     """How many turns one agent may have queued at once (AGENTRM_MAX_QUEUED_PER_AGENT)."""
     return int(os.environ.get("AGENTRM_MAX_QUEUED_PER_AGENT", "32"))

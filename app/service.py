@@ -317,9 +317,11 @@ class Service:
                            f"{agent['pool']!r} tpm of {refusal.limit}; it could never be admitted")
         if rules.agent_refusal(agent["state"]):
             raise Forbidden("agent is quarantined after repeated reaps; an operator must release it")
-        queued = sum(1 for t in pool.turns.values() if t.agent_id == agent["agent_id"] and t.status == ev.QUEUED)
-        if refusal := rules.queue_refusal(queued + self._unanswered.get(agent["agent_id"], 0),
-                                          self.max_queued_per_agent):
+        unanswered = self._unanswered.get(agent["agent_id"], 0)
+        # The pool's whole queue under the cap: the agent's share is too (no count needed).
+        queued = 0 if pool.queued_count() + unanswered < self.max_queued_per_agent \
+            else pool.queued_of(agent["agent_id"])
+        if refusal := rules.queue_refusal(queued + unanswered, self.max_queued_per_agent):
             raise LimitExceeded(f"agent has {refusal.need - 1} turns queued or on their way, the most "
                                 f"one agent may have waiting is {refusal.limit}; finish or cancel some first")
         if self.pool_guard is not None:

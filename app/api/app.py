@@ -8,14 +8,15 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.bootstrap import default_upstream, introspection_enabled, operator_token, subscriber_send_timeout_seconds
+from app.bootstrap import (default_upstream, hot_documents_enabled, introspection_enabled, operator_token,
+                           subscriber_send_timeout_seconds)
 from app.gateway.routes import routes as gateway_routes
 from app.gateway.upstreams import Upstreams
 from app.observability.http import routes as observability_routes
@@ -34,11 +35,12 @@ CONSOLE = Path(__file__).resolve().parents[2] / "frontend" / "dist"
 
 class AgentRMGraphQL(GraphQL):
     def __init__(self, rt_holder: dict, *, introspection: bool = True,
-                 subscriber_send_timeout: float | None = None):
+                 subscriber_send_timeout: float | None = None, hot_documents: bool = True):
         super().__init__(schema if introspection else build_schema(introspection=False),
                          subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
                          keep_alive=True, keep_alive_interval=15)
         self.rt_holder = rt_holder
+        self.hot_documents = self.schema.hot_documents if hot_documents else None
         self.graphql_transport_ws_handler_class = with_syntax_errors_as_messages(bounded_send_handler(
             subscriber_send_timeout if subscriber_send_timeout is not None else subscriber_send_timeout_seconds()))
 
@@ -57,6 +59,10 @@ class AgentRMGraphQL(GraphQL):
             if body is None:
                 return JSONResponse({"errors": [{"message": f"request body is over {MAX_BODY_BYTES} bytes",
                                                  "extensions": {"code": "LIMIT_EXCEEDED"}}]}, status_code=413)
+            if self.hot_documents is not None:
+                answer = await self.hot_documents.answer(self, request, body, self.rt_holder["runtime"])
+                if answer is not None:   # as strawberry's create_response makes it
+                    return Response(answer, status_code=200, media_type="application/json")
             try:
                 json.loads(body or b"{}")
             except ValueError as exc:
@@ -84,10 +90,12 @@ async def _bounded_body(request) -> bytes | None:
 
 def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                op_token: str | None = None, introspection: bool | None = None,
-               demo_upstream: bool | None = None, tune_gc: bool = False) -> Starlette:
+               demo_upstream: bool | None = None, tune_gc: bool = False,
+               hot_documents: bool | None = None) -> Starlette:
     holder: dict = {}
     graphql = AgentRMGraphQL(holder, introspection=introspection_enabled() if introspection is None
-                             else introspection)
+                             else introspection,
+                             hot_documents=hot_documents_enabled() if hot_documents is None else hot_documents)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -120,8 +128,9 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
             return FileResponse(index, headers={"cache-control": "no-cache"})
         return PlainTextResponse("AgentRM: GraphQL at /graphql. The console is not built: run `make setup`.")
 
-    routes = [Route("/", console), *observability_routes(holder), *gateway_routes(holder),
-              Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql),
+    # /graphql first: every agent call takes it, and the router tries routes in order.
+    routes = [Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql),
+              Route("/", console), *observability_routes(holder), *gateway_routes(holder),
               # check_dir=False: an unbuilt console must not keep the API from starting.
               Mount("/assets", StaticFiles(directory=CONSOLE / "assets", check_dir=False), name="assets")]
     if demo if demo_upstream is None else demo_upstream:

@@ -23,6 +23,7 @@ from .resources_schema import ResourceMutation, ResourceQuery
 from .context import principal, runtime
 from .document_cache import SmallDocumentParserCache, SmallDocumentValidationCache
 from .errors import ErrorCodes, as_graphql_error, assign_codes, is_input_error
+from .hot_documents import HotDocuments, LearnHotDocuments
 from .pool_input import settings_of
 from .security import RefuseInvalidCredentials, limit_extensions
 
@@ -295,9 +296,11 @@ class AgentRMSchema(strawberry.Schema):
 def build_schema(*, introspection: bool = True) -> AgentRMSchema:
     """The schema with its limits (app/api/security.py); introspection can be switched off
     for production (AGENTRM_INTROSPECTION=0, read by app/bootstrap.py)."""
-    return AgentRMSchema(query=Query, mutation=Mutation, subscription=Subscription,
-                         extensions=[ErrorCodes, RefuseInvalidCredentials, *limit_extensions(introspection),
-                                     SmallDocumentParserCache, SmallDocumentValidationCache])
+    built = AgentRMSchema(query=Query, mutation=Mutation, subscription=Subscription,
+                          extensions=[ErrorCodes, RefuseInvalidCredentials, *limit_extensions(introspection),
+                                      SmallDocumentParserCache, SmallDocumentValidationCache, LearnHotDocuments])
+    built.hot_documents = HotDocuments(built)   # the turn documents' plans (hot_documents.py)
+    return built
 
 
 schema = build_schema()

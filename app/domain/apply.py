@@ -173,7 +173,7 @@ def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
             # (A first chunk of an older call says nothing about calls sent since.)
             state.silent_reaps, state.silent_from = 0, None
         if state.settings.adaptive_lanes:
-            busy = sum(1 for lane in state.lanes if lane is not None)
+            busy = state.busy_lanes()
             sample = math.log(max(float(d.first_chunk_s), 1e-3) / state.start.size(turn.estimated_tokens))
             state.lane_limit.observe(sample, busy, state.settings.lanes, state.settings.adaptive_lanes_initial,
                                      state.settings.adaptive_lanes_minimum)
@@ -182,7 +182,7 @@ def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
 def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
     turn = state.turns.pop(d.turn_id)
     if state.settings.adaptive_lanes and not turn.streams and d.outcome == ev.OK:
-        busy = sum(1 for lane in state.lanes if lane is not None)
+        busy = state.busy_lanes()
         state.lane_limit.grow_unmeasured(busy, state.settings.lanes, state.settings.adaptive_lanes_initial)
     _release_lane(state, turn)
     _run_charged(state, turn, d.lane_seconds, d.at)

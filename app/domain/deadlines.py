@@ -52,7 +52,7 @@ def probe_in_flight(state: PoolState) -> bool:
 
 def grants_allowed(state: PoolState) -> int:
     """How many more turns the pool may grant now, by lanes in use and outage."""
-    busy = sum(1 for lane in state.lanes if lane is not None)
+    busy = state.busy_lanes()
     room = state.lanes_in_use() - busy
     if state.outage_since is not None:
         room = min(room, 0 if probe_in_flight(state) else 1)

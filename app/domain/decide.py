@@ -284,8 +284,7 @@ def _queue_refusal(state: PoolState, agent_id: str, cap) -> rules.Refusal | None
         return None
     if sum(map(len, state.queues)) < cap:
         return None   # fewer queued turns in the whole pool than the cap (every queued turn is in a queue)
-    queued = sum(1 for t in state.turns.values() if t.agent_id == agent_id and t.status == ev.QUEUED)
-    return rules.queue_refusal(queued, cap)
+    return rules.queue_refusal(state.queued_of(agent_id), cap)
 
 
 def _reason(refusal: rules.Refusal) -> str:
@@ -433,8 +432,10 @@ def _dispatch(step: _Step) -> None:
     state, now = step.state, step.now
     if state.paused_until is not None and now < state.paused_until:
         return
-    free = state.free_lanes()
-    while free and deadlines.grants_allowed(state) > 0:
+    # The free lanes, lowest first, as free_lanes() lists them, found one at a time from
+    # `after` (a list of every free lane per pass was a scan of all of a big pool's lanes).
+    after = 0
+    while (lane := _free_lane(state, after)) is not None and deadlines.grants_allowed(state) > 0:
         head = ordering.next_turn(state)
         if head is None:
             return
@@ -443,7 +444,7 @@ def _dispatch(step: _Step) -> None:
             if _rate_recovered(step, head):
                 continue
             return
-        lane = free.pop(0)
+        after = lane + 1
         lease, deadline, backoff = state.settings.lease_seconds, None, 0
         probe = state.outage_since is not None
         if head.streams:
@@ -456,6 +457,13 @@ def _dispatch(step: _Step) -> None:
                   level=head.level, lease_expires_at=now + lease, reserved_tokens=head.need_tokens,
                   start_deadline=deadline, start_backoff=backoff or None, probe=True if probe else None,
                   **ordering.grant_fields(state, head))
+
+
+def _free_lane(state: PoolState, after: int) -> int | None:
+    try:
+        return state.lanes.index(None, after)
+    except ValueError:
+        return None
 
 
 def _rate_recovered(step: _Step, head: TurnState) -> bool:

@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 
+from . import events as ev
 from .admission import Bucket
 from .concurrency import LaneLimit
 from .settings import PoolSettings
@@ -205,6 +206,18 @@ class PoolState:
 
     def queued_count(self) -> int:
         return sum(len(q) for q in self.queues)
+
+    def busy_lanes(self) -> int:
+        # list.count, not a generator over every lane: a 1,000-lane pool asks on every
+        # grant and completion.
+        return len(self.lanes) - self.lanes.count(None)
+
+    def queued_of(self, agent_id: str) -> int:
+        """The agent's QUEUED turns: every queued turn is in one of the queues (and only
+        queued ones are), so the queues are counted rather than every open turn."""
+        turns = self.turns
+        return sum(1 for queue in self.queues for turn_id in queue
+                   if (t := turns.get(turn_id)) is not None and t.agent_id == agent_id and t.status == ev.QUEUED)
 
     def lanes_in_use(self) -> int:
         """How many lanes may be granted at once: all configured ones, or the learned limit."""

@@ -201,14 +201,15 @@ class CoreModel:
                 self.dirty.add(("turns", doc["turn_id"]))
 
     # -- memory ---------------------------------------------------------------------------
-    def evict_finished(self, persisted: int, keep: int) -> int:
+    def evict_finished(self, persisted: int, keep: int, also_dirty: list[set] = ()) -> int:
         """Forget all but the `keep` most recently finished turns, of those whose final
         document is persisted (they ended at or before position `persisted` and have not
-        changed since). Returns how many left memory."""
+        changed since; `also_dirty`: more keys not stored yet). Returns how many left memory."""
         evicted = 0
         while len(self.finished) > keep:
             turn_id, ended = next(iter(self.finished.items()))
-            if ended > persisted or ("turns", turn_id) in self.dirty:
+            key = ("turns", turn_id)
+            if ended > persisted or key in self.dirty or any(key in keys for keys in also_dirty):
                 break  # finished in position order: the rest are newer still
             del self.finished[turn_id]
             self.turns.pop(turn_id, None)

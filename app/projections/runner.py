@@ -77,6 +77,11 @@ class PostgresDocuments:
         async with self.pool.acquire() as conn:
             return await save_checkpointed(conn, CHECKPOINT, position, docs)
 
+    async def checkpoint(self) -> int:
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval("SELECT position FROM projection_checkpoints WHERE name = $1",
+                                       CHECKPOINT) or 0
+
     async def turn(self, turn_id: str) -> dict | None:
         async with self.pool.acquire() as conn:
             return await conn.fetchval("SELECT doc FROM read_models WHERE projection = 'turns' AND key = $1",
@@ -92,6 +97,18 @@ class Projector:
     # Finished turns kept in memory beyond the persisted ones: a reply that reads a turn
     # right after its end finds it, and memory stays flat however many turns went by.
     KEEP_FINISHED = 2000
+    # Every worker folds the same log into the same documents, so one writer is enough.
+    # The periodic save writes when the checkpoint is our own last save (or there is
+    # none); it leaves the writing to another worker whose checkpoint moved since our
+    # last look (it is alive and saving), and takes over once that checkpoint has stood
+    # still for TAKEOVER_ROUNDS looks in a row (one is not enough: a save can take longer
+    # than an interval on a busy machine). The documents we left unwritten wait, tagged
+    # with our position at the time, until the checkpoint passes that position: then the
+    # other worker's save holds them (as of its later position), and until then eviction
+    # leaves their turns in memory. Under `bench load` two workers both saved every
+    # second: twice the encoding and twice the writes.
+    SHARED_SAVES = True
+    TAKEOVER_ROUNDS = 2
 
     def __init__(self, store: EventLog, listener: Wakeups, *,
                  persist_interval: float = PERSIST_INTERVAL_S, documents: PostgresDocuments | None = None):
@@ -107,6 +124,11 @@ class Projector:
         # One save at a time: a caller that finds nothing dirty while another save is still
         # writing must wait for it, or it returns before what it asked to persist is stored.
         self._persist_lock = asyncio.Lock()
+        # Documents another worker's save is trusted with: (our position then, their keys).
+        self._left: list[tuple[int, set[tuple[str, str]]]] = []
+        self._checkpoint_seen: int | None = None   # the checkpoint at our last periodic save
+        self._saved_at = 0        # the position of our own last save
+        self._still = 0           # looks in a row that found another worker's checkpoint unmoved
         # Callers waiting for the model to reach some state: (predicate, future), checked
         # once per turn of the event loop after folds, so a fold wakes only the waiters it
         # satisfies. (A Condition woke every waiter on every fold - with a hundred agents
@@ -262,12 +284,34 @@ class Projector:
         async with self._persist_lock:
             return await self._persist()
 
+    async def _periodic_persist(self) -> bool:
+        """The save of the persist loop: ours, or left to a worker that is saving."""
+        async with self._persist_lock:
+            if not self.SHARED_SAVES or self.documents is None or not (self.model.dirty or self._left):
+                return await self._persist()
+            checkpoint = await self.documents.checkpoint()
+            self._left = [(at, keys) for at, keys in self._left if at > checkpoint]
+            seen, self._checkpoint_seen = self._checkpoint_seen, checkpoint
+            self._still = self._still + 1 if checkpoint == seen else 0
+            if seen is None or checkpoint in (0, self._saved_at) or self._still >= self.TAKEOVER_ROUNDS:
+                self._still = 0
+                return await self._persist()   # ours to save: nobody else is saving
+            model = self.model
+            if model.dirty and model.position > checkpoint:
+                self._left.append((model.position, model.dirty))
+            model.dirty = set()   # (at or below the checkpoint: stored already)
+            model.evict_finished(checkpoint, self.KEEP_FINISHED, also_dirty=[keys for _, keys in self._left])
+            return False
+
     async def _persist(self) -> bool:
         model = self.model
-        if not model.dirty or self.documents is None:
+        if not (model.dirty or self._left) or self.documents is None:
             return False
         position = model.position
         keys, model.dirty = model.dirty, set()
+        left, self._left = self._left, []
+        for _, more in left:
+            keys |= more
         # Snapshots taken now: the live documents keep changing while we await the write,
         # and what we write must be the state at `position`, no later. The snapshot is the
         # JSON text the database stores (a deep copy, then encoding that copy, did the work
@@ -278,6 +322,8 @@ class Projector:
         except BaseException:
             model.dirty |= keys
             raise
+        if saved:
+            self._checkpoint_seen = self._saved_at = position
         # Saved, or another worker had already checkpointed at or past `position`: either
         # way every document as of `position` is on disk.
         model.evict_finished(position, self.KEEP_FINISHED)
@@ -324,6 +370,6 @@ class Projector:
         while True:
             await asyncio.sleep(self.persist_interval)
             try:
-                await self.persist()
+                await self._periodic_persist()
             except Exception as exc:
                 log.warning("projector could not persist: %s", exc)

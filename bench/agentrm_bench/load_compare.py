@@ -1,7 +1,8 @@
 """CPU per turn of two (or more) checkouts of AgentRM, side by side in one run.
 
 `python -m agentrm_bench.load_compare --tree OLD_CHECKOUT:httpx --tree .:raw [--agents N]
-[--seconds S] [--repeat R]`
+[--seconds S] [--repeat R]`; `--tree .:raw+NAME=VALUE` also sets an environment variable
+of that variant's server (one checkout with a switch off and on: `+AGENTRM_HOT_DOCUMENTS=0`).
 
 On a machine shared with other work, figures taken minutes apart are not comparable: the
 load of the neighbours changes under them. So every variant (a checkout's server, driven by
@@ -30,10 +31,11 @@ from . import load_bench as lb
 from .cli import _bench_database
 
 
-async def _start(root: Path, url: str, workers: int, token: str, tmp: Path) -> tuple[subprocess.Popen, str]:
+async def _start(root: Path, url: str, workers: int, token: str, tmp: Path,
+                 extra_env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = lb._free_port()
     env = {**os.environ, "DATABASE_URL": url, "AGENTRM_OPERATOR_TOKEN": token, "AGENTRM_DATA_DIR": str(tmp),
-           "PYTHONPATH": str(root)}
+           "PYTHONPATH": str(root), **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",
                              str(workers), "--no-demo", "--no-migrate"], cwd=root, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(tmp / "serve.log", "ab"))
@@ -54,17 +56,18 @@ async def _start(root: Path, url: str, workers: int, token: str, tmp: Path) -> t
         await asyncio.sleep(0.3)
 
 
-async def compare(trees: list[tuple[Path, str]], urls: list[str], agents: int, workers: int, seconds: float,
+async def compare(trees: list[tuple[Path, str, dict]], urls: list[str], agents: int, workers: int, seconds: float,
                   repeat: int) -> dict:
     token = "op_bench_" + os.urandom(8).hex()
     variants = []
     with tempfile.TemporaryDirectory(prefix="agentrm-compare-") as tmp:
         try:
-            for i, ((root, client), url) in enumerate(zip(trees, urls)):
+            for i, ((root, client, extra_env), url) in enumerate(zip(trees, urls)):
                 work = Path(tmp) / str(i)
                 work.mkdir()
-                proc, base = await _start(root, url, workers, token, work)
-                variants.append({"label": f"{root}:{client}", "proc": proc, "url": url, "phases": []})
+                proc, base = await _start(root, url, workers, token, work, extra_env)
+                label = f"{root}:{client}" + "".join(f" {k}={v}" for k, v in extra_env.items())
+                variants.append({"label": label, "proc": proc, "url": url, "phases": []})
                 tokens = await lb._fleet(base, token, agents)
                 variants[-1]["driver"] = lb.Driver(base, tokens, proc.pid, lb.postmaster_pid(url), 1, client)
             for v in variants:
@@ -118,10 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     trees = []
     for spec in args.tree:
+        spec, *assignments = spec.split("+")
+        if not all("=" in a for a in assignments):
+            p.error(f"{spec}: after '+', NAME=VALUE")
+        extra_env = dict(a.split("=", 1) for a in assignments)
         root, _, client = spec.rpartition(":") if spec.endswith((":raw", ":httpx")) else (spec, "", "raw")
         if not (Path(root) / "app" / "cli.py").exists():
             p.error(f"{root} is not a checkout of AgentRM")
-        trees.append((Path(root).resolve(), client))
+        trees.append((Path(root).resolve(), client, extra_env))
     urls = [_bench_database(f"agentrm_bench_cmp{i}") for i in range(len(trees))]   # before the loop: alembic runs its own
     result = lb.run_loop(compare(trees, urls, args.agents, args.workers, args.seconds, args.repeat))
     if args.json:

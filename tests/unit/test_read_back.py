@@ -1,0 +1,51 @@
+"""EventStore's read_back gives what decoding the stored JSON gives, value and type."""
+from __future__ import annotations
+
+import enum
+import json
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.eventstore.store import _dumps, read_back
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) \
+    | st.text().filter(lambda s: not any(0xD800 <= ord(c) <= 0xDFFF for c in s))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                      | st.dictionaries(st.text(max_size=6) | st.integers(), inner, max_size=4), max_leaves=20)
+
+
+def same(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+@given(st.dictionaries(st.text(max_size=8), scalars, max_size=12))
+def test_a_flat_event_reads_back_as_stored(data):
+    text = _dumps(data)
+    assert same(read_back(data, text), json.loads(text))
+    assert read_back(data, text) is not data   # a copy: the caller's later changes stay its own
+
+
+@given(st.dictionaries(st.text(max_size=6) | st.integers(), values, max_size=5))
+def test_any_event_reads_back_as_stored(data):
+    text = _dumps(data)
+    assert same(read_back(data, text), json.loads(text))
+
+
+class Colour(str, enum.Enum):
+    RED = "red"
+
+
+def test_subclasses_and_tuples_are_decoded():
+    for data in ({"c": Colour.RED}, {"t": (1, 2)}, {1: "a"}, {"n": -0.0}):
+        text = _dumps(data)
+        assert same(read_back(data, text), json.loads(text))
