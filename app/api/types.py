@@ -72,6 +72,8 @@ class Pool:
     size_slack_per_ktoken: float
     size_slack_cap_seconds: float
     run_forget_seconds: float
+    output_credit_per_ktoken: float
+    output_credit_cap_seconds: float
     adaptive_lanes: bool
     adaptive_lanes_initial: int
     adaptive_lanes_minimum: int
@@ -89,7 +91,8 @@ class Pool:
                    policy=SchedulingPolicy(s.policy), class_slack_seconds=list(s.class_slack_seconds),
                    run_slack_per_service=s.run_slack_per_service, run_slack_cap_seconds=s.run_slack_cap_seconds,
                    size_slack_per_ktoken=s.size_slack_per_ktoken, size_slack_cap_seconds=s.size_slack_cap_seconds,
-                   run_forget_seconds=s.run_forget_seconds, adaptive_lanes=s.adaptive_lanes,
+                   run_forget_seconds=s.run_forget_seconds, output_credit_per_ktoken=s.output_credit_per_ktoken,
+                   output_credit_cap_seconds=s.output_credit_cap_seconds, adaptive_lanes=s.adaptive_lanes,
                    adaptive_lanes_initial=s.adaptive_lanes_initial,
                    adaptive_lanes_minimum=s.adaptive_lanes_minimum,
                    stall_timeout_seconds=s.stall_timeout_seconds,
@@ -258,6 +261,11 @@ class PoolInput:
         "DEADLINE: the most size slack a turn gets (default 30), 0-3600."))
     run_forget_seconds: float | None = strawberry.field(default=None, description=(
         "A run with nothing live for this long is forgotten (default 600), 1-86400."))
+    output_credit_per_ktoken: float | None = strawberry.field(default=None, description=(
+        "DEADLINE, while the rate budget binds (a bucket below half): class slack is off and a turn's "
+        "deadline moves earlier by this many seconds per 1,000 max-output tokens (default 3; 0: off), 0-3600."))
+    output_credit_cap_seconds: float | None = strawberry.field(default=None, description=(
+        "DEADLINE: the most output credit a turn gets (default 30), 0-3600."))
     adaptive_lanes: bool | None = strawberry.field(default=None, description=(
         "Learn how many of the lanes to use from the provider's time to first chunk (default true); "
         "false uses every configured lane."))

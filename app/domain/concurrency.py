@@ -13,8 +13,11 @@ The rule is Netflix concurrency-limits' Gradient2 (`Gradient2Limit`), in log spa
 - short = a moving mean of log(first-chunk time / prompt size) over about 8 samples, long =
   the same over about 128 samples (the prompt size as the start deadline takes it:
   StartEstimator.size);
-- gradient = clamp(TOLERANCE x exp(long) / exp(short), 0.5, 1): 1 while the provider starts
-  calls about as fast as it usually does, below 1 when they queue;
+- gradient = clamp(TOLERANCE x exp(long) / exp(short), GRADIENT_FLOOR, 1): 1 while the
+  provider starts calls about as fast as it usually does, below 1 when they queue. The floor
+  is 0.8, not Gradient2's 0.5: a first chunk reports a queue only after the call waited in it,
+  so "queue" samples keep coming for a round trip after the limit was cut; at 10% a sample
+  that late train halved the limit far below the knee, at 4% it stays near it;
 - new = limit x gradient + QUEUE, smoothed: limit <- (1 - SMOOTHING) limit + SMOOTHING new.
   With gradient 1 the limit grows by SMOOTHING x QUEUE per sample; when calls queue it
   shrinks geometrically.
@@ -47,6 +50,7 @@ SMOOTHING = 0.2        # Gradient2's smoothing
 OUTLIER = 4.0          # one sample moves `short` by at most log(4) over `long`
 DRIFT = 2.0            # long > 2 x short: long decays (Gradient2's drift correction)
 DRIFT_DECAY = 0.95
+GRADIENT_FLOOR = 0.8    # a sample cuts the limit by at most SMOOTHING x (1 - this) = 4%
 INITIAL = 16           # Gradient2's initialLimit is 20; 16 is a fifth of a typical knee at most
 MINIMUM = 2            # never fewer lanes than this (nor more than configured)
 # INITIAL and MINIMUM are the defaults of the pool settings adaptive_lanes_initial and
@@ -79,7 +83,7 @@ class LaneLimit:
             if self.long - self.short > math.log(DRIFT):
                 self.long = self.short + (self.long - self.short) * DRIFT_DECAY
         self.samples = n
-        gradient = min(1.0, max(0.5, TOLERANCE * math.exp(self.long - self.short)))
+        gradient = min(1.0, max(GRADIENT_FLOOR, TOLERANCE * math.exp(self.long - self.short)))
         if gradient >= 1.0 and in_use < limit / 2:
             return   # app-limited: no evidence about more lanes
         proposed = limit * gradient + QUEUE

@@ -341,6 +341,7 @@ class TurnGranted(Decided):
     # Policy "deadline" only: the virtual deadline the turn won by, and its terms (ordering.py).
     order_deadline: float | None = None
     run_service_s: float | None = None     # its run's attained service when granted
+    rate_bound: bool | None = None         # set (True) when chosen by the rate-bound order
 
 
 @event

@@ -25,6 +25,24 @@ to serve the turns queued before that instant: nothing starves, without a separa
 rule (tests/unit/test_ordering.py checks the bound). A call in flight is never preempted:
 the order decides only which queued turn takes the next free lane.
 
+While the provider's rate budget binds (`rate_bound`: either bucket below half its capacity,
+so the pool spends its RPM or TPM as fast as it refills) the lanes are not what is short,
+and the order changes (`output_credit_per_ktoken` > 0; 0 keeps the order above everywhere):
+
+    deadline = queued_at - output credit + run slack + size slack
+
+- no class slack: class slack hands the next free lane to interactive work; here lanes are
+  idle and the budget is what is rationed, and interactive turns (long prompts, short
+  answers) cost the most budget per second of answer;
+- output credit (after EDF on completion rather than start: a call's latency is its wait
+  plus its own service, and under a rate limit its service uses no scarce lane, so the call
+  that will run longest should start first): `output_credit_per_ktoken` seconds per 1,000
+  max-output tokens (the client's own bound on the answer, the pool's only hint of a call's
+  service time before it runs), at most `output_credit_cap_seconds`.
+The credit moves a deadline earlier by at most its cap, so the starvation bound grows by
+that cap (min_slack). Each grant records whether it was chosen under this order
+(TurnGranted.rate_bound).
+
 The run's attained service is folded from the log (apply: a run's finished turns add the
 lane-seconds they held), so the order is a pure function of the folded state and replay
 reproduces it exactly. Each grant records the deadline it won by (TurnGranted.order_deadline).
@@ -46,11 +64,36 @@ def run_service(state: PoolState, turn: TurnState) -> float:
     return run.service_s if run is not None else 0.0
 
 
-def slack(state: PoolState, turn: TurnState) -> float:
+RATE_BOUND_LEVEL = 0.5   # a bucket below half its capacity: the pool spends it as fast as it refills
+
+
+def rate_bound(state: PoolState) -> bool:
+    """Whether the provider's rate budget, not the lanes, holds the queue back: either
+    bucket below half its capacity at the state's clock. A function of the folded state, so
+    replay and what-if reproduce it. Off (False) without the output credit."""
     s = state.settings
-    agent = state.agents.get(turn.agent_id)
-    index = CLASS_INDEX.get(agent.priority_class, 2) if agent is not None else 2
-    total = s.class_slack_seconds[index]
+    if not s.output_credit_per_ktoken > 0:
+        return False
+    factor, at = state.rate_factor, state.clock
+    return any(bucket.available(at, factor) < RATE_BOUND_LEVEL * bucket.capacity(factor)
+               for bucket in (state.requests, state.tokens))
+
+
+def output_credit(state: PoolState, turn: TurnState) -> float:
+    s = state.settings
+    return min(s.output_credit_cap_seconds, s.output_credit_per_ktoken * turn.max_output_tokens / 1000.0)
+
+
+def slack(state: PoolState, turn: TurnState, bound: bool | None = None) -> float:
+    s = state.settings
+    if bound is None:
+        bound = rate_bound(state)
+    if bound:
+        total = -output_credit(state, turn)
+    else:
+        agent = state.agents.get(turn.agent_id)
+        index = CLASS_INDEX.get(agent.priority_class, 2) if agent is not None else 2
+        total = s.class_slack_seconds[index]
     if s.run_slack_per_service > 0 and turn.run_id is not None:
         total += min(s.run_slack_cap_seconds, s.run_slack_per_service * run_service(state, turn))
     if s.size_slack_per_ktoken > 0:
@@ -58,8 +101,8 @@ def slack(state: PoolState, turn: TurnState) -> float:
     return total
 
 
-def deadline(state: PoolState, turn: TurnState) -> float:
-    return turn.queued_at + slack(state, turn)
+def deadline(state: PoolState, turn: TurnState, bound: bool | None = None) -> float:
+    return turn.queued_at + slack(state, turn, bound)
 
 
 def max_slack(state: PoolState) -> float:
@@ -69,16 +112,24 @@ def max_slack(state: PoolState) -> float:
             + (s.size_slack_cap_seconds if s.size_slack_per_ktoken > 0 else 0.0))
 
 
+def min_slack(state: PoolState) -> float:
+    """The smallest (most negative) slack: the output credit moves a deadline earlier by at
+    most its cap, which the starvation bound adds."""
+    s = state.settings
+    return -s.output_credit_cap_seconds if s.output_credit_per_ktoken > 0 else 0.0
+
+
 def next_turn(state: PoolState) -> TurnState | None:
     """The queued turn the next free lane goes to (if the rate budget takes it: the choice
     is never skipped for a smaller turn behind it, so big requests cannot starve either)."""
     if not by_deadline(state):
         return state.head()
     best, best_key = None, None
+    bound = rate_bound(state)
     for queue in state.queues:
         for turn_id in queue:
             turn = state.turns[turn_id]
-            key = (deadline(state, turn), turn.seq)
+            key = (deadline(state, turn, bound), turn.seq)
             if best_key is None or key < best_key:
                 best, best_key = turn, key
     return best
@@ -89,5 +140,7 @@ def grant_fields(state: PoolState, turn: TurnState) -> dict:
     grants keep their old shape)."""
     if not by_deadline(state):
         return {}
-    return {"order_deadline": deadline(state, turn),
-            "run_service_s": run_service(state, turn) if turn.run_id is not None else None}
+    bound = rate_bound(state)
+    return {"order_deadline": deadline(state, turn, bound),
+            "run_service_s": run_service(state, turn) if turn.run_id is not None else None,
+            "rate_bound": True if bound else None}

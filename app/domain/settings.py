@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass, field
 MAX_LANES = 1024
 POLICIES = ("mlfq", "fifo", "deadline")
 ORDER_FIELDS = ("class_slack_seconds", "run_slack_per_service", "run_slack_cap_seconds",
-                "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds")
+                "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds",
+                "output_credit_per_ktoken", "output_credit_cap_seconds")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ class PoolSettings:
     size_slack_per_ktoken: float = 0.0     # seconds of slack per 1,000 reserved tokens
     size_slack_cap_seconds: float = 30.0
     run_forget_seconds: float = 600.0      # a run idle this long is forgotten (its service too)
+    # While the rate budget binds: no class slack, and a turn's deadline moves earlier by this
+    # many seconds per 1,000 max-output tokens, at most the cap (0: the order above everywhere).
+    output_credit_per_ktoken: float = 3.0
+    output_credit_cap_seconds: float = 30.0
 
     def entry_level(self, priority_class: str) -> int:
         if self.policy == "fifo":
@@ -131,7 +136,9 @@ class PoolSettings:
         for label, value, top in (("runSlackPerService", self.run_slack_per_service, 1000),
                                   ("runSlackCapSeconds", self.run_slack_cap_seconds, 3600),
                                   ("sizeSlackPerKtoken", self.size_slack_per_ktoken, 3600),
-                                  ("sizeSlackCapSeconds", self.size_slack_cap_seconds, 3600)):
+                                  ("sizeSlackCapSeconds", self.size_slack_cap_seconds, 3600),
+                                  ("outputCreditPerKtoken", self.output_credit_per_ktoken, 3600),
+                                  ("outputCreditCapSeconds", self.output_credit_cap_seconds, 3600)):
             if not (isinstance(value, (int, float)) and 0 <= value <= top):
                 problems.append(f"{label} must be between 0 and {top}")
         if not (isinstance(self.run_forget_seconds, (int, float)) and 1 <= self.run_forget_seconds <= 86_400):
@@ -179,9 +186,12 @@ class PoolSettings:
                 del d[key]
         if self.policy != "deadline":
             for key in ORDER_FIELDS:
-                d.pop(key)
+                d.pop(key, None)
         else:
             d["class_slack_seconds"] = list(d["class_slack_seconds"])
+            for key, legacy in LEGACY_ORDER.items():
+                if d[key] == legacy:
+                    del d[key]
         return d
 
     @classmethod
@@ -193,22 +203,29 @@ class PoolSettings:
         if isinstance(d.get("class_slack_seconds"), list):
             d["class_slack_seconds"] = tuple(d["class_slack_seconds"])
         known = set(cls.__dataclass_fields__) - {"extra"}
-        return cls(**{**LEGACY, **{k: v for k, v in d.items() if k in known}})
+        legacy = dict(LEGACY)
+        if d.get("policy", cls.__dataclass_fields__["policy"].default) == "deadline":
+            legacy.update(LEGACY_ORDER)
+        return cls(**{**legacy, **{k: v for k, v in d.items() if k in known}})
 
     def legacy(self) -> "PoolSettings":
         """These settings with every later rule off (as a pool recorded before them)."""
-        return dataclasses.replace(self, **LEGACY)
+        return dataclasses.replace(self, **LEGACY, **LEGACY_ORDER)
 
 
 # The value each later rule had before it existed. Stored settings that lack a key were
 # written before its rule, so they read it as off: replay and what-if of an old log decide
 # exactly as the recorded scheduler did.
 LEGACY: dict = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False}
+# The same for a rule of the deadline order (written, like the order's other fields, only by
+# pools of that policy): a deadline pool stored without the key ran without the rule.
+LEGACY_ORDER: dict = {"output_credit_per_ktoken": 0.0}
 
 # Settings that were constants before they were settings: not written at their default,
 # which is what a stored pool without the key meant all along.
 DEFAULTED: dict = {key: PoolSettings.__dataclass_fields__[key].default
-                   for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap")}
+                   for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap",
+                               "output_credit_cap_seconds")}
 
 
 def _is_int(value) -> bool:

@@ -191,11 +191,13 @@ class ScenarioSettings:
 # The PoolSettings durations of the scheduling rules (seconds, or seconds per unit), which a
 # compressed run divides by c. run_slack_per_service is seconds per second: no unit to compress.
 RULE_DURATIONS = ("class_slack_seconds", "run_slack_cap_seconds", "size_slack_per_ktoken",
-                  "size_slack_cap_seconds", "run_forget_seconds", "stall_timeout_seconds")
+                  "size_slack_cap_seconds", "run_forget_seconds", "stall_timeout_seconds",
+                  "output_credit_per_ktoken", "output_credit_cap_seconds")
+PER_KTOKEN = ("size_slack_per_ktoken", "output_credit_per_ktoken")   # seconds per 1,000 tokens
 
 
 def _compressed(key: str, value, c: float):
-    if not (key.endswith("_seconds") or key == "size_slack_per_ktoken") or value is None:
+    if not (key.endswith("_seconds") or key in PER_KTOKEN) or value is None:
         return value
     if isinstance(value, (tuple, list)):
         return [v / c for v in value]

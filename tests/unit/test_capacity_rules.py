@@ -211,6 +211,25 @@ def test_the_limit_shrinks_when_first_chunks_queue_and_never_leaves_its_bounds()
     assert limit.lanes_in_use(64) >= MINIMUM
 
 
+def test_a_queued_sample_cuts_the_limit_by_at_most_four_percent_so_a_late_signal_cannot_halve_it():
+    """The first chunk reports a queue only after the call waited in it, so the samples that
+    say "queue" keep coming for a round trip after the limit was already cut. Each may cut
+    by at most SMOOTHING x (1 - GRADIENT_FLOOR) = 4% (then + 0.8 lanes of headroom): a
+    round trip's worth of late samples (20 at the knee's rate) takes 64 lanes to no fewer
+    than 30, where a floor of 0.5 (10% a sample) took them to 15."""
+    from app.domain.concurrency import GRADIENT_FLOOR, SMOOTHING
+    assert SMOOTHING * (1 - GRADIENT_FLOOR) == pytest.approx(0.04)
+    limit = LaneLimit()
+    for _ in range(200):
+        limit.observe(math.log(0.5), in_use=64, lanes=64)
+    before = limit.current(64)
+    for _ in range(20):
+        previous = limit.current(64)
+        limit.observe(math.log(100.0), in_use=64, lanes=64)   # far past the tolerance
+        assert limit.current(64) >= 0.96 * previous + 0.8 - 1e-9
+    assert before == 64 and limit.lanes_in_use(64) >= 30
+
+
 def test_an_idle_pool_learns_nothing_about_more_lanes():
     limit = LaneLimit()
     for _ in range(100):

@@ -70,5 +70,6 @@ def test_the_live_pool_runs_the_rules_durations_compressed_with_the_stall_deadli
     assert s["class_slack_seconds"] == [0.0, 0.6, 1.2]          # 0/6/12 s over 10
     assert s["run_forget_seconds"] == 60.0 and s["run_slack_cap_seconds"] == 12.0
     assert s["size_slack_cap_seconds"] == 3.0 and s["size_slack_per_ktoken"] == 0.0
+    assert s["output_credit_per_ktoken"] == pytest.approx(0.3) and s["output_credit_cap_seconds"] == 3.0
     assert s["stall_timeout_seconds"] == 1.0                     # 6 s over 10 is under the 1 s wall floor
     assert ScenarioSettings("hangs", compression=4.0).pool_settings()["stall_timeout_seconds"] == 1.5

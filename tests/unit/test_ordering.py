@@ -196,3 +196,65 @@ def test_deadline_settings_round_trip_and_bad_ones_are_refused():
         except ValueError:
             continue
         raise AssertionError(f"accepted {bad}")
+
+
+# -- the rate-bound order ------------------------------------------------------------------
+
+def settle(turn_id, prompt_tokens):
+    """A completion that used its whole reservation, so nothing is refunded to the bucket."""
+    return ev.COMPLETION_REPORTED, {"turn_id": turn_id, "outcome": ev.OK, "prompt_tokens": prompt_tokens,
+                                    "completion_tokens": 0}, None
+
+
+def test_while_the_token_budget_binds_the_longest_answer_starts_first_and_no_further():
+    """tpm 100k: an 80k call leaves the token bucket below half for a while. Then class slack
+    is off and each turn's deadline moves earlier by 3 s per 1,000 max-output tokens (at
+    most 30 s): the batch turn with a 4,000-token answer cap goes before the interactive one
+    queued earlier, a turn queued more than the credit later does not, and each grant says
+    it was chosen by this order."""
+    state = pool()
+    assert granted(decide_many(state, [request("hold", "i", 0.0, est=80_000)], 0.0)) == ["hold"]
+    decide_many(state, [request("chat", "i", 1.0, out=1_000)], 1.0)     # 1 - 3 = -2
+    decide_many(state, [request("job", "b", 2.0, out=4_000)], 2.0)      # 2 - 12 = -10 (class slack 10 off)
+    decide_many(state, [request("late", "b", 12.0, out=4_000)], 12.0)   # 12 - 12 = 0
+    out = decide_many(state, [settle("hold", 80_000)], 13.0)
+    assert granted(out) == ["job"]
+    assert [(d["order_deadline"], d["rate_bound"]) for t, d in out if t == ev.TURN_GRANTED] == [(-10.0, True)]
+    assert granted(decide_many(state, [settle("job", 4_100)], 14.0)) == ["chat"]
+    assert granted(decide_many(state, [settle("chat", 1_100)], 15.0)) == ["late"]
+
+
+def test_with_budget_to_spare_the_class_order_holds_and_grants_keep_their_shape():
+    state = pool()
+    assert granted(decide_many(state, [request("hold", "i", 0.0, est=100)], 0.0)) == ["hold"]
+    decide_many(state, [request("chat", "i", 1.0, out=1_000)], 1.0)     # 1 + 0
+    decide_many(state, [request("job", "b", 2.0, out=4_000)], 2.0)      # 2 + 10
+    out = decide_many(state, [settle("hold", 100)], 3.0)
+    assert granted(out) == ["chat"]
+    assert all("rate_bound" not in d for t, d in out if t == ev.TURN_GRANTED)
+
+
+def test_the_output_credit_off_keeps_the_class_order_under_a_binding_budget():
+    state = pool(output_credit_per_ktoken=0.0)
+    decide_many(state, [request("hold", "i", 0.0, est=80_000)], 0.0)
+    decide_many(state, [request("chat", "i", 1.0, out=1_000)], 1.0)
+    decide_many(state, [request("job", "b", 2.0, out=4_000)], 2.0)
+    assert granted(decide_many(state, [settle("hold", 80_000)], 13.0)) == ["chat"]
+
+
+def test_output_credit_settings_are_stored_only_when_they_matter_and_bad_ones_are_refused():
+    new = PoolSettings().to_dict()
+    assert new["output_credit_per_ktoken"] == 3.0 and "output_credit_cap_seconds" not in new
+    assert PoolSettings.from_dict(new) == PoolSettings()
+    old_deadline = {k: v for k, v in new.items() if k != "output_credit_per_ktoken"}
+    assert PoolSettings.from_dict(old_deadline).output_credit_per_ktoken == 0.0   # recorded before the rule
+    mlfq = PoolSettings(policy="mlfq")
+    assert "output_credit_per_ktoken" not in mlfq.to_dict() and PoolSettings.from_dict(mlfq.to_dict()) == mlfq
+    for field, value, message in (("output_credit_per_ktoken", -1.0, "outputCreditPerKtoken must be between 0 and 3600"),
+                                  ("output_credit_cap_seconds", 4000.0, "outputCreditCapSeconds must be between 0 and 3600")):
+        try:
+            PoolSettings(**{field: value}).validate()
+        except ValueError as error:
+            assert message in str(error)
+        else:
+            raise AssertionError(f"{field}={value} was accepted")

@@ -197,11 +197,11 @@ def test_the_initial_limit_is_the_setting_within_the_configured_lanes():
         grown = LaneLimit()
         grown.grow_unmeasured(in_use=lanes, lanes=lanes, initial=initial)
         assert grown.limit == pytest.approx(min(lanes, start + 0.8))
-    # Calls queue (short far above long: gradient 0.5): 0.8 x 9 + 0.2 x (4.5 + 4) = 8.9, but
-    # never below the minimum.
-    for minimum, after in ((2, 8.9), (9, 9.0)):
-        floor = LaneLimit(limit=9.0, short=5.0, long=0.0, samples=500)
-        floor.observe(math.log(4.0), in_use=9, lanes=64, minimum=minimum)
+    # Calls queue (short far above long: the gradient at its floor, 0.8):
+    # 0.8 x 30 + 0.2 x (24 + 4) = 29.6, but never below the minimum.
+    for minimum, after in ((2, 29.6), (30, 30.0)):
+        floor = LaneLimit(limit=30.0, short=5.0, long=0.0, samples=500)
+        floor.observe(math.log(4.0), in_use=30, lanes=64, minimum=minimum)
         assert floor.limit == pytest.approx(after)
 
 

@@ -131,11 +131,15 @@ class Ledger:
     agents: dict[str, dict] = field(default_factory=dict)     # level, state, class
     runs: dict[str, dict] = field(default_factory=dict)       # service, live turns, last activity
 
-    def deadline(self, t: dict) -> float:
-        """Policy "deadline": queued_at + class slack + run slack + size slack (README)."""
+    def deadline(self, t: dict, rate_bound: bool = False) -> float:
+        """Policy "deadline": queued_at + class slack + run slack + size slack (README); while
+        the rate budget binds, the output credit (negative) instead of the class slack."""
         s = self.settings
-        total = s.class_slack_seconds[{ev.INTERACTIVE: 0, ev.BATCH: 1, ev.BACKGROUND: 2}[
-            self.agents[t["agent"]]["class"]]]
+        if rate_bound:
+            total = -min(s.output_credit_cap_seconds, s.output_credit_per_ktoken * t["max_output"] / 1000.0)
+        else:
+            total = s.class_slack_seconds[{ev.INTERACTIVE: 0, ev.BATCH: 1, ev.BACKGROUND: 2}[
+                self.agents[t["agent"]]["class"]]]
         if s.run_slack_per_service > 0 and t["run"] is not None:
             run = self.runs.get(t["run"])
             total += min(s.run_slack_cap_seconds, s.run_slack_per_service * (run["service"] if run else 0.0))
@@ -169,7 +173,8 @@ class Ledger:
             need(d["level"] == self.agents[d["agent_id"]]["level"], "queued off its agent's level")
             self.turns[d["turn_id"]] = {"status": ev.QUEUED, "lane": None, "level": d["level"], "seq": d["seq"],
                                         "queued_at": d["at"], "agent": d["agent_id"], "run": d.get("run_id"),
-                                        "need": d["estimated_tokens"] + d["max_output_tokens"]}
+                                        "need": d["estimated_tokens"] + d["max_output_tokens"],
+                                        "max_output": d["max_output_tokens"]}
             if d.get("run_id") is not None:
                 run = self.runs.setdefault(d["run_id"], {"service": 0.0, "live": 0, "last": d["at"]})
                 run["live"] += 1
@@ -179,9 +184,13 @@ class Ledger:
             need(0 <= d["lane"] < self.settings.lanes and d["lane"] not in self.lanes, "lane busy or absent")
             waiting = [t for t in self.turns.values() if t["status"] == ev.QUEUED]
             if self.settings.policy == "deadline":
-                head = min(waiting, key=lambda t: (self.deadline(t), t["seq"]))
+                # Whether the rate budget binds is the grant's own claim (rate_bound); the
+                # claim itself is checked against the buckets in test_ordering.py.
+                bound = bool(d.get("rate_bound"))
+                need(not bound or self.settings.output_credit_per_ktoken > 0, "a rate-bound grant with the rule off")
+                head = min(waiting, key=lambda t: (self.deadline(t, bound), t["seq"]))
                 need(head is turn, "granted out of deadline order (earliest virtual deadline, then FIFO)")
-                need(d["order_deadline"] == self.deadline(turn), "recorded a deadline it was not granted by")
+                need(d["order_deadline"] == self.deadline(turn, bound), "recorded a deadline it was not granted by")
             else:
                 head = min(waiting, key=lambda t: (t["level"], t["seq"]))
                 need(head is turn, "granted out of MLFQ order (lowest level, then FIFO)")
