@@ -186,7 +186,9 @@ async def _whatif(url: str, args) -> int:
                                            class_slack_seconds=slack, run_slack_per_service=args.run_slack,
                                            run_slack_cap_seconds=args.run_slack_cap,
                                            size_slack_per_ktoken=args.size_slack,
-                                           size_slack_cap_seconds=args.size_slack_cap)
+                                           size_slack_cap_seconds=args.size_slack_cap,
+                                           output_credit_per_ktoken=args.output_credit,
+                                           output_credit_cap_seconds=args.output_credit_cap)
     except ValueError as exc:
         print(f"what-if: {exc}", file=sys.stderr)
         return 2
@@ -321,6 +323,9 @@ def add_commands(subparsers) -> None:
     whatif.add_argument("--run-slack-cap", type=float, help="the most run slack, in seconds")
     whatif.add_argument("--size-slack", type=float, help="seconds of slack per 1,000 reserved tokens")
     whatif.add_argument("--size-slack-cap", type=float, help="the most size slack, in seconds")
+    whatif.add_argument("--output-credit", type=float,
+                        help="seconds earlier per 1,000 max-output tokens while the rate budget binds (0: off)")
+    whatif.add_argument("--output-credit-cap", type=float, help="the most output credit, in seconds")
     whatif.add_argument("--json", action="store_true", help="print the report as JSON")
     whatif.set_defaults(func=_runner(_whatif, "running the recorded workload again"))
 

@@ -100,8 +100,16 @@ async def test_replay_under_the_recorded_settings_reproduces_the_real_run(server
     body = json.loads(out)
     assert body["settings"]["class_slack_seconds"] == [0.0, 30.0, 60.0]
     assert body["settings"]["run_slack_per_service"] == 2.0 and body["whatif"]["completed_ok"] == 12
+    code, out = await agentrm(server.url, "replay", "whatif", "--pool", pool, "--policy", "deadline",
+                              "--output-credit", "5", "--output-credit-cap", "12", "--json")
+    assert code == 0, out
+    body = json.loads(out)
+    assert (body["settings"]["output_credit_per_ktoken"], body["settings"]["output_credit_cap_seconds"]) == (5.0, 12.0)
     code, out = await agentrm(server.url, "replay", "whatif", "--pool", pool, "--class-slack", "0,x,1")
     assert code == 2, out
+    code, out = await agentrm(server.url, "replay", "whatif", "--pool", pool, "--policy", "deadline",
+                              "--output-credit", "-1")
+    assert code == 2 and "outputCredit" in out, out
 
 
 async def test_verify_passes_on_the_live_log_and_catches_a_forged_copy(server, recorded_run, fresh_database):
