@@ -28,8 +28,22 @@ import numpy as np
 from .embedder import EMBEDDING_DIM, embedding_threads
 
 # Background work yields the cores to requests: nice 10 gets ~1/10 of a core's share
-# against a busy nice-0 thread, and all of an idle core.
+# against a busy nice-0 thread, and all of an idle core. AGENTRM_EMBEDDING_NICE changes it
+# (0: the same priority as the server).
 DEFAULT_NICE = 10
+
+
+def background_nice(env: dict | None = None) -> int:
+    raw = (os.environ if env is None else env).get("AGENTRM_EMBEDDING_NICE", "")
+    if raw.strip() == "":
+        return DEFAULT_NICE
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 19:
+        raise ValueError(f"AGENTRM_EMBEDDING_NICE must be a whole number from 0 to 19, not {raw!r}")
+    return n
 
 
 def _start_child(nice: int, threads: int) -> None:
@@ -51,7 +65,8 @@ class ModelProcess:
     """A ``TextEmbedder`` whose ``embed`` runs in the child (blocking the caller's thread,
     which waits without the GIL)."""
 
-    def __init__(self, nice: int = DEFAULT_NICE) -> None:
+    def __init__(self, nice: int | None = None) -> None:
+        nice = background_nice() if nice is None else nice
         if not 0 <= nice <= 19:
             raise ValueError(f"nice must be 0 to 19, not {nice!r}")
         self.nice = nice

@@ -61,6 +61,7 @@ class ContextService:
         self._embedder = None
         from .embedder import embedding_threads
         embedding_threads()  # a bad AGENTRM_EMBEDDING_THREADS stops the start, with its reason
+        # (and ModelProcess reads AGENTRM_EMBEDDING_NICE the same way, below)
         self._summarizer = None
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()

@@ -57,3 +57,12 @@ def test_a_bad_niceness_is_refused():
     for bad in (-1, 20):
         with pytest.raises(ValueError, match="nice"):
             ModelProcess(nice=bad)
+
+
+def test_the_niceness_defaults_to_ten_and_bad_settings_are_refused():
+    from app.context.model_process import background_nice
+    assert background_nice({}) == 10 and background_nice({"AGENTRM_EMBEDDING_NICE": " "}) == 10
+    assert background_nice({"AGENTRM_EMBEDDING_NICE": "0"}) == 0
+    for bad in ("-1", "20", "low", "2.5"):
+        with pytest.raises(ValueError, match="AGENTRM_EMBEDDING_NICE"):
+            background_nice({"AGENTRM_EMBEDDING_NICE": bad})
