@@ -133,3 +133,16 @@ async def test_close_stops_the_workers_and_fails_the_calls_still_waiting():
     assert (await lane.embed_background(["again"])).shape == (1, 384)
     lane.close()
     assert lane.workers == []
+
+
+def test_loading_the_model_takes_its_objects_out_of_the_collectors_way():
+    import gc
+
+    from app.context.embedder import MiniLMEmbedder
+    gc.unfreeze()                                       # whatever an earlier load froze
+    assert gc.get_freeze_count() == 0
+    model = MiniLMEmbedder()
+    model.embed(["load it"])
+    frozen = gc.get_freeze_count()
+    assert frozen > 10_000                              # the model's modules, tensors, tokenizer
+    assert not any(o is model._model for o in gc.get_objects())   # not walked by a collection
