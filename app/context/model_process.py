@@ -20,6 +20,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 
@@ -46,10 +47,25 @@ def background_nice(env: dict | None = None) -> int:
     return n
 
 
+_ORPHAN_CHECK_SECONDS = 1.0
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """A server killed outright (SIGKILL, the OOM killer) cannot stop its child, and the
+    child would wait for calls for ever, holding the model's memory: it leaves once its
+    parent is gone (it is then re-parented, so ``getppid`` changes)."""
+    while True:
+        time.sleep(_ORPHAN_CHECK_SECONDS)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
 def _start_child(nice: int, threads: int) -> None:
     os.environ["AGENTRM_EMBEDDING_THREADS"] = str(threads)
     if nice:
         os.nice(nice)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), name="orphan-check",
+                     daemon=True).start()
 
 
 def _embed_in_child(texts: list[str]) -> np.ndarray:

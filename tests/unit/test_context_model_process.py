@@ -66,3 +66,25 @@ def test_the_niceness_defaults_to_ten_and_bad_settings_are_refused():
     for bad in ("-1", "20", "low", "2.5"):
         with pytest.raises(ValueError, match="AGENTRM_EMBEDDING_NICE"):
             background_nice({"AGENTRM_EMBEDDING_NICE": bad})
+
+
+def test_the_child_leaves_when_its_parent_is_killed_outright():
+    import subprocess
+    import sys
+    import time
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import time; from app.context.model_process import ModelProcess; "
+                               "print(ModelProcess().pid(), flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+    finally:
+        parent.kill()                                   # no close, no shutdown: SIGKILL
+        parent.wait()
+    deadline = time.monotonic() + 60
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(child):
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the model process outlived its killed parent")
