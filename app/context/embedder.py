@@ -18,6 +18,7 @@ anyway, so a second thread would only ever help one call at a time.
 """
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from pathlib import Path
@@ -75,6 +76,11 @@ class MiniLMEmbedder:
                     torch.set_num_threads(embedding_threads())  # process-wide, every thread
                     self._model = SentenceTransformer(
                         str(self._path or model_path()), device="cpu")
+                    # torch, transformers and the model are ~440k objects that live as long
+                    # as the process: a full collection walked them all (~100-250 ms of
+                    # CPU, a pause for whatever request the loop was serving). Frozen, the
+                    # collector skips them; refcounting still frees what is dropped.
+                    gc.freeze()
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

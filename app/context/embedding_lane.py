@@ -1,14 +1,24 @@
 """One lane to the embedding model, where a query's embedding never waits behind indexing.
 
-The model runs on the same few cores as everything else, and two model calls at once only
-slow each other down (torch's threads oversubscribe the cores). So every call goes through
-one worker thread, taken in priority order: a view's query first, then indexing and the
-summarizer's sentences. Background work is cut into small batches (``chunk`` texts, sorted
-by length so a batch pads little), so a query that arrives mid-indexing waits for at most
-one small batch, never for a whole indexing pass.
+The model runs on the same few cores as everything else, and two model calls in one
+interpreter only slow each other down (torch's threads oversubscribe the cores, and the
+glue between its kernels needs the GIL). Every call goes through the lane's worker
+threads:
+
+- with one model (``embedder_of`` only), one worker takes calls in priority order: a
+  view's query first, then indexing and the summarizer's sentences, cut into small
+  batches (``chunk`` texts, sorted by length so a batch pads little), so a query that
+  arrives mid-indexing waits for at most one small batch;
+- with a background model too (``background_of``, the server's: a child process at a
+  lower CPU priority, app.context.model_process), queries have a worker of their own on
+  the in-process model, and background batches go to the other: a query then waits for
+  no batch at all.
 
 Queries are also cached (LRU, per text): an agent that asks again, or a fleet sharing a
 prompt, costs one embedding. Vectors are read-only arrays, safe to share.
+
+``close`` stops the workers (a shutdown must not leave threads behind); calls still
+waiting then fail with ``LaneClosed``.
 """
 from __future__ import annotations
 
@@ -23,6 +33,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 QUERY, BACKGROUND = 0, 1
+_STOP = -1   # sorts before every job: a closing worker stops before taking another
 # Texts per background batch: the most a query waits behind. Length-sorted batches of 4
 # cost no more CPU per message than larger ones (measured, one torch thread, ~90 word
 # pieces a message: 37 ms/message at 4, 43 at 16, 74 at 64), so small costs nothing.
@@ -30,17 +41,26 @@ DEFAULT_CHUNK = 4
 DEFAULT_QUERY_CACHE = 4096  # query vectors kept (1.5 kB each)
 
 
+class LaneClosed(RuntimeError):
+    """The lane was closed (the server is stopping) before this call ran."""
+
+
 class EmbeddingLane:
-    def __init__(self, embedder_of: Callable[[], object], *, chunk: int = DEFAULT_CHUNK,
-                 query_cache: int = DEFAULT_QUERY_CACHE) -> None:
+    def __init__(self, embedder_of: Callable[[], object], *, background_of: Callable[[], object] | None = None,
+                 chunk: int = DEFAULT_CHUNK, query_cache: int = DEFAULT_QUERY_CACHE) -> None:
         if chunk < 1 or query_cache < 0:
             raise ValueError("chunk must be >= 1 and query_cache >= 0")
-        self._embedder_of = embedder_of     # a callable: the model loads lazily, on first use
+        # callables: the models load lazily, on first use
+        self._models = {QUERY: embedder_of, BACKGROUND: background_of or embedder_of}
         self.chunk = chunk
         self._jobs: queue.PriorityQueue = queue.PriorityQueue()
+        # one queue (and worker) per model: with a single model, background waits behind queries
+        self._queues = {QUERY: self._jobs,
+                        BACKGROUND: self._jobs if background_of is None else queue.PriorityQueue()}
         self._order = itertools.count()      # FIFO within a priority
-        self._worker: threading.Thread | None = None
+        self._workers: dict[int, threading.Thread] = {}
         self._start_lock = threading.Lock()
+        self._closed = False
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache
         self._cache_lock = threading.Lock()
@@ -48,32 +68,74 @@ class EmbeddingLane:
         self.background_texts = 0
 
     # -- the worker --------------------------------------------------------------------------
-    def _ensure_worker(self) -> None:
-        if self._worker is None:
-            with self._start_lock:
-                if self._worker is None:
-                    self._worker = threading.Thread(target=self._run, name="embedding-lane", daemon=True)
-                    self._worker.start()
+    def _worker_for(self, priority: int) -> None:
+        """Start the worker of ``priority``'s queue (under the start lock)."""
+        jobs = self._queues[priority]
+        key = QUERY if jobs is self._jobs else BACKGROUND
+        if key not in self._workers:
+            name = "embedding-lane" if key == QUERY else "embedding-lane-background"
+            worker = threading.Thread(target=self._run, args=(jobs,), name=name, daemon=True)
+            self._workers[key] = worker
+            worker.start()
 
-    def _run(self) -> None:
+    def _run(self, jobs: queue.PriorityQueue) -> None:
         while True:
-            _priority, _n, texts, future = self._jobs.get()
+            priority, _n, texts, future = jobs.get()
+            if priority == _STOP:
+                return
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                future.set_result(self._embedder_of().embed(texts))
+                future.set_result(self._models[priority]().embed(texts))
             except BaseException as exc:  # handed to the caller, never lost in the thread
                 future.set_exception(exc)
 
     def _submit(self, priority: int, texts: list[str]) -> concurrent.futures.Future:
-        self._ensure_worker()
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._jobs.put((priority, next(self._order), texts, future))
+        with self._start_lock:
+            if self._closed:
+                raise LaneClosed("the embedding lane is closed")
+            self._worker_for(priority)
+            self._queues[priority].put((priority, next(self._order), texts, future))
         return future
 
     def pending(self) -> int:
-        """Batches waiting for the worker (for reports)."""
-        return self._jobs.qsize()
+        """Batches waiting for a worker (for reports)."""
+        queues = {id(q): q for q in self._queues.values()}
+        return sum(q.qsize() for q in queues.values())
+
+    @property
+    def workers(self) -> list[threading.Thread]:
+        with self._start_lock:
+            return list(self._workers.values())
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the workers: the call in progress finishes, the waiting ones fail with
+        ``LaneClosed``, and this returns when the threads have ended (or after ``timeout``,
+        with a model call that hangs: the threads are daemons, so they never keep the
+        process alive). Idempotent; the lane takes no calls until ``open``."""
+        with self._start_lock:
+            self._closed = True
+            workers, self._workers = dict(self._workers), {}
+            queues = {id(q): q for q in self._queues.values()}.values()
+        for jobs in queues:
+            while True:
+                try:
+                    _p, _n, _texts, future = jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if future is not None and future.set_running_or_notify_cancel():
+                    future.set_exception(LaneClosed("the embedding lane closed before this call ran"))
+        for key in workers:
+            self._queues[key].put((_STOP, next(self._order), None, None))
+        for worker in workers.values():
+            worker.join(timeout)
+
+    def open(self) -> None:
+        """Take calls again after ``close`` (a service stopped and started again); the
+        workers start with the first call."""
+        with self._start_lock:
+            self._closed = False
 
     # -- queries ---------------------------------------------------------------------------
     def _cached(self, text: str) -> np.ndarray | None:

@@ -39,6 +39,7 @@ from app.tasks import cancel_all
 from .embeddings_store import EmbeddingStore
 from .count_cache import CountCache
 from .embedding_lane import EmbeddingLane
+from .model_process import ModelProcess
 from .indexer import MessageIndexer, messages_of
 from .retrieval import hybrid_ranking
 from .tokens import count_message, count_text
@@ -60,14 +61,17 @@ class ContextService:
         self._embedder = None
         from .embedder import embedding_threads
         embedding_threads()  # a bad AGENTRM_EMBEDDING_THREADS stops the start, with its reason
+        # (and ModelProcess reads AGENTRM_EMBEDDING_NICE the same way, below)
         self._summarizer = None
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
         self._compact_wake = asyncio.Event()
         self._compact_pending: set[str] = set()
         self._compacting = asyncio.Lock()
-        # One lane to the model for queries, indexing and the summarizer: queries first.
-        self.lane = EmbeddingLane(lambda: self.embedder)
+        # One lane to the model for queries, indexing and the summarizer: queries on the
+        # in-process model, background work in a child process at a lower CPU priority.
+        self.background_model = ModelProcess()
+        self.lane = EmbeddingLane(lambda: self.embedder, background_of=lambda: self.background_model)
         self.indexer = MessageIndexer(self.embeddings, lane=self.lane)
         self._index_dirty: set[str] = set()   # agents appended to since the last pass
         self.counts = CountCache()
@@ -323,6 +327,8 @@ class ContextService:
         return out
 
     async def start(self) -> None:
+        self.lane.open()
+        self.background_model.open()
         self._compact_pending.update(self.over_watermark())
         if self._compact_pending:
             self._compact_wake.set()
@@ -332,6 +338,13 @@ class ContextService:
 
     async def stop(self) -> None:
         await cancel_all(self._tasks)
+        await asyncio.to_thread(self.close_models)
+
+    def close_models(self) -> None:
+        """Stop the lane's threads and the background model's process (a compaction still
+        in its thread then fails its embedding and records nothing)."""
+        self.lane.close()
+        self.background_model.close()
 
     async def index_pending(self, only_appended: bool = False) -> int:
         """Embed the awake agents' messages that have no stored vector yet, across agents

@@ -103,6 +103,7 @@ def _summ(values: list[float]) -> dict:
 async def _one_repeat(base: str, operator: str, db: asyncpg.Connection, pid: int, r: int, *, agents: int,
                       tokens: int, views: int, rate: float, seconds: float, seed: int) -> dict:
     limits = httpx.Limits(max_connections=agents + 4)
+    load_before = os.getloadavg()[0]   # the machine is shared: each repeat states its load
     async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as http:
         fleet = await _agents(http, operator, f"r{r}a", agents)
         histories = [_history(random.Random(seed * 1000 + r * 100 + i), tokens) for i in range(agents)]
@@ -210,6 +211,7 @@ async def _one_repeat(base: str, operator: str, db: asyncpg.Connection, pid: int
         "lag_rate_per_s": rate, "lag_sent": sent, "lag_max_messages": max(lag_samples, default=0),
         "lag_p50_messages": statistics.median(lag_samples) if lag_samples else 0,
         "lag_drain_s": drain,
+        "load_average_1m": [load_before, os.getloadavg()[0]],
     }
 
 
@@ -271,6 +273,9 @@ def render_markdown(result: dict) -> str:
         f"(budget {s['budget']}, so every agent is compacted many times); {s['views']} views per agent and "
         f"budget; indexer lag at {s['rate']:.0f} appends/s for {s['seconds']:.0f} s; {s['repeat']} repeats "
         "(median, range).", "",
+        "Load average (1 min) at the start and end of each repeat: " + "; ".join(
+            f"{a:.1f} -> {b:.1f}" for a, b in (r.get("load_average_1m", (0.0, 0.0)) for r in result["runs"]))
+        + " (2 cores; the wall-clock figures are comparable only between runs at low load).", "",
         "| figure | median | min | max |", "|---|---:|---:|---:|",
     ]
     for name, v in result["figures"].items():

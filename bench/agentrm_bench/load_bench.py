@@ -61,11 +61,20 @@ def _free_port() -> int:
 
 # -- processes: CPU and memory from /proc ------------------------------------------------
 def _children(pid: int) -> list[int]:
+    """Children of every thread of ``pid``: /proc lists a child under the thread that
+    started it (the server's embedding process is started by a worker thread)."""
+    out: list[int] = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
 
 
 def _tree(pid: int) -> list[int]:

@@ -88,3 +88,61 @@ def test_the_embedding_thread_count_defaults_to_one_and_bad_values_are_refused()
     for bad in ("0", "-1", "two", "1.5"):
         with pytest.raises(ValueError, match="AGENTRM_EMBEDDING_THREADS"):
             embedding_threads({"AGENTRM_EMBEDDING_THREADS": bad})
+
+
+async def test_with_a_background_model_a_query_waits_for_no_background_batch():
+    held = Recording()                                   # the background model, held at its first batch
+    lane = EmbeddingLane(default_embedder, background_of=lambda: held, chunk=2)
+    try:
+        background = asyncio.ensure_future(lane.embed_background(["one two", "three four", "five six"]))
+        await asyncio.to_thread(held.entered.wait, 60)
+        q = await lane.query("which port?")              # answered while the batch is still held
+        assert not background.done() and held.calls == [["one two", "five six"]]  # length-sorted
+        np.testing.assert_allclose(q, default_embedder().embed(["which port?"])[0], atol=1e-5)
+        held.release.set()
+        vectors = await background
+        np.testing.assert_allclose(vectors, default_embedder().embed(["one two", "three four", "five six"]),
+                                   atol=1e-5)
+        assert ["which port?"] not in held.calls         # queries never reach the background model
+    finally:
+        held.release.set()
+        lane.close()
+
+
+async def test_close_stops_the_workers_and_fails_the_calls_still_waiting():
+    from app.context.embedding_lane import LaneClosed
+    held = Recording()
+    lane = EmbeddingLane(default_embedder, background_of=lambda: held, chunk=1)
+    await lane.query("start the query worker")
+    background = asyncio.ensure_future(lane.embed_background(["first", "second", "third"]))
+    await asyncio.to_thread(held.entered.wait, 60)
+    workers = lane.workers
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    closing = asyncio.ensure_future(asyncio.to_thread(lane.close))
+    while lane.pending():                               # close fails the two batches still waiting
+        await asyncio.sleep(0)
+    held.release.set()                                  # the batch in progress finishes
+    await closing
+    assert not any(w.is_alive() for w in workers) and lane.workers == []
+    with pytest.raises(LaneClosed):
+        await background
+    with pytest.raises(LaneClosed):
+        await lane.query("after the close")
+    lane.close()                                        # idempotent
+    lane.open()                                         # a service started again
+    assert (await lane.embed_background(["again"])).shape == (1, 384)
+    lane.close()
+    assert lane.workers == []
+
+
+def test_loading_the_model_takes_its_objects_out_of_the_collectors_way():
+    import gc
+
+    from app.context.embedder import MiniLMEmbedder
+    gc.unfreeze()                                       # whatever an earlier load froze
+    assert gc.get_freeze_count() == 0
+    model = MiniLMEmbedder()
+    model.embed(["load it"])
+    frozen = gc.get_freeze_count()
+    assert frozen > 10_000                              # the model's modules, tensors, tokenizer
+    assert not any(o is model._model for o in gc.get_objects())   # not walked by a collection

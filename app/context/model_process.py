@@ -1,0 +1,142 @@
+"""The embedding model in a child process of its own, at a lower CPU priority: where the
+server's background embedding runs (the indexer's messages, the summarizer's sentences).
+
+Why a process: that work is most of the server's CPU (~30 ms per message on one core), and
+in a thread of the server it held the server's GIL for the model's Python glue, so every
+request the event loop served meanwhile waited for the interpreter as well as for a core.
+In a child it shares no interpreter with the request path, and the child's ``nice`` makes
+the kernel give a core to the requests (and to PostgreSQL) first: background work takes
+what they leave. Queries stay in the server process (app.context.embedding_lane): a view
+waits for its own embedding only, never for a background batch in progress.
+
+The child is spawned (never forked: the server has threads and an event loop) on the
+first call, loads the model there once, and is stopped by ``close``. A child that died
+(killed for memory, say) fails the calls in flight with ``BrokenProcessPool`` and is
+replaced on the next call.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
+
+import numpy as np
+
+from .embedder import EMBEDDING_DIM, embedding_threads
+
+# Background work yields the cores to requests: nice 10 gets ~1/10 of a core's share
+# against a busy nice-0 thread, and all of an idle core. AGENTRM_EMBEDDING_NICE changes it
+# (0: the same priority as the server).
+DEFAULT_NICE = 10
+
+
+def background_nice(env: dict | None = None) -> int:
+    raw = (os.environ if env is None else env).get("AGENTRM_EMBEDDING_NICE", "")
+    if raw.strip() == "":
+        return DEFAULT_NICE
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 19:
+        raise ValueError(f"AGENTRM_EMBEDDING_NICE must be a whole number from 0 to 19, not {raw!r}")
+    return n
+
+
+_ORPHAN_CHECK_SECONDS = 1.0
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """A server killed outright (SIGKILL, the OOM killer) cannot stop its child, and the
+    child would wait for calls for ever, holding the model's memory: it leaves once its
+    parent is gone (it is then re-parented, so ``getppid`` changes)."""
+    while True:
+        time.sleep(_ORPHAN_CHECK_SECONDS)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def _start_child(nice: int, threads: int) -> None:
+    os.environ["AGENTRM_EMBEDDING_THREADS"] = str(threads)
+    if nice:
+        os.nice(nice)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), name="orphan-check",
+                     daemon=True).start()
+
+
+def _embed_in_child(texts: list[str]) -> np.ndarray:
+    from .embedder import default_embedder
+    return default_embedder().embed(texts)
+
+
+def _child_pid() -> int:
+    return os.getpid()
+
+
+class ModelProcess:
+    """A ``TextEmbedder`` whose ``embed`` runs in the child (blocking the caller's thread,
+    which waits without the GIL)."""
+
+    def __init__(self, nice: int | None = None) -> None:
+        nice = background_nice() if nice is None else nice
+        if not 0 <= nice <= 19:
+            raise ValueError(f"nice must be 0 to 19, not {nice!r}")
+        self.nice = nice
+        self._threads = embedding_threads()   # read here: a bad setting stops the caller now
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the model process is closed")
+            if self._pool is None:
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_child,
+                    initargs=(self.nice, self._threads))
+            return self._pool
+
+    def _call(self, fn, *args):
+        pool = self._executor()
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool:
+            with self._lock:   # the child is gone: the next call starts another
+                if self._pool is pool:
+                    self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-normalised float32 embeddings, shape (len(texts), 384)."""
+        if len(texts) == 0:
+            return np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
+        return self._call(_embed_in_child, list(texts))
+
+    def pid(self) -> int:
+        """The child's process id (starting it if need be)."""
+        return self._call(_child_pid)
+
+    @property
+    def running(self) -> bool:
+        with self._lock:
+            return self._pool is not None
+
+    def open(self) -> None:
+        """Take calls again after ``close``; the next call starts a child."""
+        with self._lock:
+            self._closed = False
+
+    def close(self) -> None:
+        """Stop the child (after the call in progress, if any); waiting calls fail, and so
+        do calls until ``open``. Idempotent."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
