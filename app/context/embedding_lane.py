@@ -100,9 +100,14 @@ class EmbeddingLane:
         return future
 
     def pending(self) -> int:
-        """Batches waiting for a worker (for reports)."""
+        """Batches waiting for a worker (for reports). A worker's stop sentinel is not a
+        batch: while close waits for the call in progress, it is not pending work."""
         queues = {id(q): q for q in self._queues.values()}
-        return sum(q.qsize() for q in queues.values())
+        count = 0
+        for q in queues.values():
+            with q.mutex:
+                count += sum(1 for item in q.queue if item[0] != _STOP)
+        return count
 
     @property
     def workers(self) -> list[threading.Thread]:

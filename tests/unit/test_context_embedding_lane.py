@@ -36,7 +36,7 @@ async def test_a_query_overtakes_waiting_background_batches_and_results_keep_the
     texts = ["a much longer sentence about the deployment checklist", "short", "the port is 8080",
              "tenant acme-eu", "x", "the time zone is Europe/Lisbon"]
     background = asyncio.ensure_future(lane.embed_background(texts))
-    await asyncio.to_thread(model.entered.wait, 60)       # the worker holds the first batch
+    assert await asyncio.to_thread(model.entered.wait, 60)   # the worker holds the first batch
     assert lane.pending() == 2                            # two more batches wait behind it
     query = asyncio.ensure_future(lane.query("which port?"))
     await asyncio.sleep(0)
@@ -115,7 +115,7 @@ async def test_close_stops_the_workers_and_fails_the_calls_still_waiting():
     lane = EmbeddingLane(default_embedder, background_of=lambda: held, chunk=1)
     await lane.query("start the query worker")
     background = asyncio.ensure_future(lane.embed_background(["first", "second", "third"]))
-    await asyncio.to_thread(held.entered.wait, 60)
+    assert await asyncio.to_thread(held.entered.wait, 60), "the background worker never took its batch"
     workers = lane.workers
     assert len(workers) == 2 and all(w.is_alive() for w in workers)
     closing = asyncio.ensure_future(asyncio.to_thread(lane.close))
