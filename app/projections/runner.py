@@ -7,12 +7,13 @@ import logging
 from collections.abc import Callable
 
 from app.eventstore.model import RecordedEvent
-from app.eventstore.store import EventStore, json_text
+from app.eventstore.store import EventStore
 from app.ports import EventLog, Wakeups
 from app.tasks import cancel_all
 
 from .context_archive import restore_if_parked
 from .core import PROJECTIONS, CoreModel
+from .doc_text import doc_text
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ async def load_docs(conn, projections: tuple[str, ...], *,
 
 
 async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str, str], str]) -> bool:
-    """Write `docs` (JSON texts, see json_text) and move checkpoint `name` to `position`, in one transaction, only
+    """Write `docs` (JSON texts, see doc_text) and move checkpoint `name` to `position`, in one transaction, only
     forward: the checkpoint row is locked first, and a runner that finds it already at
     or past `position` writes nothing (a faster worker got there first)."""
     async with conn.transaction():
@@ -315,8 +316,8 @@ class Projector:
         # Snapshots taken now: the live documents keep changing while we await the write,
         # and what we write must be the state at `position`, no later. The snapshot is the
         # JSON text the database stores (a deep copy, then encoding that copy, did the work
-        # twice: 6% of a worker's CPU under load).
-        docs = {k: json_text(doc) for k in keys if (doc := model.doc(*k)) is not None}
+        # twice: 6% of a worker's CPU under load), encoded by orjson (doc_text.py says why).
+        docs = {k: doc_text(doc) for k in keys if (doc := model.doc(*k)) is not None}
         try:
             saved = await self.documents.save(position, docs)
         except BaseException:
