@@ -7,12 +7,13 @@ import logging
 from collections.abc import Callable
 
 from app.eventstore.model import RecordedEvent
-from app.eventstore.store import EventStore, json_text
+from app.eventstore.store import EventStore
 from app.ports import EventLog, Wakeups
 from app.tasks import cancel_all
 
 from .context_archive import restore_if_parked
 from .core import PROJECTIONS, CoreModel
+from .doc_text import doc_text
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ async def load_docs(conn, projections: tuple[str, ...], *,
 
 
 async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str, str], str]) -> bool:
-    """Write `docs` (JSON texts, see json_text) and move checkpoint `name` to `position`, in one transaction, only
+    """Write `docs` (JSON texts, see doc_text) and move checkpoint `name` to `position`, in one transaction, only
     forward: the checkpoint row is locked first, and a runner that finds it already at
     or past `position` writes nothing (a faster worker got there first)."""
     async with conn.transaction():
@@ -109,6 +110,8 @@ class Projector:
     # second: twice the encoding and twice the writes.
     SHARED_SAVES = True
     TAKEOVER_ROUNDS = 2
+    # Events folded between two looks at the event loop in a catch-up (_fold_in_slices).
+    FOLD_SLICE = 100
 
     def __init__(self, store: EventLog, listener: Wakeups, *,
                  persist_interval: float = PERSIST_INTERVAL_S, documents: PostgresDocuments | None = None):
@@ -216,10 +219,25 @@ class Projector:
         for i, event in enumerate(events):
             if self.model.parked_context_needed_by(event) is None:
                 continue
-            folded += self._fold(events[start:i])
+            folded += await self._fold_in_slices(events[start:i])
             start = i
             await restore_if_parked(self.model, event, self.store)
-        return folded + self._fold(events[start:])
+        return folded + await self._fold_in_slices(events[start:])
+
+    async def _fold_in_slices(self, events: list[RecordedEvent]) -> int:
+        """Fold, letting the event loop run between slices of FOLD_SLICE events. A read of
+        a thousand events folded in one go held a worker's loop up to 50-70 ms under
+        `bench load` (a catch-up behind the other worker's appends), and every request in
+        flight waited. Between two events the model is whole (its position is the last
+        event folded), so whatever runs meanwhile - a save, a reply, a waiter's check -
+        sees a state the log had; offer() folds nothing meanwhile, since the rest of this
+        read holds the next positions."""
+        folded = 0
+        for at in range(0, len(events), self.FOLD_SLICE):
+            if at:
+                await asyncio.sleep(0)
+            folded += self._fold(events[at:at + self.FOLD_SLICE])
+        return folded
 
     def offer(self, appended: list[RecordedEvent]) -> None:
         """Fold events this process has just committed without reading them back, when they
@@ -315,8 +333,8 @@ class Projector:
         # Snapshots taken now: the live documents keep changing while we await the write,
         # and what we write must be the state at `position`, no later. The snapshot is the
         # JSON text the database stores (a deep copy, then encoding that copy, did the work
-        # twice: 6% of a worker's CPU under load).
-        docs = {k: json_text(doc) for k in keys if (doc := model.doc(*k)) is not None}
+        # twice: 6% of a worker's CPU under load), encoded by orjson (doc_text.py says why).
+        docs = {k: doc_text(doc) for k in keys if (doc := model.doc(*k)) is not None}
         try:
             saved = await self.documents.save(position, docs)
         except BaseException:

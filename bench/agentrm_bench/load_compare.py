@@ -3,6 +3,9 @@
 `python -m agentrm_bench.load_compare --tree OLD_CHECKOUT:httpx --tree .:raw [--agents N]
 [--seconds S] [--repeat R]`; `--tree .:raw+NAME=VALUE` also sets an environment variable
 of that variant's server (one checkout with a switch off and on: `+AGENTRM_HOT_DOCUMENTS=0`).
+`--half RATE` adds, after each round's saturation phases, an open-loop phase per variant at
+RATE turns/s (the same offered rate for all, as `bench load`'s phase at half the saturation
+rate), and prints their grant latency P50/P99.
 
 On a machine shared with other work, figures taken minutes apart are not comparable: the
 load of the neighbours changes under them. So every variant (a checkout's server, driven by
@@ -57,7 +60,7 @@ async def _start(root: Path, url: str, workers: int, token: str, tmp: Path,
 
 
 async def compare(trees: list[tuple[Path, str, dict]], urls: list[str], agents: int, workers: int, seconds: float,
-                  repeat: int) -> dict:
+                  repeat: int, half: float | None = None) -> dict:
     token = "op_bench_" + os.urandom(8).hex()
     variants = []
     with tempfile.TemporaryDirectory(prefix="agentrm-compare-") as tmp:
@@ -75,6 +78,10 @@ async def compare(trees: list[tuple[Path, str, dict]], urls: list[str], agents: 
             for _ in range(repeat):
                 for v in variants:
                     v["phases"].append((await v["driver"].closed_loop(seconds)).summary())
+                if half is not None:   # the same offered rate for every variant, alternating too
+                    for v in variants:
+                        v.setdefault("half", []).append(
+                            (await v["driver"].open_loop("half", half, seconds)).summary())
         finally:
             for v in variants:
                 if "driver" in v:
@@ -91,9 +98,15 @@ async def compare(trees: list[tuple[Path, str, dict]], urls: list[str], agents: 
                for k in ("turns_per_s", "server_cpu_ms_per_turn", "db_cpu_ms_per_turn", "driver_cpu_ms_per_turn")}
         spread = {k: [round(p[k], 2) for p in v["phases"]]
                   for k in ("turns_per_s", "server_cpu_ms_per_turn", "db_cpu_ms_per_turn", "driver_cpu_ms_per_turn")}
-        out.append({"variant": v["label"], "median": med, "runs": spread,
-                    "errors": sum(p["errors"] for p in v["phases"])})
-    return {"settings": {"agents": agents, "workers": workers, "seconds": seconds, "repeat": repeat},
+        entry = {"variant": v["label"], "median": med, "runs": spread,
+                 "errors": sum(p["errors"] for p in v["phases"] + v.get("half", []))}
+        if v.get("half"):
+            entry["half"] = {k: {"median": statistics.median(p[k] for p in v["half"]),
+                                 "runs": [round(p[k], 1) for p in v["half"]]}
+                             for k in ("grant_p50_ms", "grant_p99_ms", "turns_per_s")}
+        out.append(entry)
+    return {"settings": {"agents": agents, "workers": workers, "seconds": seconds, "repeat": repeat,
+                         "half_rate": half},
             "variants": out}
 
 
@@ -106,6 +119,14 @@ def to_markdown(r: dict) -> str:
         cells = [f"{v['median'][k]:.1f} ({min(v['runs'][k]):.1f}-{max(v['runs'][k]):.1f})"
                  for k in ("turns_per_s", "server_cpu_ms_per_turn", "db_cpu_ms_per_turn", "driver_cpu_ms_per_turn")]
         lines.append(f"| {v['variant']} | " + " | ".join(cells) + f" | {v['errors']} |")
+    if s.get("half_rate") is not None:
+        lines += ["", f"Open loop at {s['half_rate']:.0f} turns/s offered to each (`--half`), "
+                  f"{s['repeat']} alternating phases; medians (runs):", "",
+                  "| variant | grant P50 ms | grant P99 ms | turns/s |", "|---|---|---|---|"]
+        for v in r["variants"]:
+            cells = [f"{v['half'][k]['median']:.1f} ({', '.join(f'{x:.0f}' for x in v['half'][k]['runs'])})"
+                     for k in ("grant_p50_ms", "grant_p99_ms", "turns_per_s")]
+            lines.append(f"| {v['variant']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -117,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--half", type=float, metavar="RATE",
+                   help="after each round's saturation phases, an open-loop phase per variant at RATE "
+                        "turns/s (the same for all: bench load's half rate), for grant P50/P99")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
     trees = []
@@ -130,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{root} is not a checkout of AgentRM")
         trees.append((Path(root).resolve(), client, extra_env))
     urls = [_bench_database(f"agentrm_bench_cmp{i}") for i in range(len(trees))]   # before the loop: alembic runs its own
-    result = lb.run_loop(compare(trees, urls, args.agents, args.workers, args.seconds, args.repeat))
+    if args.half is not None and args.half <= 0:
+        p.error("--half: a rate above 0 turns/s")
+    result = lb.run_loop(compare(trees, urls, args.agents, args.workers, args.seconds, args.repeat, args.half))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     print(to_markdown(result))
