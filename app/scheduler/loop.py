@@ -50,6 +50,9 @@ class PoolScheduler:
         self.state: PoolState | None = None
         self.access: AccessPolicy | None = None   # the pool capability policy as of our last batch
         self.wakeups = wakeups
+        # Why each leadership term ended in a step-down (for operators and tests: a term
+        # lost to another leader's write is normal in a failover, a run of them is not).
+        self.step_downs: list[str] = []
         self._inbox: asyncio.Queue[RecordedEvent | None] | None = None
         self._log_inbox: LogInbox | None = None
         # Registered once (the port has no way to unregister); it feeds whichever inbox
@@ -71,6 +74,7 @@ class PoolScheduler:
             except asyncio.CancelledError:
                 raise
             except (LostLeadership, ConcurrencyError) as exc:
+                self.step_downs.append(str(exc))
                 log.warning("scheduler for pool %s stepped down: %s", self.pool, exc)
             except Exception as exc:
                 log.warning("scheduler for pool %s failed: %r", self.pool, exc)
