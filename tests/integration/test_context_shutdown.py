@@ -2,20 +2,12 @@
 background model's child process end with it, and a start brings them back."""
 from __future__ import annotations
 
-import os
 import uuid
 
 from app.auth import Principal
 from app.context.service import ContextService
 from tests.client import register
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from tests.unit.test_context_model_process import _alive
 
 
 async def test_stop_ends_the_lane_threads_and_the_model_process(server, operator):
