@@ -282,7 +282,7 @@ def _queue_refusal(state: PoolState, agent_id: str, cap) -> rules.Refusal | None
     the simulator have none). Decided here, in log order, it holds across API workers."""
     if isinstance(cap, bool) or not isinstance(cap, int):
         return None
-    if sum(map(len, state.queues)) < cap:
+    if state.queued_count() < cap:
         return None   # fewer queued turns in the whole pool than the cap (every queued turn is in a queue)
     return rules.queue_refusal(state.queued_of(agent_id), cap)
 

@@ -131,7 +131,7 @@ class ModelCollector:
             for level, queue in enumerate(state.queues):
                 depth.add_metric([name, str(level)], len(queue))
             lanes.add_metric([name], len(state.lanes))
-            busy.add_metric([name], sum(1 for lane in state.lanes if lane is not None))
+            busy.add_metric([name], state.busy_lanes())
             requests, tokens = available(state, now)
             req.add_metric([name], requests)
             tok.add_metric([name], tokens)
