@@ -19,6 +19,12 @@ class Wakeups(Protocol):
     when anything arrived in between, so no append falls between the read and the wait."""
 
     generation: int
+    blind: int   # wake-ups that named no position; a follower notes it at each read
+
+    def known_head(self, blind_seen: int | None) -> int | None:
+        """How far the log has grown, if every wake-up since the read at which the follower
+        noted `blind` named its position (app/eventstore/wakeups.py); else None."""
+        ...
 
     async def wait(self, seen_generation: int, timeout: float | None = None) -> None: ...
 

@@ -37,6 +37,13 @@ class MemoryLog:
     def generation(self) -> int:
         return self._wakeups.generation
 
+    @property
+    def blind(self) -> int:
+        return self._wakeups.blind
+
+    def known_head(self, blind_seen: int | None) -> int | None:
+        return self._wakeups.known_head(blind_seen)
+
     # -- EventLog ------------------------------------------------------------------------
     def on_append(self, callback: Callable[[list[RecordedEvent]], None]) -> None:
         self._after_append.append(callback)
@@ -65,7 +72,7 @@ class MemoryLog:
         self._versions = versions
         for callback in self._after_append:
             callback(recorded)
-        self.poke()
+        self.poke(recorded)
         return recorded
 
     async def read(self, after: int = 0, limit: int = 1000, *, types: Iterable[str] | None = None,

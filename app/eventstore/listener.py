@@ -43,6 +43,22 @@ class LogListener:
     def generation(self) -> int:
         return self._wakeups.generation
 
+    @property
+    def blind(self) -> int:
+        return self._wakeups.blind
+
+    def known_head(self, blind_seen: int | None) -> int | None:
+        return self._wakeups.known_head(blind_seen)
+
+    def _notified(self, _conn, _pid, _channel, payload: str) -> None:
+        # The append function sends the last position of its transaction; anything else on
+        # the channel wakes everyone without one.
+        try:
+            position = int(payload)
+        except (TypeError, ValueError):
+            position = None
+        self.poke(position=position)
+
     async def wait(self, seen_generation: int, timeout: float | None = None) -> None:
         """Until something new may be in the log, or `timeout` (the poll interval by default:
         it covers a NOTIFY lost while the listener reconnects)."""
@@ -69,7 +85,7 @@ class LogListener:
             try:
                 self._conn = await asyncpg.connect(self.url)
                 self._conn.add_termination_listener(lambda _c: lost.set())
-                await self._conn.add_listener(NOTIFY_CHANNEL, lambda *_args: self.poke())
+                await self._conn.add_listener(NOTIFY_CHANNEL, self._notified)
                 self.connected.set()
                 backoff = 0.1
                 self.poke()  # anything committed while we were away is re-read now
@@ -95,9 +111,14 @@ async def follow(store: EventStore, listener: LogListener, after: int = 0, *,
                  batch: int = 500) -> AsyncIterator[RecordedEvent]:
     """Every event with position > after, in order, then live; never a gap, never a repeat.
     Through a database outage it keeps its position and reads again once it can."""
-    position = after
+    position, blind_seen = after, None
     while True:
         generation = listener.generation
+        known = listener.known_head(blind_seen)
+        if known is not None and known <= position:
+            await listener.wait(generation)
+            continue
+        blind_seen = listener.blind
         try:
             events = await store.read(position, batch)
         except Exception as exc:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,8 @@ import asyncpg
 
 from .model import ConcurrencyError, NewEvent, RecordedEvent
 from .subscription import subscribe as _subscribe
+
+log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "agentrm_events"
 
@@ -162,11 +165,7 @@ class EventStore:
             self._pending.append(_Pending(list(events), expected_versions, future))
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush())
-            recorded = await future
-            # Only here has the append committed. On the `conn` path the caller's own
-            # transaction may still roll back: local readers learn of it by NOTIFY at commit.
-            for callback in self._after_append:
-                callback(recorded)
+            recorded = await future   # committed; _flush has told the in-process listeners
         return recorded
 
     async def _flush(self) -> None:
@@ -186,12 +185,28 @@ class EventStore:
                     except Exception as exc:
                         results.append(exc)
             for pending, result in zip(group, results):
+                if not isinstance(result, Exception):
+                    self._committed(result)
                 if pending.future.done():
                     continue  # its caller went away (cancelled); the append stands
                 if isinstance(result, Exception):
                     pending.future.set_exception(result)
                 else:
                     pending.future.set_result(result)
+
+    def _committed(self, recorded: list[RecordedEvent]) -> None:
+        """Hand a commit to the in-process listeners (offers, wake-ups), in position order,
+        right here in the flusher rather than in each caller once it resumes: the NOTIFY of
+        the same commit reaches this process's listener about as soon as the commit's answer
+        does, and a follower woken by it before the offer would read the log for events it
+        is about to be handed. Also told when the caller was cancelled: its append stands.
+        Only the grouped path: on the `conn` path the caller's own transaction may still roll
+        back, and local readers learn of it by NOTIFY at commit."""
+        for callback in self._after_append:
+            try:
+                callback(recorded)
+            except Exception:  # a listener's failure is its own; the append has committed
+                log.exception("a listener of the event store failed on position %d", recorded[0].position)
 
     async def _commit(self, group: list[_Pending]) -> list:
         try:

@@ -15,12 +15,16 @@ async def subscribe(log, wakeups, after: int = 0, *, types: Iterable[str] | None
     repeat. With a filter, most positions match nothing: each pass first takes the log's
     head and reads only up to it, so the cursor may jump to the head (every position below a
     visible one is visible or gone for good, see the store) instead of rescanning from the
-    last match on every wake-up."""
+    last match on every wake-up. The head is the one the wake-ups named when they all named
+    one since the last look (app/eventstore/wakeups.py), else the log's."""
     types, streams, categories = (None if x is None else list(x) for x in (types, streams, categories))
-    position = after
+    position, blind_seen = after, None
     while True:
         generation = wakeups.generation
-        head = await log.head()
+        head = wakeups.known_head(blind_seen)   # the head the wake-ups named, or ask the log
+        if head is None:
+            blind_seen = wakeups.blind
+            head = await log.head()
         if head <= position:
             await wakeups.wait(generation)
             continue

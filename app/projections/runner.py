@@ -373,8 +373,16 @@ class Projector:
             await self.persist()
 
     async def _follow(self) -> None:
+        blind_seen = None
         while True:
             generation = self.listener.generation
+            known = self.listener.known_head(blind_seen)
+            if known is not None and known <= self.model.position:
+                # Every wake-up since the last read named a position we have folded (our
+                # own appends, offered; their NOTIFYs): nothing to read.
+                await self.listener.wait(generation)
+                continue
+            blind_seen = self.listener.blind
             try:
                 folded = await self.catch_up()
             except Exception as exc:  # the database may be restarting; keep our position

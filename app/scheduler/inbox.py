@@ -41,10 +41,16 @@ class LogInbox:
                     self.queue.put_nowait(event)
 
     async def follow(self) -> None:
+        blind_seen = None
         while True:
             generation = self.wakeups.generation
             try:
-                head = await self.store.head()
+                # The head the wake-ups named, when each one since our last look named one
+                # (our own appends, NOTIFYs); else the log's.
+                head = self.wakeups.known_head(blind_seen)
+                if head is None:
+                    blind_seen = self.wakeups.blind
+                    head = await self.store.head()
                 if head <= self.seen:
                     await self.wakeups.wait(generation)
                     continue
