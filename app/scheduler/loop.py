@@ -182,6 +182,12 @@ class SchedulerSupervisor:
         self.schedulers: dict[str, PoolScheduler] = {}
         self._tasks: dict[str, asyncio.Task] = {}
         self._watch: asyncio.Task | None = None
+        self._pool_inbox: LogInbox | None = None
+        store.on_append(self._offer)   # once: the port has no way to unregister
+
+    def _offer(self, appended: list[RecordedEvent]) -> None:
+        if self._pool_inbox is not None:
+            self._pool_inbox.offer(appended)
 
     def ensure(self, pool: str) -> None:
         if pool not in self._tasks:
@@ -206,14 +212,22 @@ class SchedulerSupervisor:
         self._watch = asyncio.create_task(self._watch_pools(head), name="scheduler-supervisor")
 
     async def _watch_pools(self, after: int) -> None:
-        while True:
-            try:
-                async for event in self.store.subscribe(after, types=[ev.POOL_CREATED]):
-                    after = event.position
+        # An inbox rather than a subscription: handed this process's own appends, it does
+        # not read the log once per append to find that none of them created a pool.
+        wakeups = self.kwargs.get("wakeups")
+        if wakeups is None:
+            raise RuntimeError("the scheduler supervisor needs the log's wake-ups")
+        inbox = self._pool_inbox = LogInbox(self.store, wakeups, after, types=[ev.POOL_CREATED],
+                                            relevant=lambda e: e.type == ev.POOL_CREATED)
+        follow = asyncio.create_task(inbox.follow(), name="scheduler-supervisor-inbox")
+        try:
+            while True:
+                event = await inbox.queue.get()
+                if event is not None:
                     self.ensure(id_of(event.stream))
-            except Exception as exc:  # the database may be restarting; keep our position
-                log.warning("scheduler supervisor could not follow the log: %s", exc)
-                await asyncio.sleep(0.5)
+        finally:
+            self._pool_inbox = None
+            await cancel_all([follow])
 
     async def stop(self) -> None:
         await cancel_all([*self._tasks.values(), self._watch])
