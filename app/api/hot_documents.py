@@ -4,16 +4,16 @@ Under `bench load` (1,000 agents) strawberry and graphql-core cost a worker more
 the service itself: an extension runner per request, an executor built per request, and
 strawberry's argument conversion (about 150 us per call, re-reading type annotations).
 An agent sends the same few documents over and over (requestTurn, completeTurn,
-heartbeat, cancelTurn with a selection of the turn's scalar fields), so each such
-document is compiled once into a plan that does only what the general executor would do
+heartbeat, cancelTurn with a selection of the turn's scalar fields; appendContext with a
+selection of its stats, once per message it keeps), so each such document is compiled once into a plan that does only what the general executor would do
 for it, and gives the same answer byte for byte.
 
 A document becomes a plan only after the general executor has taken it through parsing
 and validation without an error, in this process (`LearnHotDocuments`, the last
 extension to run): whatever the limits, rules or introspection setting, a plan exists
 only for a document those found valid, and they are deterministic in the document.
-Only one shape is compiled: one mutation, one of the four root fields, no directives or
-fragments, a selection of scalar fields of Turn. Anything else never gets a plan.
+Only one shape is compiled: one mutation, one of the five root fields, no directives or
+fragments, a selection of scalar fields of its answer (a Turn, or ContextStats). Anything else never gets a plan.
 
 A request on a plan:
 1. Before any resolver runs (nothing has happened yet, so going back is free): the body
@@ -21,7 +21,7 @@ A request on a plan:
    one; the variables coerce (graphql-core's own coercion); the arguments convert. If any
    of this does not hold, the request goes the general way and gets its exact error there.
 2. The field's own resolver runs, as the executor would call it.
-3. The answer: a Turn is serialized by the schema's own leaf serializers. Anything else
+3. The answer: a Turn (or ContextStats) is serialized by the schema's own leaf serializers. Anything else
    (the resolver raised, a value that would not serialize) is completed by graphql-core
    itself with the resolver's outcome in place of a second call, so errors (their message,
    locations, path, code, whether they are logged) are the executor's.
@@ -63,7 +63,7 @@ from .context import principal_of
 from .document_cache import DOCUMENT_CACHE_SIZE, MAX_CACHED_DOCUMENT_CHARS
 from .errors import assign_codes
 
-HOT_FIELDS = ("requestTurn", "completeTurn", "heartbeat", "cancelTurn")
+HOT_FIELDS = ("requestTurn", "completeTurn", "heartbeat", "cancelTurn", "appendContext")
 _BODY_KEYS = frozenset({"query", "variables", "operationName"})
 MAX_BODY = 64 * 1024   # a turn command is under 1 kB; a larger body is not worth decoding twice
 

@@ -143,3 +143,48 @@ async def test_compiled_answers_equal_the_general_executor_byte_for_byte(server,
         # A body with more than the plan reads (operation extensions): the executor's too.
         retried = await both.same(token, body(REQUEST_VARS, ask, extensions={"x": 1}), compiled=False)
         assert retried["data"]["requestTurn"]["id"] == turn["id"]
+
+
+APPEND_VARS = ("mutation($c: String!, $r: String!, $p: Boolean!) { appendContext(input: {role: $r, content: $c, "
+               "pinned: $p}) { __typename hotTokens warmTokens messages s: messages } }")
+APPEND_INPUT = "mutation($i: AppendContextInput!) { appendContext(input: $i) { hotTokens messages } }"
+
+
+async def test_compiled_context_appends_answer_as_the_general_executor(server, operator, general):
+    """appendContext, the document an agent sends for every message: each append goes to
+    one of two twin agents, one through each server, so both answers describe the same
+    state; an append that is refused changes nothing and gets the executor's own error."""
+    pool = f"hotc_{uuid.uuid4().hex[:8]}"
+    await operator(CREATE_POOL, name=pool, lanes=4, rpm=6000, tpm=1_000_000, lease=30.0, boost=None)
+    _, one = await register(operator, "twin-1", pool)
+    _, two = await register(operator, "twin-2", pool)
+    async with httpx.AsyncClient(timeout=60) as http:
+        both = Both(server, general, http)
+        for query in (APPEND_VARS, APPEND_INPUT):
+            await both.learn(query)
+
+        async def twins(payload: bytes, compiled: bool = True):
+            before = both.hot_documents.served
+            hot = await both.post(server, one, payload)
+            assert both.hot_documents.served - before == (1 if compiled else 0), hot
+            await general.runtime.projector.catch_up()
+            assert hot == await both.post(general, two, payload)
+            return json.loads(hot[2])
+
+        for n, (role, content) in enumerate([("user", "deploy the ü service to staging"),
+                                             ("assistant", "done: port 8443, tenant t-77"),
+                                             ("tool", "x" * 300)]):
+            answer = await twins(body(APPEND_VARS, {"c": content, "r": role, "p": n == 0}))
+            assert answer["data"]["appendContext"]["messages"] == n + 1
+        answer = await twins(body(APPEND_INPUT, {"i": {"role": "user", "content": "and now?"}}))
+        assert answer["data"]["appendContext"]["messages"] == 4
+
+        # Refused by the service (a NUL in the content, a role it does not know): the same
+        # error through both, and nothing appended.
+        for bad in ({"c": "a\x00b", "r": "user", "p": False}, {"c": "hi", "r": "robot", "p": False}):
+            answer = await twins(body(APPEND_VARS, bad))
+            assert answer["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT", answer
+        # Variables that do not coerce: the general way, before anything runs.
+        await twins(body(APPEND_VARS, {"c": 5, "r": "user", "p": "yes"}), compiled=False)
+        answer = await twins(body(APPEND_INPUT, {"i": {"role": "user", "content": "counted?"}}))
+        assert answer["data"]["appendContext"]["messages"] == 5
