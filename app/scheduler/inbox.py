@@ -44,11 +44,11 @@ class LogInbox:
         while True:
             generation = self.wakeups.generation
             try:
-                head = await self.store.head()
+                # One round trip: the head and what follows our position, as of one moment.
+                head, events = await self.store.read_to_head(self.seen, BATCH, types=self.types)
                 if head <= self.seen:
                     await self.wakeups.wait(generation)
                     continue
-                events = await self.store.read(self.seen, BATCH, types=self.types, up_to=head)
             except Exception as exc:  # the database may be restarting; keep our position
                 log.warning("scheduler inbox could not read the log: %s", exc)
                 await asyncio.sleep(0.5)
