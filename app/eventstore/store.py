@@ -198,6 +198,11 @@ class EventStore:
                     pending.future.set_exception(result)
                 else:
                     pending.future.set_result(result)
+            # Let the loop run once before the next group: the callers just answered run
+            # first, and what they append at once (a leader's decisions waiting for this
+            # commit, app/scheduler/pipeline.py) joins the next group instead of the one
+            # after it.
+            await asyncio.sleep(0)
 
     async def _commit(self, group: list[_Pending]) -> list:
         try:
