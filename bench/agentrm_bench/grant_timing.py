@@ -104,6 +104,9 @@ def summarise(per_turn: list[dict]) -> dict:
                         "p99_ms": _pct([t["total"] for t in on], 99)}
     out["other_worker"] = {"turns": len(off), "p50_ms": _pct([t["total"] for t in off], 50),
                            "p99_ms": _pct([t["total"] for t in off], 99)}
+    for name, group in (("on_leader_hops", on), ("other_worker_hops", off)):
+        out[name] = {hop: {"p50_ms": _pct([t[hop] for t in group], 50), "p99_ms": _pct([t[hop] for t in group], 99)}
+                     for hop in HOPS}
     out["tail_on_leader_share"] = (sum(1 for t in tail if t["on_leader"]) / len(tail)) if tail else None
     return out
 
@@ -128,7 +131,9 @@ async def one_round(root: Path, url: str, rate: float, seconds: float, agents: i
             proc.terminate()
             proc.wait(30)
     summary = phase.summary()
-    return {"phase": {k: summary[k] for k in ("turns", "turns_per_s", "errors", "grant_p50_ms", "grant_p99_ms",
+    half = [(a, b) for name, _, a, b in driver.timing if name == "half"]
+    window = [min(a for a, _ in half), max(b for _, b in half)] if half else None
+    return {"window": window, "phase": {k: summary[k] for k in ("turns", "turns_per_s", "errors", "grant_p50_ms", "grant_p99_ms",
                                                "server_cpu_ms_per_turn", "db_cpu_ms_per_turn")},
             "commit_timestamps": found["commit_timestamps"], "decomposition": summarise(found["per_turn"])}
 
