@@ -38,15 +38,6 @@ NOTIFY_CHANNEL = "agentrm_events"
 APPEND_LOCK_KEY = 0x4147454E54524D  # "AGENTRM"
 
 MAX_GROUP = 500  # requests per group-commit transaction
-# Group commits a process has sent at once, each on its own connection. The second one waits
-# for the append lock inside PostgreSQL, and takes it the moment the first commits, instead
-# of being sent only once the first's answer is back in Python: on a busy machine every
-# hop from PostgreSQL back to Python and out again waits for a core. The lock still orders
-# the transactions (positions become visible in the order they are drawn); two groups of
-# one process may commit in either order, which only makes an on_append listener fall back
-# to reading the log (its offers take events only at the next positions). A caller's own
-# appends stay in order: it awaits each.
-GROUPS_IN_FLIGHT = 2
 
 _APPEND = ("SELECT req, out_position, out_version, out_recorded_at, conflict_stream "
            "FROM agentrm_append($1, $2, $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], "
@@ -127,17 +118,14 @@ class _Pending:
 class EventStore:
     """The PostgreSQL adapter of the EventLog port (app/ports.py)."""
 
-    def __init__(self, pool: asyncpg.Pool, *, groups_in_flight: int = GROUPS_IN_FLIGHT):
+    def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
-        self.groups_in_flight = groups_in_flight
         self.wakeups = None  # a LogListener, once use_wakeups() is called: subscribe() needs it
         # Group commit: appends that arrive while a transaction is in flight wait and go
         # together in the next one. The append lock serialises transactions, so without
         # this every concurrent request would pay its own lock + fsync in turn.
         self._pending: list[_Pending] = []
-        self._in_flight = 0                    # group commits sent and not answered yet
-        self._starting = False                 # a group commit's task started, its group not taken yet
-        self._flushers: set[asyncio.Task] = set()
+        self._flusher: asyncio.Task | None = None
         # In-process listeners get the recorded events right after their commit, so a reader
         # in the same process need not wait for the NOTIFY round trip or even read them back
         # (NOTIFY still wakes the other processes).
@@ -178,7 +166,8 @@ class EventStore:
         else:
             future = asyncio.get_running_loop().create_future()
             self._pending.append(_Pending(list(events), expected_versions, future))
-            self._launch()
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
             recorded = await future
             # Only here has the append committed. On the `conn` path the caller's own
             # transaction may still roll back: local readers learn of it by NOTIFY at commit.
@@ -186,28 +175,14 @@ class EventStore:
                 callback(recorded)
         return recorded
 
-    def _launch(self) -> None:
-        """Start group commits for what is pending, up to `groups_in_flight` at a time."""
-        # One slot started at a time: a started task takes everything pending when it runs.
-        if self._pending and not self._starting and self._in_flight < self.groups_in_flight:
-            self._in_flight += 1
-            self._starting = True
-            task = asyncio.create_task(self._flush())
-            self._flushers.add(task)
-            task.add_done_callback(self._flushers.discard)
-
     async def _flush(self) -> None:
-        try:
-            # The group is what is pending when this task runs, not when it was started:
-            # the appends made meanwhile, in the same turn of the loop, go together.
-            self._starting = False
+        while self._pending:
             group, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
-            self._launch()   # more than one group's worth pending: the next slot takes the rest
-            if not group:
-                return
             try:
                 results = await self._commit(group)
             except Exception:
+                if len(group) == 1:
+                    raise
                 # One request's bad data must not fail the others it happened to share a
                 # transaction with: retry each alone, so only the culprit fails.
                 results = []
@@ -223,14 +198,6 @@ class EventStore:
                     pending.future.set_exception(result)
                 else:
                     pending.future.set_result(result)
-            # Let the loop run once before this group's slot takes the next one: the callers
-            # just answered run first, and what they append at once (a leader's decisions
-            # waiting for this commit, app/scheduler/pipeline.py) joins that group instead
-            # of the one after it.
-            await asyncio.sleep(0)
-        finally:
-            self._in_flight -= 1
-            self._launch()
 
     async def _commit(self, group: list[_Pending]) -> list:
         try:

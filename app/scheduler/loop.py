@@ -23,9 +23,8 @@ from app.domain.streams import id_of, pool_stream
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.ports import Clock, EventLog, Leadership, Lease, Wakeups
 from app.scheduler.inbox import LogInbox
-from app.scheduler.pipeline import DecisionPipeline
 from app.scheduler.pool_fold import fold_pool_stream
-from app.scheduler.writer import LostLeadership, new_inputs, next_batch
+from app.scheduler.writer import LostLeadership, next_batch, write_step
 from app.tasks import cancel_all
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,6 @@ class PoolScheduler:
         self.step_downs: list[str] = []
         self._inbox: asyncio.Queue[RecordedEvent | None] | None = None
         self._log_inbox: LogInbox | None = None
-        self._pipeline: DecisionPipeline | None = None
         # Registered once (the port has no way to unregister); it feeds whichever inbox
         # the current leadership term has.
         store.on_append(self._offer)
@@ -106,10 +104,6 @@ class PoolScheduler:
                                    relevant=self._relevant)
         inbox = self._inbox = self._log_inbox.queue
         follow = asyncio.create_task(self._log_inbox.follow(), name=f"scheduler-{self.pool}-inbox")
-        # A failed append wakes the loop (None: look at the timers), which then steps down.
-        self._pipeline = DecisionPipeline(self.store, self.stream, state,
-                                          on_failure=lambda: inbox.put_nowait(None),
-                                          leading=lambda: lease.held)
         self.state = state
         # The policy as of the last input a decision answered; the grants and revocations
         # after it come with the backlog, in log order with the requests.
@@ -126,15 +120,10 @@ class PoolScheduler:
                 if follow.done():
                     follow.result()  # the inbox failed: step down and start over
                     raise LostLeadership("inbox stopped following the log")
-                self._pipeline.check()   # an append of ours was refused or failed: step down
                 batch = await self._next_batch(state, inbox)
-                self._pipeline.check()
                 await self._process(state, batch)
         finally:
             await cancel_all([follow])
-            if self._pipeline is not None:
-                await self._pipeline.close()
-            self._pipeline = None
             self.state = self.access = None
             self._inbox = self._log_inbox = None
 
@@ -169,17 +158,9 @@ class PoolScheduler:
             return [NewEvent(self.stream, type_, data, self._metadata(data, by_position.get(data.get("cause"))))
                     for type_, data in decide_many(state, inputs, self.clock(), self.access)]
 
-        # writer.write_step's rules, with the append handed to the pipeline instead of
-        # awaited: the next batch is decided while this one commits (pipeline.py says why
-        # that is safe). state.version becomes the version our decisions will leave, so
-        # they are recognised as ours when they come back through the inbox.
-        expected = state.version
-        inputs = new_inputs(state, self.stream, batch)
-        by_position = {e.position: e for e in inputs}
-        new = to_events([(e.type, e.data, e.position) for e in inputs], by_position)
-        if new:
-            state.version = expected + len(new)
-            await self._pipeline.submit(new, expected)
+        recorded = await write_step(self.store, self.stream, state, batch, to_events)
+        if recorded:
+            state.position = recorded[-1].position
 
     def _metadata(self, data: dict, cause: RecordedEvent | None) -> dict:
         meta = {"actor": f"scheduler:{self.pool}",

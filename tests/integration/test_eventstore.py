@@ -159,7 +159,6 @@ async def _queued_behind(es: EventStore, n: int) -> None:
 
 async def test_a_cancelled_caller_does_not_strand_the_rest_of_its_group(store):
     es, url = store
-    es.groups_in_flight = 1   # the next group forms behind the first
     await es.append([NewEvent("warm-1", "Warm", {})])
     conn, tx = await _hold_append_lock(url)
     first = asyncio.create_task(es.append([NewEvent("c-1", "First", {})]))
@@ -176,7 +175,6 @@ async def test_a_cancelled_caller_does_not_strand_the_rest_of_its_group(store):
 
 async def test_one_bad_request_fails_alone_not_its_whole_group(store):
     es, url = store
-    es.groups_in_flight = 1   # good and nan share the group behind bad's
     conn, tx = await _hold_append_lock(url)
     bad = asyncio.create_task(es.append([NewEvent("bad-1", "Bad", {"text": "nul \x00 here"})]))
     await _flusher_waits_for_the_lock(conn)
@@ -189,27 +187,3 @@ async def test_one_bad_request_fails_alone_not_its_whole_group(store):
     assert isinstance(results[0], Exception) and isinstance(results[2], Exception)
     assert results[1][0].type == "Good"
     assert [e.type for e in await es.read(0)] == ["Good"]
-
-
-async def test_a_second_group_goes_out_while_the_first_waits_and_the_log_stays_gapless(store):
-    es, url = store
-    assert es.groups_in_flight == 2
-    conn, tx = await _hold_append_lock(url)
-    first = asyncio.create_task(es.append([NewEvent("g-1", "First", {})]))
-    await _flusher_waits_for_the_lock(conn)
-    second = asyncio.create_task(es.append([NewEvent("g-2", "Second", {})]))
-
-    async def two_sessions_wait_for_the_lock() -> bool:
-        return await conn.fetchval(
-            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
-            "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()") == 2
-    await _until(two_sessions_wait_for_the_lock)   # sent at once, not after the first's answer
-    third = asyncio.create_task(es.append([NewEvent("g-3", "Third", {}), NewEvent("g-3", "Third", {})]))
-    await _queued_behind(es, 1)                     # both slots busy: it waits for one
-    await tx.rollback()
-    await conn.close()
-    done = await asyncio.wait_for(asyncio.gather(first, second, third), 10)
-    positions = sorted(e.position for r in done for e in r)
-    assert positions == list(range(positions[0], positions[0] + 4))
-    assert [e.position for e in await es.read(0)] == positions
-    assert [e.version for e in done[2]] == [0, 1]

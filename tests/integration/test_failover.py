@@ -28,7 +28,6 @@ from app import runtime as runtime_module
 from app.runtime import Runtime
 from app.adapters import advisory_lock
 from app.scheduler.loop import LostLeadership, PoolScheduler, lock_key
-from app.scheduler.pipeline import DecisionPipeline
 from tests.client import COMPLETE, REQUEST, GraphQLClient, register
 from tests.conftest import OPERATOR_TOKEN
 
@@ -108,12 +107,8 @@ async def test_two_schedulers_deciding_on_the_same_state_one_append_wins(fresh_d
         assert states[0].version == states[1].version
         view, _token = await a.service.register_agent(OPERATOR, "contested")
         [registered] = await a.store.read(0, 10, types=[ev.AGENT_REGISTERED])
-        async def decide_and_append(leader: PoolScheduler, state) -> None:
-            leader._pipeline = DecisionPipeline(leader.store, leader.stream, state)
-            await leader._process(state, [registered])
-            await leader._pipeline.flushed()   # its append committed, or raised
         # Both decide the same answer from the same version; both append expecting it.
-        results = await asyncio.gather(*(decide_and_append(s, st) for s, st in zip(leaders, states)),
+        results = await asyncio.gather(*(s._process(st, [registered]) for s, st in zip(leaders, states)),
                                        return_exceptions=True)
         assert sorted(type(r).__name__ for r in results) == ["ConcurrencyError", "NoneType"], results
         admitted = await a.store.read(0, 10, types=[ev.AGENT_ADMITTED])
