@@ -53,6 +53,11 @@ class EventLog(Protocol):
 
     async def head(self) -> int: ...
 
+    async def read_to_head(self, after: int, limit: int, *, types: Iterable[str]
+                           ) -> tuple[int, list[RecordedEvent]]:
+        """(head, read(after, limit, types=types, up_to=head)), as of one moment."""
+        ...
+
     def subscribe(self, after: int = 0, *, types: Iterable[str] | None = None,
                   streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,
                   data: Mapping[str, Any] | None = None) -> AsyncIterator[RecordedEvent]: ...

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -44,6 +45,10 @@ DECISION_TIMEOUT = 5.0      # how long a command waits for the scheduler's answe
 MAX_HEADERS = 100
 MAX_QUEUED_PER_AGENT = 32   # containment: turns one agent may have waiting at once
 MAX_RUN_ID = 200           # characters of a runId (a client's own name for its run)
+# Opt-in, off by default: each TurnRequested's metadata records the process id of the worker
+# that took it, so a grant's latency can be split by whether its request landed on the pool's
+# leader (bench/agentrm_bench/grant_timing.py sets it for its own server).
+_TIMING_STAMPS = os.environ.get("AGENTRM_TIMING_STAMPS") == "1"
 MAX_ATTEMPTS = 5           # a command with a request id, against concurrent appends to its turn
 
 
@@ -341,13 +346,16 @@ class Service:
         if run_id is not None:
             data["run_id"] = run_id   # the pool charges the run's attained service (ordering.py)
         agent_id = agent["agent_id"]
+        meta = self._meta(principal, turn_id)
+        if _TIMING_STAMPS:
+            meta["worker_pid"] = os.getpid()   # which worker took it (bench grant_timing)
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
         async with self.replies.expect(turn_id, answers_request) as answered, \
                 self.replies.expect(turn_id, leaves_queue) as left_queue:
             self._unanswered[agent_id] = self._unanswered.get(agent_id, 0) + 1
             try:
-                await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data,
-                                             self._meta(principal, turn_id))], {turn_stream(turn_id): NO_STREAM})
+                await self._append([NewEvent(turn_stream(turn_id), ev.TURN_REQUESTED, data, meta)],
+                                   {turn_stream(turn_id): NO_STREAM})
                 await answered.wait(DECISION_TIMEOUT)
             except ConcurrencyError:
                 if request_id is None:

@@ -101,6 +101,21 @@ class EventLogContract:
         assert ns(await log.read(0, 1, types=["Asked"])) == [1]
         assert [e.version for e in await log.read_stream("turn-1")] == [0, 1]
 
+    async def test_read_to_head_gives_the_head_and_what_follows_up_to_it(self, log):
+        assert await log.read_to_head(0, 10, types=["Asked"]) == (0, [])
+        await log.append([made("turn-1", 0, "Asked"), made("turn-1", 1, "Done"),
+                          made("turn-2", 2, "Asked"), made("turn-2", 3, "Done")])
+        head = await log.head()
+        found_head, events = await log.read_to_head(0, 10, types=["Asked"])
+        assert found_head == head and [e.data["n"] for e in events] == [0, 2]
+        assert [(e.stream, e.version, e.type, e.position) for e in events] == [
+            (e.stream, e.version, e.type, e.position) for e in await log.read(0, types=["Asked"])]
+        found_head, events = await log.read_to_head(0, 1, types=["Asked", "Done"])   # the limit
+        assert found_head == head and [e.data["n"] for e in events] == [0]
+        # Nothing of those types after the position: the head all the same, no events.
+        assert await log.read_to_head(head - 1, 10, types=["Asked"]) == (head, [])
+        assert await log.read_to_head(head, 10, types=["Done"]) == (head, [])
+
     async def test_read_your_writes(self, log):
         recorded = await log.append([made("thing-1", 0)])
         assert await log.head() >= recorded[-1].position

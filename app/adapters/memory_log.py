@@ -104,6 +104,11 @@ class MemoryLog:
     async def head(self) -> int:
         return len(self._events)
 
+    async def read_to_head(self, after: int, limit: int, *, types: Iterable[str]
+                           ) -> tuple[int, list[RecordedEvent]]:
+        head = len(self._events)
+        return head, await self.read(after, limit, types=types, up_to=head)
+
     def subscribe(self, after: int = 0, *, types: Iterable[str] | None = None,
                   streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,
                   data: Mapping[str, Any] | None = None) -> AsyncIterator[RecordedEvent]:

@@ -48,6 +48,12 @@ _APPEND = ("SELECT req, out_position, out_version, out_recorded_at, conflict_str
 
 _SELECT = "SELECT position, stream, version, type, data, metadata, recorded_at FROM events"
 
+_READ_TO_HEAD = (
+    "WITH h AS (SELECT coalesce(max(position), 0) AS head FROM events) "
+    "SELECT h.head, e.position, e.stream, e.version, e.type, e.data, e.metadata, e.recorded_at "
+    "FROM h LEFT JOIN LATERAL (SELECT * FROM events WHERE position > $1 AND position <= h.head "
+    "AND type = ANY($2::text[]) ORDER BY position LIMIT $3) e ON true ORDER BY e.position")
+
 
 def _dumps(value) -> str:
     # jsonb has no NaN or Infinity: refuse them here, in the caller, not in a shared commit.
@@ -299,6 +305,18 @@ class EventStore:
             async with self.pool.acquire() as own:
                 rows = await own.fetch(sql, *args)
         return [_record(r) for r in rows]
+
+    async def read_to_head(self, after: int, limit: int, *, types: Iterable[str]
+                           ) -> tuple[int, list[RecordedEvent]]:
+        """The log's head and the events of `types` with after < position <= head (at most
+        `limit`), in one statement and so one snapshot: when the head is visible, every
+        position below it is visible or rolled back for good (the append lock, above), so a
+        reader that got fewer than `limit` has seen everything up to the head. One round
+        trip where head() then read(up_to=head) took two, on a follower's every wake-up."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(_READ_TO_HEAD, after, list(types), limit)
+        head = rows[0]["head"] if rows else 0
+        return head, [_record(r) for r in rows if r["position"] is not None]
 
     async def read_stream(self, stream: str) -> list[RecordedEvent]:
         async with self.pool.acquire() as conn:

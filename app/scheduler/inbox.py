@@ -46,15 +46,17 @@ class LogInbox:
             generation = self.wakeups.generation
             try:
                 # The head the wake-ups named, when each one since our last look named one
-                # (our own appends, NOTIFYs); else the log's.
+                # (our own appends, NOTIFYs): read up to it, or nothing if we have it all.
+                # Else the head and what follows our position in one round trip.
                 head = self.wakeups.known_head(blind_seen)
                 if head is None:
                     blind_seen = self.wakeups.blind
-                    head = await self.store.head()
+                    head, events = await self.store.read_to_head(self.seen, BATCH, types=self.types)
+                elif head > self.seen:
+                    events = await self.store.read(self.seen, BATCH, types=self.types, up_to=head)
                 if head <= self.seen:
                     await self.wakeups.wait(generation)
                     continue
-                events = await self.store.read(self.seen, BATCH, types=self.types, up_to=head)
             except Exception as exc:  # the database may be restarting; keep our position
                 log.warning("scheduler inbox could not read the log: %s", exc)
                 await asyncio.sleep(0.5)

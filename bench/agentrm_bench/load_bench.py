@@ -171,6 +171,8 @@ class Driver:
         self.turns_total = 0
         self.last_error = ""   # why the latest failed request failed (the errors' kinds)
         self.rss: list[dict] = []
+        # Opt-in (grant_timing): (phase, turn id, wall-clock send, wall-clock receive) of each grant.
+        self.timing: list[tuple[str, str, float, float]] | None = None
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -222,6 +224,7 @@ class Driver:
 
     async def one_turn(self, token: str, phase: Phase) -> None:
         started = time.perf_counter()
+        sent = time.time() if self.timing is not None else 0.0
         data = await self._request_turn(token)
         turn = data and data["requestTurn"]
         if not turn or turn["status"] != "GRANTED":
@@ -233,6 +236,8 @@ class Driver:
                 await self._cancel_turn(token, turn["id"])
             return
         phase.latencies.append(time.perf_counter() - started)
+        if self.timing is not None:
+            self.timing.append((phase.name, turn["id"], sent, time.time()))
         done = await self._complete_turn(token, turn["id"])
         if not done or done["completeTurn"]["status"] != "COMPLETED":
             phase.error(f"completeTurn: {done['completeTurn']['status'] if done else self.last_error}")

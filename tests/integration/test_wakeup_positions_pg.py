@@ -29,6 +29,10 @@ class Counting:
         self.reads += 1
         return await self.store.read(*args, **kwargs)
 
+    async def read_to_head(self, *args, **kwargs):
+        self.heads += 1   # a look at the head (with what follows it, in one statement)
+        return await self.store.read_to_head(*args, **kwargs)
+
 
 @pytest.fixture
 async def two_processes(fresh_database):

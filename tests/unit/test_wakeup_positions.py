@@ -30,6 +30,10 @@ class CountingLog:
         self.reads += 1
         return await self.log.read(*args, **kwargs)
 
+    async def read_to_head(self, *args, **kwargs):
+        self.heads += 1   # a look at the head (with what follows it, in one statement)
+        return await self.log.read_to_head(*args, **kwargs)
+
 
 def test_known_head_only_when_every_wake_up_since_named_a_position():
     w = GenerationWakeups()
