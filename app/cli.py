@@ -42,6 +42,9 @@ def cmd_serve(args) -> int:
     if demo_upstream:
         print(f"default pool upstream: the demo echo model at {demo_upstream} "
               "(set AGENTRM_UPSTREAM_BASE_URL for a real provider)", flush=True)
+    if args.workers > 1:   # its workers leave if it is killed outright (app/orphan_watch.py)
+        from app.orphan_watch import SUPERVISOR_ENV
+        os.environ[SUPERVISOR_ENV] = str(os.getpid())
     uvicorn.run("app.api.main:app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, log_config=log_config, ws="websockets-sansio")
     return 0

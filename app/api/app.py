@@ -2,6 +2,7 @@
 OpenAI/Anthropic gateway at /v1/..., /metrics, /healthz and /readyz, all on one port."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -21,6 +22,7 @@ from app.gateway.routes import routes as gateway_routes
 from app.gateway.upstreams import Upstreams
 from app.observability.http import routes as observability_routes
 from app.observability.metrics import AppMetrics
+from app.orphan_watch import stop_when_orphaned, supervisor_pid
 from app.runtime import Runtime
 from app.serving_gc import tune_for_serving
 
@@ -111,9 +113,13 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         if demo:
             from app.demo import start_demo
             demo_task = start_demo(rt)
+        supervisor = supervisor_pid() if tune_gc else None   # a worker of `serve --workers N`
+        orphan_watch = asyncio.create_task(stop_when_orphaned(supervisor)) if supervisor else None
         try:
             yield
         finally:
+            if orphan_watch is not None:
+                orphan_watch.cancel()
             if demo_task is not None:
                 demo_task.cancel()
                 with contextlib.suppress(BaseException):

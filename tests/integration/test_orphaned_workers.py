@@ -1,0 +1,82 @@
+"""`agentrm serve --workers 2` whose supervisor is killed outright (SIGKILL): its workers
+must not go on serving and leading pools with nobody to stop them; they leave."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import asyncpg
+
+from tests.conftest import OPERATOR_TOKEN
+
+SETTLE = 120.0  # a bound on waiting for a process, never a measured duration
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out += [int(c) for c in f.read().split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def _until(predicate, what: str) -> None:
+    try:
+        async with asyncio.timeout(SETTLE):
+            while not await predicate():
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"not within {SETTLE} s: {what}") from None
+
+
+async def test_workers_leave_when_their_supervisor_is_killed(fresh_database, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": fresh_database, "AGENTRM_OPERATOR_TOKEN": OPERATOR_TOKEN,
+           "AGENTRM_DATA_DIR": str(tmp_path)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2", "--no-demo",
+        cwd=Path(__file__).resolve().parents[2], env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    watcher = await asyncpg.connect(fresh_database)
+    workers: list[int] = []
+    try:
+        async def both_listening() -> bool:
+            assert proc.returncode is None, "serve exited"
+            return await watcher.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                          "current_database() AND query LIKE 'LISTEN%'") >= 2
+        await _until(both_listening, "both workers up")
+        workers = [pid for pid in _children(proc.pid) if _alive(pid)]
+        assert len(workers) >= 2, workers
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+        async def workers_gone() -> bool:
+            return not any(_alive(pid) for pid in workers)
+        await _until(workers_gone, "the orphaned workers stop")
+
+        async def sessions_gone() -> bool:
+            return await watcher.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                          "current_database() AND pid <> pg_backend_pid()") == 0
+        await _until(sessions_gone, "their database sessions close")
+    finally:
+        await watcher.close()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
