@@ -181,7 +181,7 @@ def _order_label(order: str) -> str:
 def to_markdown(result: dict) -> str:
     keys = list(result["seeds"][0]["p95_s"]) if result["seeds"] else []
     names = dict(COLUMNS)
-    header = [names.get(k, _order_label(k.removeprefix(BOUND_PREFIX + "@"))) for k in keys]
+    header = [names[k] if k in names else _order_label(k.removeprefix(BOUND_PREFIX + "@")) for k in keys]
     lines = [f"# P95 latency bounds: `{result['scenario']}`", "",
              ("Not baselines: yardsticks for what any order could reach (`python -m agentrm_bench.bounds`). "
               "Each cell is P95 s (x no-gateway's P95 on the same seed)."), "",

@@ -102,3 +102,14 @@ def test_main_refuses_an_unknown_order_and_writes_nothing(tmp_path, capsys):
     assert bounds.main(["--seed", "1", "--orders", "lifo", "--out", str(tmp_path)]) == 2
     assert "lifo" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_report_labels_each_column_by_what_its_order_knows():
+    row = {"seed": 3, "p95_s": {"no-gateway": 80.0, "agentrm": 40.0, "zero-wait": 16.0, "agentrm-service": 18.0,
+                                "bound-clairvoyant@edf1": 36.0, "bound-clairvoyant@mean-edf1": 40.0,
+                                "bound-clairvoyant@prompt-edf1": 39.0}}
+    row["vs_no_gateway"] = {k: v / 80.0 for k, v in row["p95_s"].items()}
+    text = bounds.to_markdown({"scenario": "provider-bound", "seeds": [row]})
+    assert "bound: edf1 (clairvoyant)" in text and "bound: mean-edf1 (history only)" in text
+    assert "bound: prompt-edf1 (true first token)" in text and "bound: zero wait" in text
+    assert "| 3 | 80.0 | 40.0 (0.50x) | 16.0 (0.20x) | 18.0 (0.23x) | 36.0 (0.45x) |" in text
