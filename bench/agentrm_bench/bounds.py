@@ -23,6 +23,11 @@ Per seed, against `no-gateway`'s P95 latency in the same run (the target's ratio
     calls of its class answered so far: NOT clairvoyant (history only), the best a scheduler
     can do where, as in these traces, nothing a request tells predicts its answer's length
     beyond its class (each answer's length is an independent draw);
+  - `late-edfT`: edf1 that serves last the calls already past their latest start for an
+    answer within T s of their request (they miss T anyway); with T at the target's value, the
+    strongest of these bounds for a P95;
+  - `late-mean-edfT`: the same with the class-mean service of mean-edf: not clairvoyant, but
+    it starves the calls that are late (they go only when nothing else waits);
   - `prompt-edfK`: mean-edf plus the call's true time to first token (its prompt's prefill and
     the provider's queueing): more than the prompt size could tell, so an upper bound of
     what size-aware ordering on estimatedTokens can add.
@@ -35,6 +40,7 @@ import argparse
 import heapq
 import json
 import sys
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,12 +62,12 @@ UNLIMITED_TPM = 10**13
 
 
 def parse_order(variant: str | None) -> tuple[str, float]:
-    """'sjf' -> ('sjf', 0); 'edf1' / 'edf0.5' -> ('edf', K); 'mean-edf1' -> ('mean-edf', K).
-    Anything else is refused."""
+    """'sjf' -> ('sjf', 0); 'edf1' / 'edf0.5' -> ('edf', K); 'mean-edf1' -> ('mean-edf', K);
+    'late-edf36' -> ('late-edf', T = 36 s). Anything else is refused."""
     text = (variant or "").strip()
     if text == "sjf":
         return "sjf", 0.0
-    kind = next((k for k in ("mean-edf", "prompt-edf") if text.startswith(k)), "edf")
+    kind = next((k for k in ("mean-edf", "prompt-edf", "late-mean-edf", "late-edf") if text.startswith(k)), "edf")
     if text.startswith(kind):
         try:
             weight = float(text[len(kind):])
@@ -69,17 +75,19 @@ def parse_order(variant: str | None) -> tuple[str, float]:
             weight = -1.0
         if weight > 0 and weight != float("inf"):
             return kind, weight
-    raise ValueError(f"{BOUND_PREFIX}: the variant is the order, 'sjf', 'edfK' or 'mean-edfK' with K > 0 "
-                     f"(e.g. edf1); got {variant!r}")
+    raise ValueError(f"{BOUND_PREFIX}: the variant is the order, 'sjf', 'edfK', 'mean-edfK', 'prompt-edfK' "
+                     f"or 'late-edfT' with K, T > 0 (e.g. edf1); got {variant!r}")
 
 
 class ClairvoyantOrder(AdmissionOrder):
     """A heap over a key that uses each call's true service time (the trace's provider
     latency): known to the simulator, never to a scheduler."""
 
-    def __init__(self, kind: str, weight: float) -> None:
-        self.kind, self.weight = kind, weight
+    def __init__(self, kind: str, weight: float, sim=None) -> None:
+        self.kind, self.weight, self.sim = kind, weight, sim
         self.heap: list[tuple[float, int, Waiting]] = []
+        # late-edf: calls that can no longer answer within T of their request, served last
+        self.late: deque[Waiting] = deque()
         # mean-edf: per class, (answered calls, their total service) seen so far
         self.seen: dict[str, list[float]] = {}
 
@@ -88,17 +96,28 @@ class ClairvoyantOrder(AdmissionOrder):
         mean-edf, the mean service of its class's calls answered so far (history only); for
         prompt-edf, the call's true time to first token plus its class's mean time after it."""
         record = entry.cur.record
-        if self.kind == "edf" or self.kind == "sjf":
+        if self.kind not in ("mean-edf", "prompt-edf", "late-mean-edf"):
             return record.call.provider_latency_s
         count, total, after_first = self.seen.get(record.priority_class, (0, 0.0, 0.0))
-        if self.kind == "mean-edf":
+        if self.kind in ("mean-edf", "late-mean-edf"):
             return total / count if count else 0.0
         return record.call.first_chunk_s + (after_first / count if count else 0.0)
 
     def key(self, entry: Waiting) -> float:
         if self.kind == "sjf":
             return self.expected_service(entry)
-        return entry.cur.record.requested_at - self.weight * self.expected_service(entry)
+        weight = 1.0 if self.kind.startswith("late-") else self.weight
+        return entry.cur.record.requested_at - weight * self.expected_service(entry)
+
+    def _give_up_on_late(self) -> None:
+        """late-edf (K = 1, so the key + T is the call's latest start for an answer within T):
+        a call past that instant misses T whatever happens, so it yields to every call that
+        can still make it. With T at the target, this spends the 5% a P95 may miss on calls
+        that miss anyway, as an order that knew every answer's length could."""
+        if not self.kind.startswith("late-"):
+            return
+        while self.heap and self.heap[0][0] + self.weight < self.sim.now:
+            self.late.append(heapq.heappop(self.heap)[2])
 
     def succeeded(self, entry: Waiting, attempt, now: float) -> None:
         record = entry.cur.record
@@ -111,10 +130,14 @@ class ClairvoyantOrder(AdmissionOrder):
         heapq.heappush(self.heap, (self.key(entry), entry.seq, entry))
 
     def peek(self) -> Waiting | None:
-        return self.heap[0][2] if self.heap else None
+        self._give_up_on_late()
+        if self.heap:
+            return self.heap[0][2]
+        return self.late[0] if self.late else None
 
     def pop(self, now: float) -> Waiting:
-        return heapq.heappop(self.heap)[2]
+        self._give_up_on_late()
+        return heapq.heappop(self.heap)[2] if self.heap else self.late.popleft()
 
 
 class ClairvoyantGateway(CentralGateway):
@@ -129,7 +152,7 @@ class ClairvoyantGateway(CentralGateway):
         return parse_timeout(None, self.name)
 
     def make_order(self) -> AdmissionOrder:
-        return ClairvoyantOrder(self.kind, self.weight)
+        return ClairvoyantOrder(self.kind, self.weight, self.sim)
 
 
 def service_p95(recorder) -> float | None:
@@ -138,25 +161,36 @@ def service_p95(recorder) -> float | None:
                        if r.completed_at is not None and r.answered_sent_at is not None], 95)
 
 
-def _p95(name: str, trace: Trace, sc: Scenario, lanes: int, rpm: int, tpm: int) -> tuple[float, float | None]:
+# What else each run reports beside its P95: what a bound's order costs the other calls.
+COSTS = ("p99_latency_s", "max_wait_s", "max_service_gap", "throughput_per_min")
+
+
+def _p95(name: str, trace: Trace, sc: Scenario, lanes: int, rpm: int, tpm: int,
+         costs: dict | None = None) -> tuple[float, float | None]:
     run = run_policy(name, trace, lanes, rpm, tpm, dict(AGENTRM_DEFAULTS), None, outages=sc.outages,
                      saturation=sc.saturation, replicas=sc.replicas,
                      provider_concurrency=lanes if sc.provider_concurrency_is_lanes else None)
     by_class = {c: [a.agent_id for a in trace.agents if a.priority_class == c] for c in CLASSES}
-    return summarize(run.recorder, by_class, None, rpm, tpm, lanes)["p95_latency_s"], service_p95(run.recorder)
+    summary = summarize(run.recorder, by_class, None, rpm, tpm, lanes)
+    if costs is not None:
+        costs[name] = {k: summary[k] for k in COSTS}
+        costs[name]["jain_min"] = min(v for v in summary["jain"].values() if v is not None)
+    return summary["p95_latency_s"], service_p95(run.recorder)
 
 
 def seed_bounds(sc: Scenario, seed: int, orders: tuple[str, ...]) -> dict:
     """One seed's P95s (seconds) and their ratios to no-gateway's."""
     trace = generate(replace(WorkloadParams(**sc.params), seed=seed))
-    base, _ = _p95("no-gateway", trace, sc, sc.lanes, sc.rpm, sc.tpm)
-    agentrm, agentrm_service = _p95("agentrm", trace, sc, sc.lanes, sc.rpm, sc.tpm)
+    costs: dict = {}
+    base, _ = _p95("no-gateway", trace, sc, sc.lanes, sc.rpm, sc.tpm, costs)
+    agentrm, agentrm_service = _p95("agentrm", trace, sc, sc.lanes, sc.rpm, sc.tpm, costs)
     zero, _ = _p95("gateway-fifo@600s", trace, replace(sc, provider_concurrency_is_lanes=False),
                    UNLIMITED_LANES, UNLIMITED_RPM, UNLIMITED_TPM)
     p95 = {"no-gateway": base, "agentrm": agentrm, "zero-wait": zero, "agentrm-service": agentrm_service}
     for order in orders:
-        p95[f"{BOUND_PREFIX}@{order}"], _ = _p95(f"{BOUND_PREFIX}@{order}", trace, sc, sc.lanes, sc.rpm, sc.tpm)
-    return {"seed": seed, "p95_s": p95, "vs_no_gateway": {k: v / base for k, v in p95.items()}}
+        p95[f"{BOUND_PREFIX}@{order}"], _ = _p95(f"{BOUND_PREFIX}@{order}", trace, sc, sc.lanes, sc.rpm, sc.tpm,
+                                                 costs)
+    return {"seed": seed, "p95_s": p95, "vs_no_gateway": {k: v / base for k, v in p95.items()}, "costs": costs}
 
 
 def run(scenario: str = "provider-bound", seeds: tuple[int, ...] = (1, 2, 3, 4, 5),
@@ -174,7 +208,9 @@ COLUMNS = (("no-gateway", "no-gateway P95 s"), ("agentrm", "agentrm"), ("zero-wa
 
 def _order_label(order: str) -> str:
     kind, _ = parse_order(order)
-    what = {"mean-edf": "history only", "prompt-edf": "true first token"}.get(kind, "clairvoyant")
+    what = {"mean-edf": "history only", "prompt-edf": "true first token",
+            "late-edf": "clairvoyant, gives up on late calls",
+            "late-mean-edf": "history only, gives up on late calls"}.get(kind, "clairvoyant")
     return f"bound: {order} ({what})"
 
 

@@ -113,3 +113,11 @@ def test_the_report_labels_each_column_by_what_its_order_knows():
     assert "bound: edf1 (clairvoyant)" in text and "bound: mean-edf1 (history only)" in text
     assert "bound: prompt-edf1 (true first token)" in text and "bound: zero wait" in text
     assert "| 3 | 80.0 | 40.0 (0.50x) | 16.0 (0.20x) | 18.0 (0.23x) | 36.0 (0.45x) |" in text
+
+
+def test_late_edf_serves_last_the_calls_that_miss_t_anyway():
+    # T = 12: at 10, l (asked at 3, service 9) cannot answer by 15 (its latest start was 6),
+    # nor m (asked at 2, service 5: latest start 9); s (asked at 1, service 2: latest start 11)
+    # still can, so it goes first, then the late ones in the order they became late (l, m).
+    run = run_policy("bound-clairvoyant@late-edf12", WAITING, 1, BIG_RPM, BIG_TPM)
+    assert sent(run) == [("h1", 0.0), ("s1", 10.0), ("l1", 12.0), ("m1", 21.0)]
