@@ -214,6 +214,12 @@ def _order_label(order: str) -> str:
     return f"bound: {order} ({what})"
 
 
+def _cost_label(key: str, names: dict) -> str:
+    if key == "no-gateway":
+        return "no-gateway"
+    return names[key] if key in names else _order_label(key.removeprefix(BOUND_PREFIX + "@"))
+
+
 def to_markdown(result: dict) -> str:
     keys = list(result["seeds"][0]["p95_s"]) if result["seeds"] else []
     names = dict(COLUMNS)
@@ -226,6 +232,18 @@ def to_markdown(result: dict) -> str:
         cells = [f"{row['p95_s'][k]:.1f}" if k == "no-gateway" else
                  f"{row['p95_s'][k]:.1f} ({row['vs_no_gateway'][k]:.2f}x)" for k in keys]
         lines.append(f"| {row['seed']} | " + " | ".join(cells) + " |")
+    costed = [k for k in keys if any(k in row.get("costs", {}) for row in result["seeds"])]
+    if costed:
+        lines += ["", ("What each order costs the other calls: P99 latency s / longest wait s / lowest Jain "
+                       "index within a class."), "",
+                  "| seed | " + " | ".join(_cost_label(k, names) for k in costed) + " |",
+                  "|---" * (len(costed) + 1) + "|"]
+        for row in result["seeds"]:
+            cells = []
+            for k in costed:
+                c = row.get("costs", {}).get(k)
+                cells.append(f"{c['p99_latency_s']:.1f} / {c['max_wait_s']:.0f} / {c['jain_min']:.3f}" if c else "-")
+            lines.append(f"| {row['seed']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -121,3 +121,13 @@ def test_late_edf_serves_last_the_calls_that_miss_t_anyway():
     # still can, so it goes first, then the late ones in the order they became late (l, m).
     run = run_policy("bound-clairvoyant@late-edf12", WAITING, 1, BIG_RPM, BIG_TPM)
     assert sent(run) == [("h1", 0.0), ("s1", 10.0), ("l1", 12.0), ("m1", 21.0)]
+
+
+def test_the_report_shows_what_each_order_costs():
+    costs = {"p99_latency_s": 30.5, "max_wait_s": 1619.3, "jain_min": 0.719, "max_service_gap": 1.0,
+             "throughput_per_min": 1.0}
+    row = {"seed": 15, "p95_s": {"no-gateway": 72.5, "bound-clairvoyant@late-edf36": 24.6},
+           "costs": {"bound-clairvoyant@late-edf36": costs}}
+    row["vs_no_gateway"] = {k: v / 72.5 for k, v in row["p95_s"].items()}
+    text = bounds.to_markdown({"scenario": "provider-bound", "seeds": [row]})
+    assert "| 15 | 30.5 / 1619 / 0.719 |" in text
