@@ -24,6 +24,10 @@ BASELINES: dict[str, tuple[str, str]] = {
 }
 AGENTRM_NAMES = ("agentrm", "agentrm-fifo", "agentrm-nodeadline")
 
+# A yardstick, not a baseline (bounds.py): a clairvoyant order that knows each call's true
+# service time. Runnable by name, never part of a scenario's default comparison.
+BOUND_NAME = "bound-clairvoyant"
+
 # The first-chunk timeouts gateway-fifo is reported at (the issue fixes 10, 30 and 120 s).
 GATEWAY_TIMEOUTS = ("10s", "30s", "120s")
 
@@ -49,6 +53,13 @@ def known(name: str) -> bool:
         return variant is not None and variant.isdigit() and int(variant) > 0
     if base == "gateway-fifo":
         return variant is None or (variant.endswith("s") and _number(variant[:-1]))
+    if base == BOUND_NAME:
+        from ..bounds import parse_order
+        try:
+            parse_order(variant)
+        except ValueError:
+            return False
+        return True
     return base in BASELINES and variant is None
 
 
@@ -76,6 +87,9 @@ def make_policy(name: str, ctx: Context, agentrm_overrides: dict | None = None,
         # fixed number of lanes; the lane count is the variant.
         ctx.lanes = int(variant)
         policy = _baseline_class("gateway-fifo")(ctx, agents, "30s")
+    elif base == BOUND_NAME:
+        from ..bounds import ClairvoyantGateway
+        policy = ClairvoyantGateway(ctx, agents, variant)
     else:
         policy = _baseline_class(base)(ctx, agents, variant)
     policy.name = name
