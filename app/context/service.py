@@ -42,7 +42,7 @@ from .embedding_lane import EmbeddingLane
 from .model_process import ModelProcess
 from .indexer import MessageIndexer, messages_of
 from .retrieval import hybrid_ranking
-from .tokens import DEFAULT_ENCODING, count_message, count_text, get_encoding
+from .tokens import count_message, count_text, get_encoding
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ class ContextService:
         self.lane = EmbeddingLane(lambda: self.embedder, background_of=lambda: self.background_model)
         self.indexer = MessageIndexer(self.embeddings, lane=self.lane)
         self._index_dirty: set[str] = set()   # agents appended to since the last pass
+        self._tokenizers_built: set[str] = set()
         self.counts = CountCache()
         self.view_settings = ctx.ViewSettings()
 
@@ -120,6 +121,12 @@ class ContextService:
             raise BadInput(str(exc)) from None
         agent_id = agent["agent_id"]
         encoding = self._encoding(agent)
+        if encoding not in self._tokenizers_built:
+            # Built off the event loop, once: building cl100k's table held the loop ~0.2 s
+            # in the first append after a start, and every request in flight waited with
+            # it. Not at start: a worker that never counts tokens need not hold the table.
+            await asyncio.to_thread(get_encoding, encoding)
+            self._tokenizers_built.add(encoding)
         async with self.service.agent_lock(agent_id):
             if agent["hibernated"]:
                 await self.service.set_hibernated_locked(principal, agent_id, False, {"reason": "context appended"})
@@ -327,10 +334,6 @@ class ContextService:
         return out
 
     async def start(self) -> None:
-        # The tokenizers appends count with, built before the first request rather than in
-        # it: building cl100k's table held the event loop ~0.2 s, in whichever append came
-        # first, and every request in flight waited with it.
-        await asyncio.to_thread(self._warm_tokenizers)
         self.lane.open()
         self.background_model.open()
         self._compact_pending.update(self.over_watermark())
@@ -339,13 +342,6 @@ class ContextService:
         self._tasks = [asyncio.create_task(self._index_loop(), name="context-indexer"),
                        asyncio.create_task(self._compact_loop(), name="context-compactor"),
                        asyncio.create_task(self._hibernate_loop(), name="context-hibernator")]
-
-    def _warm_tokenizers(self) -> None:
-        for name in {DEFAULT_ENCODING, *(p.settings.tokenizer for p in list(self.service.model.pools.values()))}:
-            try:
-                get_encoding(name)
-            except Exception as exc:  # a pool naming one we cannot build fails its own appends, as before
-                log.warning("tokenizer %s could not be built: %s", name, exc)
 
     async def stop(self) -> None:
         await cancel_all(self._tasks)
