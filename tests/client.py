@@ -141,3 +141,23 @@ async def admitted(operator: GraphQLClient, agent_id: str) -> int:
     registerAgent returns): a test that counts appended events starts from a quiet log."""
     async with operator.subscribe(ADMITTED, agent=agent_id) as sub:
         return (await sub.next())["events"]["position"]
+
+
+async def start_serve(database_url: str, data_dir, operator_token: str, workers: int = 2
+                      ) -> tuple[asyncio.subprocess.Process, int]:
+    """`agentrm serve --workers N` as an operator starts it, in a process of its own on a
+    free port; returns the process and the port (the caller stops it)."""
+    import os
+    import socket
+    import sys
+    from pathlib import Path
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": database_url, "AGENTRM_OPERATOR_TOKEN": operator_token,
+           "AGENTRM_DATA_DIR": str(data_dir)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers), "--no-demo",
+        cwd=Path(__file__).resolve().parents[1], env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    return proc, port

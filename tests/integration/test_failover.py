@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import socket
-import sys
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import asyncpg
@@ -28,7 +24,7 @@ from app import runtime as runtime_module
 from app.runtime import Runtime
 from app.adapters import advisory_lock
 from app.scheduler.loop import LostLeadership, PoolScheduler, lock_key
-from tests.client import COMPLETE, REQUEST, GraphQLClient, register
+from tests.client import COMPLETE, REQUEST, GraphQLClient, register, start_serve
 from tests.conftest import OPERATOR_TOKEN
 
 
@@ -235,15 +231,7 @@ async def test_inputs_after_the_leaders_session_is_killed_are_answered_by_the_ne
 async def test_serve_with_two_workers_grants_turns_and_delivers_events(fresh_database, tmp_path):
     """`agentrm serve --workers 2` as an operator runs it: two processes, one leader for the
     pool, requests and subscriptions landing on either worker."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "DATABASE_URL": fresh_database, "AGENTRM_OPERATOR_TOKEN": OPERATOR_TOKEN,
-           "AGENTRM_DATA_DIR": str(tmp_path)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2", "--no-demo",
-        cwd=Path(__file__).resolve().parents[2], env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    proc, port = await start_serve(fresh_database, tmp_path, OPERATOR_TOKEN)
     base = f"127.0.0.1:{port}"
     server = SimpleNamespace(http=f"http://{base}/graphql", ws=f"ws://{base}/graphql")
     watcher = await asyncpg.connect(fresh_database)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
-import sys
-from pathlib import Path
 
 import asyncpg
 
+from tests.client import start_serve
 from tests.conftest import OPERATOR_TOKEN
 
 SETTLE = 120.0  # a bound on waiting for a process, never a measured duration
@@ -42,15 +40,7 @@ async def _until(predicate, what: str) -> None:
 
 
 async def test_workers_leave_when_their_supervisor_is_killed(fresh_database, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "DATABASE_URL": fresh_database, "AGENTRM_OPERATOR_TOKEN": OPERATOR_TOKEN,
-           "AGENTRM_DATA_DIR": str(tmp_path)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2", "--no-demo",
-        cwd=Path(__file__).resolve().parents[2], env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    proc, _port = await start_serve(fresh_database, tmp_path, OPERATOR_TOKEN)
     watcher = await asyncpg.connect(fresh_database)
     workers: list[int] = []
     try:

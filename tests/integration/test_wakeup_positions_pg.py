@@ -13,25 +13,9 @@ from app.eventstore.model import NewEvent
 from app.eventstore.store import EventStore, create_pool
 from app.scheduler.inbox import LogInbox
 from app.tasks import cancel_all
+from tests.counting_log import CountingLog
 
 SETTLE = 20.0  # a bound on waiting for an event, never a measured duration
-
-
-class Counting:
-    def __init__(self, store: EventStore):
-        self.store, self.heads, self.reads = store, 0, 0
-
-    async def head(self) -> int:
-        self.heads += 1
-        return await self.store.head()
-
-    async def read(self, *args, **kwargs):
-        self.reads += 1
-        return await self.store.read(*args, **kwargs)
-
-    async def read_to_head(self, *args, **kwargs):
-        self.heads += 1   # a look at the head (with what follows it, in one statement)
-        return await self.store.read_to_head(*args, **kwargs)
 
 
 @pytest.fixture
@@ -57,7 +41,7 @@ async def until(predicate) -> None:
 
 async def test_a_notify_names_the_position_to_read_up_to(two_processes):
     ours, theirs, listener = two_processes
-    counted = Counting(ours)
+    counted = CountingLog(ours)
     inbox = LogInbox(counted, listener, await ours.head(), types=["In"], relevant=lambda e: True)
     task = asyncio.create_task(inbox.follow())
     try:
@@ -73,7 +57,7 @@ async def test_a_notify_names_the_position_to_read_up_to(two_processes):
 
 async def test_own_appends_are_handed_over_without_reads(two_processes):
     ours, _theirs, listener = two_processes
-    counted = Counting(ours)
+    counted = CountingLog(ours)
     inbox = LogInbox(counted, listener, await ours.head(), types=["In"], relevant=lambda e: True)
     ours.on_append(inbox.offer)
     task = asyncio.create_task(inbox.follow())

@@ -12,27 +12,9 @@ from app.eventstore.subscription import subscribe
 from app.eventstore.wakeups import GenerationWakeups
 from app.scheduler.inbox import LogInbox
 from app.tasks import cancel_all
+from tests.counting_log import CountingLog
 
 SETTLE = 10.0  # a bound on waiting for an event, never a measured duration
-
-
-class CountingLog:
-    """The in-memory log, counting the reads a follower makes of it."""
-
-    def __init__(self, log: MemoryLog):
-        self.log, self.heads, self.reads = log, 0, 0
-
-    async def head(self) -> int:
-        self.heads += 1
-        return await self.log.head()
-
-    async def read(self, *args, **kwargs):
-        self.reads += 1
-        return await self.log.read(*args, **kwargs)
-
-    async def read_to_head(self, *args, **kwargs):
-        self.heads += 1   # a look at the head (with what follows it, in one statement)
-        return await self.log.read_to_head(*args, **kwargs)
 
 
 def test_known_head_only_when_every_wake_up_since_named_a_position():
