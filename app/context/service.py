@@ -42,7 +42,7 @@ from .embedding_lane import EmbeddingLane
 from .model_process import ModelProcess
 from .indexer import MessageIndexer, messages_of
 from .retrieval import hybrid_ranking
-from .tokens import count_message, count_text, get_encoding
+from .tokens import count_message, count_text, encoding_ready
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,6 @@ class ContextService:
         self.lane = EmbeddingLane(lambda: self.embedder, background_of=lambda: self.background_model)
         self.indexer = MessageIndexer(self.embeddings, lane=self.lane)
         self._index_dirty: set[str] = set()   # agents appended to since the last pass
-        self._tokenizers_built: set[str] = set()
         self.counts = CountCache()
         self.view_settings = ctx.ViewSettings()
 
@@ -121,12 +120,7 @@ class ContextService:
             raise BadInput(str(exc)) from None
         agent_id = agent["agent_id"]
         encoding = self._encoding(agent)
-        if encoding not in self._tokenizers_built:
-            # Built off the event loop, once: building cl100k's table held the loop ~0.2 s
-            # in the first append after a start, and every request in flight waited with
-            # it. Not at start: a worker that never counts tokens need not hold the table.
-            await asyncio.to_thread(get_encoding, encoding)
-            self._tokenizers_built.add(encoding)
+        await encoding_ready(encoding)
         async with self.service.agent_lock(agent_id):
             if agent["hibernated"]:
                 await self.service.set_hibernated_locked(principal, agent_id, False, {"reason": "context appended"})
@@ -275,6 +269,7 @@ class ContextService:
             # Reading is not activity: show what a wake would restore, without waking (and
             # without keeping it: the context stays out of memory).
             state = ctx.restore(state, await archived_context(self.store, state.agent_id, position))
+        await encoding_ready(self._encoding(agent))
         count, now = self.counts.counter(self._encoding(agent)), self.clock()  # one read per view
         if not query:
             # everything fits: show everything, not tiers chosen for a budget that is not short
@@ -296,6 +291,7 @@ class ContextService:
             raise BadInput("position must be >= 0")
         state = await context_state_at(self.store, agent["agent_id"], position)
         at = state.last_activity_at
+        await encoding_ready(self._encoding(agent))
         count = self.counts.counter(self._encoding(agent))
         return ctx.whole_history_view(state, budget_tokens, count) or ctx.assemble_view(
             state, budget_tokens, None, count, at)

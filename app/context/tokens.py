@@ -29,6 +29,7 @@ field of the cookbook (+1 token) is not used by AgentRM's messages.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import hashlib
@@ -157,6 +158,20 @@ def get_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     # lru_cache alone would let two threads build the (≈1 s, ≈100 MB) table twice.
     with _build_lock:
         return _cached_encoding(name)
+
+
+_ready: set[str] = set()   # names whose table get_encoding has built in this process
+
+
+async def encoding_ready(name: str = DEFAULT_ENCODING) -> None:
+    """Build the named encoding off the event loop if this process has not yet: counting is
+    synchronous, and the first count after a start built cl100k's table (~0.2 s) inside
+    whichever request came first, holding every other request in flight. Request paths
+    that count (context appends and views, the gateway's prompt estimate) await this
+    first. Not done at start: a worker that never counts tokens need not hold the table."""
+    if name not in _ready:
+        await asyncio.to_thread(get_encoding, name)
+        _ready.add(name)
 
 
 def _resolve(encoding: str | tiktoken.Encoding | None) -> tiktoken.Encoding:

@@ -25,6 +25,7 @@ import uuid
 import httpx
 
 from app.auth import authenticate
+from app.context.tokens import encoding_ready
 from app.db.outage import is_outage
 from app.domain import events as ev
 from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthenticated, Unavailable
@@ -207,6 +208,7 @@ class GatewayEndpoint:
             return
         logs.bind(pool=pool, run_id=run_id)
         encoding = rt.projector.model.pools[pool].settings.tokenizer
+        await encoding_ready(encoding)
         prompt = self.wire.count_prompt(body, encoding)
         max_out = self.wire.max_output_tokens(body)
         streaming = body.get("stream") is True

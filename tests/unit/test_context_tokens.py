@@ -99,3 +99,25 @@ def test_truncate_to_tokens_is_a_prefix_within_the_bound(text, n):
     assert tokens.count_text(cut) <= n
     if tokens.count_text(text) <= n:
         assert cut == text
+
+
+async def test_encoding_ready_builds_off_the_loop_and_refuses_what_get_encoding_refuses():
+    import threading
+    built_in: list[str] = []
+    tokens._ready.discard("o200k_base")
+    real = tokens._cached_encoding.__wrapped__
+
+    def spy(name):   # the real build, noting which thread ran it
+        built_in.append(threading.current_thread().name)
+        return real(name)
+    original, tokens._cached_encoding = tokens._cached_encoding, spy
+    try:
+        await tokens.encoding_ready("o200k_base")
+        await tokens.encoding_ready("o200k_base")   # once per process
+    finally:
+        tokens._cached_encoding = original
+    assert len(built_in) == 1 and built_in[0] != threading.main_thread().name
+    assert "o200k_base" in tokens._ready
+    with pytest.raises(tokens.EncodingUnavailable):
+        await tokens.encoding_ready("p50k_base")
+    assert "p50k_base" not in tokens._ready
