@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
+
+from .model import RecordedEvent
 
 
 class GenerationWakeups:
@@ -27,11 +30,12 @@ class GenerationWakeups:
         self.blind = 0   # how many wake-ups named no position
         self._changed = asyncio.Event()
 
-    def poke(self, appended: object = None, *, position: int | None = None) -> None:
-        """Wake every waiter. `appended` (the RecordedEvents of a commit) or `position`
-        names how far the log has grown; with neither, followers must read to find out."""
-        if position is None and isinstance(appended, list) and appended:
-            position = max(getattr(e, "position", 0) for e in appended)
+    def poke(self, appended: Sequence[RecordedEvent] | None = None, *, position: int | None = None) -> None:
+        """Wake every waiter. `appended` (the RecordedEvents of a commit, in position order)
+        or `position` names how far the log has grown; with neither, followers must read to
+        find out."""
+        if position is None and appended:
+            position = appended[-1].position
         if position is None:
             self.blind += 1
         elif position > self.head:

@@ -8,18 +8,12 @@ import signal
 
 import asyncpg
 
+from agentrm_bench.load_bench import _children
+
 from tests.client import start_serve
 from tests.conftest import OPERATOR_TOKEN
 
 SETTLE = 120.0  # a bound on waiting for a process, never a measured duration
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            out += [int(c) for c in f.read().split()]
-    return out
 
 
 def _alive(pid: int) -> bool:

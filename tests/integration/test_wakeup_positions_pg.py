@@ -69,9 +69,9 @@ async def test_own_appends_are_handed_over_without_reads(two_processes):
                 await ours.append([NewEvent(f"turn-{k}", "In", {"n": n}, {})])
         await asyncio.gather(*(appender(k) for k in range(2)))
         last = await ours.head()
-        await until(lambda: listener.known_head(listener.blind) == last)   # every NOTIFY is in
-        await asyncio.sleep(0.05)
+        # Each commit was offered before its append returned: all 50 are queued already.
         assert inbox.queue.qsize() == 50
+        await until(lambda: listener.known_head(listener.blind) == last)   # every NOTIFY is in
         # Each commit is handed over before its NOTIFY can wake the inbox, as a rule: a
         # NOTIFY that arrives a whole loop pass before the commit's answer may still cost a
         # read (a few of 50 on a busy machine). Before, every commit cost a head() for its
