@@ -11,6 +11,7 @@ import asyncpg
 
 from .model import ConcurrencyError, NewEvent, RecordedEvent
 from .subscription import subscribe as _subscribe
+from .tail_cache import TailCache
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ NOTIFY_CHANNEL = "agentrm_events"
 APPEND_LOCK_KEY = 0x4147454E54524D  # "AGENTRM"
 
 MAX_GROUP = 500  # requests per group-commit transaction
+
+TAIL_BATCH = 1000     # events per read that extends the tail cache
+TAIL_READS = 3        # reads a follower may wait for before it reads the log itself
 
 _APPEND = ("SELECT req, out_position, out_version, out_recorded_at, conflict_stream "
            "FROM agentrm_append($1, $2, $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], "
@@ -105,6 +109,13 @@ async def create_pool(url: str, *, min_size: int = 2, max_size: int = 10,
                                      reset=_no_session_state, server_settings=settings)
 
 
+def _retrieved(task: asyncio.Task) -> None:
+    """A shared read's failure is each waiter's to handle; retrieve it here too, so that
+    a read nobody waits for any more is not reported as an exception never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _record(row) -> RecordedEvent:
     return RecordedEvent(position=row["position"], stream=row["stream"], version=row["version"],
                          type=row["type"], data=row["data"], metadata=row["metadata"],
@@ -132,7 +143,11 @@ class EventStore:
         # In-process listeners get the recorded events right after their commit, so a reader
         # in the same process need not wait for the NOTIFY round trip or even read them back
         # (NOTIFY still wakes the other processes).
-        self._after_append: list[Callable[[list[RecordedEvent]], None]] = []
+        # The log's newest events, shared by this process's followers (tail_cache.py); it
+        # hears of each commit first, before any follower it could serve.
+        self.tail = TailCache()
+        self._tail_read: asyncio.Task | None = None
+        self._after_append: list[Callable[[list[RecordedEvent]], None]] = [self.tail.committed]
 
     def on_append(self, callback: Callable[[list[RecordedEvent]], None]) -> None:
         self._after_append.append(callback)
@@ -275,6 +290,43 @@ class EventStore:
                    up_to: int | None = None, conn: asyncpg.Connection | None = None
                    ) -> list[RecordedEvent]:
         """Events with position > after (and <= up_to), in position order."""
+        if up_to is not None and conn is None and not (data or correlation or agent_id):
+            shared = await self._read_tail(after, limit, up_to, types, streams, categories)
+            if shared is not None:
+                return shared
+        return await self._read_log(after, limit, types=types, streams=streams, categories=categories, data=data,
+                                    correlation=correlation, agent_id=agent_id, up_to=up_to, conn=conn)
+
+    async def _read_tail(self, after: int, limit: int, up_to: int, types, streams, categories
+                         ) -> list[RecordedEvent] | None:
+        """The answer from the tail cache, once it covers (after, up_to]: extended by one
+        read of the log shared by every follower that needs it (a read in flight is joined,
+        not repeated). None: this reader is too far behind, or the log does not have what
+        it asks for (an `up_to` beyond the head); it reads the log itself."""
+        for _ in range(TAIL_READS + 1):
+            if self.tail.covers(after, up_to):
+                return self.tail.serve(after, limit, up_to, types=types, streams=streams, categories=categories)
+            if self._tail_read is None or self._tail_read.done():
+                start = self.tail.read_start(after)
+                if start is None:
+                    return None
+                self._tail_read = asyncio.create_task(self._extend_tail(start))
+                self._tail_read.add_done_callback(_retrieved)
+            # Shielded: a follower that goes away must not cancel the others' read.
+            if not await asyncio.shield(self._tail_read):
+                return None
+        return None
+
+    async def _extend_tail(self, start: int) -> bool:
+        events = await self._read_log(start, TAIL_BATCH)
+        self.tail.read(start, events)
+        return bool(events)
+
+    async def _read_log(self, after: int = 0, limit: int = 1000, *, types: Iterable[str] | None = None,
+                        streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,
+                        data: Mapping[str, Any] | None = None, correlation: str | None = None,
+                        agent_id: str | None = None, up_to: int | None = None,
+                        conn: asyncpg.Connection | None = None) -> list[RecordedEvent]:
         clauses, args = ["position > $1"], [after]
         if types:
             args.append(list(types))

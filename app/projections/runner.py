@@ -201,11 +201,17 @@ class Projector:
                 # (a future refuses StopIteration itself, which would end this pass early)
                 future.set_exception(RuntimeError(repr(exc)) if isinstance(exc, StopIteration) else exc)
 
-    async def catch_up(self, until: int | None = None) -> int:
+    async def catch_up(self, until: int | None = None, *, known_head: int | None = None) -> int:
+        """Fold what the log has after the model's position: up to `until`, or else
+        everything visible now. `known_head`: a position the wake-ups named, which the
+        caller only needs to reach; then the read may be answered by the events this
+        process's other followers have just read (the store's tail cache)."""
         folded = 0
         async with self._lock:
             while until is None or self.model.position < until:
-                events = await self.store.read(self.model.position, 1000)
+                if known_head is not None and self.model.position >= known_head:
+                    break
+                events = await self.store.read(self.model.position, 1000, up_to=known_head)
                 folded += await self._fold_restoring(events)
                 if len(events) < 1000:
                     break
@@ -384,7 +390,7 @@ class Projector:
                 continue
             blind_seen = self.listener.blind
             try:
-                folded = await self.catch_up()
+                folded = await self.catch_up(known_head=known)
             except Exception as exc:  # the database may be restarting; keep our position
                 log.warning("projector could not read the log: %s", exc)
                 await asyncio.sleep(0.5)

@@ -1,0 +1,109 @@
+"""The log's newest events, held once per process, so that its followers share one read.
+
+Each follower of a worker reads the log on its own when a NOTIFY names new positions: the
+projector, the leading scheduler's inbox, the supervisor's watch for new pools, the
+resource manager's inbox, every live subscription. On a pool's leader under `bench load`
+that was four reads of the same few positions per wake-up, and 2.2 log reads per turn in
+all, each a round trip, a statement for PostgreSQL and a decode of the same rows.
+
+So the store keeps the tail it has seen, with its coverage: a range of positions (lo, hi]
+of which it holds every event that is or ever will be visible. Coverage grows two ways:
+- a commit of this process whose first position is hi + 1: appends draw their positions
+  under one lock held to commit (see the store), so nothing can appear between hi and it;
+- a read of every event after hi: once position N is visible, every lower position is
+  visible or rolled back for good, so a read that returns e1..ek covers (hi, ek].
+A read whose whole range (after, up_to] is covered is answered from here, and only a read
+that names its `up_to` can be: without one, the caller asks for whatever is visible now,
+which only the log knows. Followers name it from their wake-ups (app/eventstore/wakeups.py).
+
+Pure: the store does the reading and tells this what it read."""
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+from .model import RecordedEvent
+
+CAPACITY = 4096   # events kept; a follower further behind than this reads the log itself
+
+
+def _position(event: RecordedEvent) -> int:
+    return event.position
+
+
+class TailCache:
+    def __init__(self, capacity: int = CAPACITY):
+        self.capacity = capacity
+        self.lo: int | None = None   # coverage (lo, hi]; None: nothing covered yet
+        self.hi: int | None = None
+        self._events: list[RecordedEvent] = []
+
+    def covers(self, after: int, up_to: int) -> bool:
+        return self.hi is not None and self.lo <= after and up_to <= self.hi
+
+    def read_start(self, after: int) -> int | None:
+        """Where a read of the log should start to bring (after, ...] into coverage: hi, or
+        `after` itself when nothing is covered or the follower is already past hi (the
+        events in between are nobody's business). None: `after` is below the coverage,
+        which a read from hi cannot mend; that follower reads the log itself."""
+        if self.hi is None or after > self.hi:
+            return after
+        if after < self.lo:
+            return None
+        return self.hi
+
+    def committed(self, recorded: Sequence[RecordedEvent]) -> None:
+        """A commit of this process (its events in position order)."""
+        if self.hi is None or not recorded:
+            return
+        first = recorded[0].position
+        if first != self.hi + 1 or recorded[-1].position - first != len(recorded) - 1:
+            return   # another writer's positions lie between: a read will fetch them
+        self._events.extend(recorded)
+        self.hi = recorded[-1].position
+        self._trim()
+
+    def read(self, start: int, events: Sequence[RecordedEvent]) -> None:
+        """What a read of every event with position > `start` returned (in position order)."""
+        if not events:
+            return   # nothing visible after start: no position is final beyond it yet
+        last = events[-1].position
+        if self.hi is None or start > self.hi:
+            # A new coverage: (start, last]. (The old one, below, is not contiguous with it.)
+            self._events, self.lo, self.hi = list(events), start, last
+        elif start < self.lo:
+            return   # cannot happen with read_start's answers; refuse rather than guess
+        else:
+            # Our commits may have extended hi while the read was in flight: take only
+            # what lies beyond it. Everything up to `last` is final.
+            self._events.extend(e for e in events if e.position > self.hi)
+            self.hi = max(self.hi, last)
+        self._trim()
+
+    def serve(self, after: int, limit: int, up_to: int, *, types: Iterable[str] | None = None,
+              streams: Iterable[str] | None = None, categories: Iterable[str] | None = None
+              ) -> list[RecordedEvent]:
+        """What the log would answer to read(after, limit, up_to=up_to, ...), for a covered
+        range (covers(after, up_to) must hold)."""
+        # An empty filter is no filter, as in the store's SQL.
+        types, streams, categories = (frozenset(x) if x else None for x in (types, streams, categories))
+        out: list[RecordedEvent] = []
+        start = bisect.bisect_right(self._events, after, key=_position)
+        for event in self._events[start:]:
+            if event.position > up_to or len(out) >= limit:
+                break
+            if types is not None and event.type not in types:
+                continue
+            if streams is not None and event.stream not in streams:
+                continue
+            if categories is not None and event.stream.split("-", 1)[0] not in categories:
+                continue
+            out.append(event)
+        return out
+
+    def _trim(self) -> None:
+        # Amortised: cut back to capacity once twice as many are held.
+        if len(self._events) > 2 * self.capacity:
+            cut = len(self._events) - self.capacity
+            self.lo = self._events[cut - 1].position
+            del self._events[:cut]
