@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta, timezone
 
 import asyncpg
 
@@ -21,6 +23,22 @@ from .wakeups import GenerationWakeups
 log = logging.getLogger(__name__)
 
 OUTAGE_RETRY_SECONDS = 0.5
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def parse_payload(payload: str) -> tuple[int | None, list[RecordedEvent]]:
+    """A NOTIFY payload of the append function: (the commit's last position, its events
+    when carried). A payload of any other shape names nothing."""
+    try:
+        if not payload.startswith("{"):
+            return int(payload), []
+        body = json.loads(payload)   # not orjson: it reads integers past 64 bits as floats
+        events = [RecordedEvent(position=p, stream=stream, version=version, type=type_, data=data,
+                                metadata=metadata, recorded_at=_EPOCH + timedelta(microseconds=at))
+                  for p, stream, version, type_, data, metadata, at in body["e"]]
+        return int(body["p"]), events
+    except (TypeError, ValueError, KeyError, AttributeError):   # (a JSON decode error is a ValueError)
+        return None, []
 
 
 class LogListener:
@@ -38,6 +56,7 @@ class LogListener:
         self.connected = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._conn: asyncpg.Connection | None = None
+        self._on_commit: list[Callable[[list[RecordedEvent]], None]] = []
 
     @property
     def generation(self) -> int:
@@ -50,13 +69,22 @@ class LogListener:
     def known_head(self, blind_seen: int | None) -> int | None:
         return self._wakeups.known_head(blind_seen)
 
+    def on_commit(self, callback: Callable[[list[RecordedEvent]], None]) -> None:
+        """`callback(events)` for each commit whose NOTIFY carried its events, in commit
+        order (which is position order: the store's append lock)."""
+        self._on_commit.append(callback)
+
     def _notified(self, _conn, _pid, _channel, payload: str) -> None:
-        # The append function sends the last position of its transaction; anything else on
-        # the channel wakes everyone without one.
-        try:
-            position = int(payload)
-        except (TypeError, ValueError):
-            position = None
+        # The append function sends the last position of its transaction, with the events
+        # themselves when they fit (migration 0006); anything else on the channel wakes
+        # everyone without a position.
+        position, events = parse_payload(payload)
+        if events:
+            for callback in self._on_commit:
+                try:
+                    callback(events)
+                except Exception:   # a listener's failure is its own; the others still hear
+                    log.exception("a listener of the log's commits failed on position %d", position)
         self.poke(position=position)
 
     async def wait(self, seen_generation: int, timeout: float | None = None) -> None:

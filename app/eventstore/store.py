@@ -69,16 +69,33 @@ json_text = _dumps   # what the jsonb codec sends: for callers that send the tex
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+def _jsonb_key(key: str) -> tuple[int, bytes]:
+    encoded = key.encode()
+    return len(encoded), encoded
+
+
+def jsonb_ordered(value):
+    """`value` with every object's keys in the order jsonb stores them (shorter keys
+    first, then by their bytes), which is the order a read of the log returns them in."""
+    if type(value) is dict:
+        return {k: jsonb_ordered(value[k]) for k in sorted(value, key=_jsonb_key)}
+    if type(value) is list:
+        return [jsonb_ordered(v) for v in value]
+    return value
+
+
 def read_back(value, text: str):
-    """`json.loads(text)`, where `text` is `_dumps(value)`: what a reader of the log gets.
-    A flat dict of str keys to plain scalars (most events' data, every event's metadata)
-    reads back as a copy of itself (floats round-trip through their repr), without
-    decoding the text: one decode of two per appended event was a few percent of a
-    worker's CPU under load. Anything else (nested values, tuples, subclasses such as
-    enums, non-str keys) is decoded."""
+    """What a reader of the log gets for `value` stored as `text` (`_dumps(value)`): the
+    decoded JSON, with its keys in jsonb's order, so that an event handed over from its
+    commit is the same, key order included, as the event read back from the table. A
+    flat dict of str keys to plain scalars (most events' data, every event's metadata)
+    is copied in that order without decoding the text (floats round-trip through their
+    repr): one decode of two per appended event was a few percent of a worker's CPU
+    under load. Anything else (nested values, tuples, subclasses such as enums, non-str
+    keys) is decoded."""
     if type(value) is dict and all(type(k) is str and type(v) in _SCALARS for k, v in value.items()):
-        return dict(value)
-    return json.loads(text)
+        return {k: value[k] for k in sorted(value, key=_jsonb_key)}
+    return jsonb_ordered(json.loads(text))
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
@@ -147,7 +164,7 @@ class EventStore:
         # hears of each commit first, before any follower it could serve.
         self.tail = TailCache()
         self._tail_read: asyncio.Task | None = None
-        self._after_append: list[Callable[[list[RecordedEvent]], None]] = [self.tail.committed]
+        self._after_append: list[Callable[[list[RecordedEvent]], None]] = [self.tail.commit]
 
     def on_append(self, callback: Callable[[list[RecordedEvent]], None]) -> None:
         self._after_append.append(callback)
@@ -157,6 +174,8 @@ class EventStore:
         processes), which this store also pokes after each of its own appends."""
         self.wakeups = wakeups
         self.on_append(wakeups.poke)
+        if hasattr(wakeups, "on_commit"):   # other processes' commits, carried by their NOTIFY
+            wakeups.on_commit(self.tail.commit)
 
     def subscribe(self, after: int = 0, *, types: Iterable[str] | None = None,
                   streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,

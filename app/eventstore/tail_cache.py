@@ -8,8 +8,10 @@ all, each a round trip, a statement for PostgreSQL and a decode of the same rows
 
 So the store keeps the tail it has seen, with its coverage: a range of positions (lo, hi]
 of which it holds every event that is or ever will be visible. Coverage grows two ways:
-- a commit of this process whose first position is hi + 1: appends draw their positions
-  under one lock held to commit (see the store), so nothing can appear between hi and it;
+- a whole commit whose first position is hi + 1: appends draw their positions under one
+  lock held to commit (see the store), so nothing can appear between hi and it. This
+  process's commits come from the store itself; another process's from its NOTIFY, which
+  carries the events when they fit (migration 0006);
 - a read of every event after hi: once position N is visible, every lower position is
   visible or rolled back for good, so a read that returns e1..ek covers (hi, ek].
 A read whose whole range (after, up_to] is covered is answered from here, and only a read
@@ -52,8 +54,9 @@ class TailCache:
             return None
         return self.hi
 
-    def committed(self, recorded: Sequence[RecordedEvent]) -> None:
-        """A commit of this process (its events in position order)."""
+    def commit(self, recorded: Sequence[RecordedEvent]) -> None:
+        """A whole commit, its events in position order: this process's own, or another's
+        as its NOTIFY carried it (notifications arrive in commit order)."""
         if self.hi is None or not recorded:
             return
         first = recorded[0].position

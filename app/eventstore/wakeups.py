@@ -53,5 +53,9 @@ class GenerationWakeups:
     async def wait(self, seen_generation: int, timeout: float | None = None) -> None:
         if self.generation != seen_generation:
             return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+        # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that lands in the
+        # loop pass in which the event is set, and a follower being stopped (a scheduler
+        # stepping down) then runs on until the next cancel, still counted as leading.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()

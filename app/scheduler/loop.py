@@ -123,6 +123,7 @@ class PoolScheduler:
                 batch = await self._next_batch(state, inbox)
                 await self._process(state, batch)
         finally:
+            self.leading.clear()   # at once: no longer leading while the inbox winds down
             await cancel_all([follow])
             self.state = self.access = None
             self._inbox = self._log_inbox = None

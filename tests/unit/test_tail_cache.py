@@ -29,11 +29,14 @@ def log_answer(log, after, limit, up_to, types=None, streams=None, categories=No
 
 
 # One step of the world: this process commits n events, another writer commits n, a
-# transaction rolls back (its positions are gone), a shared read starts (reading at most
+# transaction rolls back (its positions are gone), the oldest NOTIFY not delivered yet
+# arrives (every commit's, ours too, in commit order; one with n == 0 names its position
+# only, its events too large to carry), a shared read starts (reading at most
 # `n` events), takes its snapshot (commits that landed since it started are in it, and
 # ours were handed to the cache too) or returns, or a follower asks for a range.
 step = st.one_of(
     st.tuples(st.just("ours"), st.integers(1, 4)),
+    st.tuples(st.just("notified"), st.integers(0, 3)),
     st.tuples(st.just("theirs"), st.integers(1, 4)),
     st.tuples(st.just("rollback"), st.integers(1, 3)),
     st.tuples(st.just("read"), st.integers(1, 6)),
@@ -52,6 +55,7 @@ def test_a_covered_read_is_what_the_log_answers(steps, capacity, seed):
     cache, log, drawn = TailCache(capacity=capacity), [], 0
     in_flight = None          # a shared read: (start, what it returned), not merged yet
     follower = 0              # a follower's position: it has seen everything up to it
+    notifications = []        # commits whose NOTIFY has not arrived yet, in commit order
     asked = 0
     for kind, n in steps:
         if kind in ("ours", "theirs", "rollback"):
@@ -60,8 +64,13 @@ def test_a_covered_read_is_what_the_log_answers(steps, capacity, seed):
             drawn += n
             if kind != "rollback":
                 log += commit
+                notifications.append(commit)
             if kind == "ours":
-                cache.committed(commit)
+                cache.commit(commit)
+        elif kind == "notified" and notifications:
+            carried = notifications.pop(0)
+            if n:
+                cache.commit(carried)
         elif kind == "read" and in_flight is None:
             start = cache.read_start(follower)
             if start is not None:
@@ -95,10 +104,10 @@ def test_a_covered_read_is_what_the_log_answers(steps, capacity, seed):
 def test_a_commit_after_a_gap_is_not_covered():
     cache = TailCache()
     cache.read(0, [event(1), event(2)])
-    cache.committed([event(4)])          # position 3 is another writer's: not known here
+    cache.commit([event(4)])          # position 3 is another writer's: not known here
     assert cache.hi == 2 and not cache.covers(2, 4)
     cache.read(2, [event(3), event(4)])  # the read that fetches them
-    cache.committed([event(5)])
+    cache.commit([event(5)])
     assert cache.covers(0, 5)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app.adapters.memory_log import MemoryLog
 from app.eventstore.model import NewEvent
 from app.eventstore.subscription import subscribe
@@ -103,3 +105,16 @@ async def test_a_filtered_subscription_reads_once_per_wake_up_and_misses_nothing
         assert counted.reads <= 10
     finally:
         await cancel_all([task])
+
+
+async def test_a_cancel_in_the_same_pass_as_a_wake_up_is_not_lost():
+    """A follower being stopped as a wake-up arrives must stop, not read on: Python 3.11's
+    wait_for returned the wake-up and dropped the cancel, and a scheduler stepping down then
+    sat in its teardown, still counted as leading, until a later cancel landed."""
+    wakeups = GenerationWakeups()
+    waiting = asyncio.create_task(wakeups.wait(wakeups.generation, timeout=60))
+    await asyncio.sleep(0)        # the follower is waiting
+    wakeups.poke(position=1)      # a commit wakes it ...
+    waiting.cancel()              # ... in the very pass in which it is told to stop
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
