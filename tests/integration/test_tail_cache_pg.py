@@ -7,30 +7,13 @@ from __future__ import annotations
 import asyncio
 import random
 
-import pytest
 
-from app.eventstore.listener import LogListener
 from app.eventstore.model import NewEvent
-from app.eventstore.store import EventStore, create_pool
+from app.eventstore.store import EventStore
 from app.projections.runner import Projector
 from app.scheduler.inbox import LogInbox
 from app.tasks import cancel_all
-
-SETTLE = 20.0  # a bound on waiting for an event, never a measured duration
-
-
-@pytest.fixture
-async def two_processes(fresh_database):
-    pools = [await create_pool(fresh_database) for _ in range(2)]
-    listener = LogListener(fresh_database, poll_interval=600)   # no safety-net wake-ups
-    await listener.start()
-    ours, theirs = EventStore(pools[0]), EventStore(pools[1])
-    ours.use_wakeups(listener)
-    yield ours, theirs, listener
-    await listener.stop()
-    for p in pools:
-        await p.close()
-
+from tests.waiting import until
 
 def count_log_reads(store: EventStore) -> list[int]:
     """Count the store's own reads of the database (not the ones the cache answers)."""
@@ -41,12 +24,6 @@ def count_log_reads(store: EventStore) -> list[int]:
         return await read_log(*args, **kwargs)
     store._read_log = counted
     return calls
-
-
-async def until(predicate) -> None:
-    async with asyncio.timeout(SETTLE):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 async def test_followers_woken_by_another_process_share_one_read(two_processes):

@@ -6,38 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
-from app.eventstore.listener import LogListener
 from app.eventstore.model import NewEvent
-from app.eventstore.store import EventStore, create_pool
 from app.scheduler.inbox import LogInbox
 from app.tasks import cancel_all
 from tests.counting_log import CountingLog
-
-SETTLE = 20.0  # a bound on waiting for an event, never a measured duration
-
-
-@pytest.fixture
-async def two_processes(fresh_database):
-    """Two stores on one database, as two workers have; the first with its listener (whose
-    periodic safety-net wake-up is pushed out of the test's way)."""
-    pools = [await create_pool(fresh_database) for _ in range(2)]
-    listener = LogListener(fresh_database, poll_interval=600)
-    await listener.start()
-    ours, theirs = EventStore(pools[0]), EventStore(pools[1])
-    ours.use_wakeups(listener)
-    yield ours, theirs, listener
-    await listener.stop()
-    for p in pools:
-        await p.close()
-
-
-async def until(predicate) -> None:
-    async with asyncio.timeout(SETTLE):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
+from tests.waiting import until
 
 async def test_a_notify_names_the_position_to_read_up_to(two_processes):
     ours, theirs, listener = two_processes
