@@ -27,18 +27,32 @@ from collections.abc import Iterable, Sequence
 from .model import RecordedEvent
 
 CAPACITY = 4096   # events kept; a follower further behind than this reads the log itself
+# And their size: context messages can be long, and 8,192 of the longest would be hundreds
+# of MB per worker. About 16 MB (between one and two times this, as with the count).
+BYTE_CAPACITY = 16 * 1024 * 1024
 
 
 def _position(event: RecordedEvent) -> int:
     return event.position
 
 
+def _size(event: RecordedEvent) -> int:
+    """A cheap estimate of an event's memory: its strings' lengths at the top level of its
+    data (a context message's text is one), plus a fixed share for the rest."""
+    data = event.data
+    if type(data) is not dict:
+        return 256
+    return 256 + sum(len(v) for v in data.values() if type(v) is str)
+
+
 class TailCache:
-    def __init__(self, capacity: int = CAPACITY):
-        self.capacity = capacity
+    def __init__(self, capacity: int = CAPACITY, byte_capacity: int = BYTE_CAPACITY):
+        self.capacity, self.byte_capacity = capacity, byte_capacity
         self.lo: int | None = None   # coverage (lo, hi]; None: nothing covered yet
         self.hi: int | None = None
         self._events: list[RecordedEvent] = []
+        self._sizes: list[int] = []
+        self.bytes = 0
 
     def covers(self, after: int, up_to: int) -> bool:
         return self.hi is not None and self.lo <= after and up_to <= self.hi
@@ -62,7 +76,7 @@ class TailCache:
         first = recorded[0].position
         if first != self.hi + 1 or recorded[-1].position - first != len(recorded) - 1:
             return   # another writer's positions lie between: a read will fetch them
-        self._events.extend(recorded)
+        self._add(recorded)
         self.hi = recorded[-1].position
         self._trim()
 
@@ -73,13 +87,15 @@ class TailCache:
         last = events[-1].position
         if self.hi is None or start > self.hi:
             # A new coverage: (start, last]. (The old one, below, is not contiguous with it.)
-            self._events, self.lo, self.hi = list(events), start, last
+            self._events, self._sizes, self.bytes = [], [], 0
+            self._add(events)
+            self.lo, self.hi = start, last
         elif start < self.lo:
             return   # cannot happen with read_start's answers; refuse rather than guess
         else:
             # Our commits may have extended hi while the read was in flight: take only
             # what lies beyond it. Everything up to `last` is final.
-            self._events.extend(e for e in events if e.position > self.hi)
+            self._add([e for e in events if e.position > self.hi])
             self.hi = max(self.hi, last)
         self._trim()
 
@@ -104,9 +120,23 @@ class TailCache:
             out.append(event)
         return out
 
+    def _add(self, events: Sequence[RecordedEvent]) -> None:
+        sizes = [_size(e) for e in events]
+        self._events.extend(events)
+        self._sizes.extend(sizes)
+        self.bytes += sum(sizes)
+
     def _trim(self) -> None:
-        # Amortised: cut back to capacity once twice as many are held.
-        if len(self._events) > 2 * self.capacity:
-            cut = len(self._events) - self.capacity
+        # Amortised: cut back to capacity once twice as much is held, in events or in bytes.
+        if len(self._events) <= 2 * self.capacity and self.bytes <= 2 * self.byte_capacity:
+            return
+        cut, kept = max(0, len(self._events) - self.capacity), self.bytes
+        kept -= sum(self._sizes[:cut])
+        while cut < len(self._events) - 1 and kept > self.byte_capacity:
+            kept -= self._sizes[cut]
+            cut += 1
+        if cut:
             self.lo = self._events[cut - 1].position
             del self._events[:cut]
+            del self._sizes[:cut]
+            self.bytes = kept

@@ -47,12 +47,13 @@ step = st.one_of(
 
 
 @settings(max_examples=400, deadline=None)
-@given(steps=st.lists(step, max_size=60), capacity=st.integers(2, 8), seed=st.integers(0, 2**16))
+@given(steps=st.lists(step, max_size=60), capacity=st.integers(2, 8), seed=st.integers(0, 2**16),
+       byte_capacity=st.sampled_from([300, 1000, 3000, 10**9]))
 # Our commit lands while a shared read is in flight, and the read's snapshot has it too.
 @example(steps=[("theirs", 2), ("read", 6), ("merge", 0), ("read", 6), ("ours", 1), ("snapshot", 0),
-                ("merge", 0), ("ask", 2)], capacity=8, seed=0)
-def test_a_covered_read_is_what_the_log_answers(steps, capacity, seed):
-    cache, log, drawn = TailCache(capacity=capacity), [], 0
+                ("merge", 0), ("ask", 2)], capacity=8, seed=0, byte_capacity=10**9)
+def test_a_covered_read_is_what_the_log_answers(steps, capacity, seed, byte_capacity):
+    cache, log, drawn = TailCache(capacity=capacity, byte_capacity=byte_capacity), [], 0
     in_flight = None          # a shared read: (start, what it returned), not merged yet
     follower = 0              # a follower's position: it has seen everything up to it
     notifications = []        # commits whose NOTIFY has not arrived yet, in commit order
@@ -131,3 +132,17 @@ def test_an_empty_filter_is_no_filter():
     cache = TailCache()
     cache.read(0, [event(1, "A"), event(2, "B")])
     assert [e.position for e in cache.serve(0, 10, 2, types=[])] == [1, 2]
+
+
+def test_long_events_are_bounded_by_their_size_too():
+    cache = TailCache(capacity=10_000, byte_capacity=10_000)
+    for p in range(1, 101):   # a hundred messages of 1,000 characters
+        text = RecordedEvent(position=p, stream="context-a", version=p, type="ContextAppended",
+                             data={"content": "x" * 1000}, metadata={}, recorded_at=AT)
+        if p == 1:
+            cache.read(0, [text])
+        else:
+            cache.commit([text])
+        assert cache.bytes <= 2 * 10_000 + 1256
+    assert cache.serve(cache.lo, 10**6, cache.hi) == [e for e in cache._events]
+    assert cache.hi == 100 and cache.lo >= 80 and len(cache._events) == cache.hi - cache.lo
