@@ -322,6 +322,10 @@ class EventStore:
         read of the log shared by every follower that needs it (a read in flight is joined,
         not repeated). None: this reader is too far behind, or the log does not have what
         it asks for (an `up_to` beyond the head); it reads the log itself."""
+        if up_to - after > TAIL_BATCH:
+            # Far behind (a leader folding its pool's stream from 0, a replay): the log's
+            # own filtered read is cheaper than pulling every event through the cache.
+            return None
         for _ in range(TAIL_READS + 1):
             if self.tail.covers(after, up_to):
                 return self.tail.serve(after, limit, up_to, types=types, streams=streams, categories=categories)
