@@ -74,27 +74,37 @@ def _jsonb_key(key: str) -> tuple[int, bytes]:
     return len(encoded), encoded
 
 
+def _as_read(value):
+    """A scalar as a read of the table returns it. jsonb writes numbers without an
+    exponent, so a float whose JSON has one of 16 or more (1e+20: every float of that
+    size, all of them whole) comes back as an integer."""
+    if type(value) is float and abs(value) >= 1e16:
+        return int(value)
+    return value
+
+
 def jsonb_ordered(value):
-    """`value` with every object's keys in the order jsonb stores them (shorter keys
-    first, then by their bytes), which is the order a read of the log returns them in."""
+    """`value` as a read of the log returns it: every object's keys in the order jsonb
+    stores them (shorter keys first, then by their bytes), large floats as integers."""
     if type(value) is dict:
         return {k: jsonb_ordered(value[k]) for k in sorted(value, key=_jsonb_key)}
     if type(value) is list:
         return [jsonb_ordered(v) for v in value]
-    return value
+    return _as_read(value)
 
 
 def read_back(value, text: str):
     """What a reader of the log gets for `value` stored as `text` (`_dumps(value)`): the
-    decoded JSON, with its keys in jsonb's order, so that an event handed over from its
-    commit is the same, key order included, as the event read back from the table. A
+    decoded JSON, with its keys in jsonb's order and its large floats as integers, so that
+    an event handed over from its commit is the same, key order and types included, as the
+    event read back from the table. A
     flat dict of str keys to plain scalars (most events' data, every event's metadata)
     is copied in that order without decoding the text (floats round-trip through their
     repr): one decode of two per appended event was a few percent of a worker's CPU
     under load. Anything else (nested values, tuples, subclasses such as enums, non-str
     keys) is decoded."""
     if type(value) is dict and all(type(k) is str and type(v) in _SCALARS for k, v in value.items()):
-        return {k: value[k] for k in sorted(value, key=_jsonb_key)}
+        return {k: _as_read(value[k]) for k in sorted(value, key=_jsonb_key)}
     return jsonb_ordered(json.loads(text))
 
 

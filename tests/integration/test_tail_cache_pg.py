@@ -102,7 +102,7 @@ async def test_a_notify_carries_what_a_read_returns(two_processes):
     ours, theirs, listener = two_processes
     carried = []
     listener.on_commit(carried.append)
-    odd = {"float": 0.1, "big": 2**70, "nested": {"b": [1, "two", None, True]}, "text": "ünï \u2028 \"q\""}
+    odd = {"float": 0.1, "big": 2**70, "nested": {"b": [1, "two", None, True, 3e18]}, "text": "ünï \u2028 \"q\""}
     first = await theirs.append([NewEvent("turn-1", "Asked", odd, {"actor": "a", "n": 1.5}),
                                  NewEvent("pool-p", "Made", {}, {})])
     await until(lambda: carried)
@@ -112,7 +112,9 @@ async def test_a_notify_carries_what_a_read_returns(two_processes):
     # What a commit hands over in its own process is what the table gives back, key order
     # and types included.
     mine = await ours.append([NewEvent("turn-9", "Asked", odd, {"z": 1, "actor": "b"}),
-                              NewEvent("turn-9", "Asked", {"zz": 1, "a": 2, "é": 3, "b": 4}, {})])
+                              NewEvent("turn-9", "Asked", {"zz": 1, "a": 2, "é": 3, "b": 4, "huge": 1e20,
+                                                           "neg": -2.5e17, "edge": 9999999999999998.0,
+                                                           "tiny": 1.5e-07}, {})])
     assert as_tuples(mine) == as_tuples(await theirs._read_log(mine[0].position - 1, 2))
     await until(lambda: len(carried) == 2)   # its NOTIFY reaches our listener too
     assert as_tuples(carried[1]) == as_tuples(mine)
