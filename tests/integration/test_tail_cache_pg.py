@@ -37,20 +37,20 @@ async def test_followers_woken_by_another_process_share_one_read(two_processes):
     tasks = [asyncio.create_task(i.follow()) for i in inboxes]
     tasks.append(asyncio.create_task(projector._follow()))
     try:
-        # The first wake-up after start names no position: each follower looks at the
-        # log on its own once. Then only NOTIFYs.
-        await until(lambda: listener.known_head(listener.blind) == start)
-        await asyncio.sleep(0.2)
-        reads = count_log_reads(ours)
+        reads = None
         for n in range(1, 6):
             recorded = await theirs.append([NewEvent(f"turn-{n}", "Asked", {"n": n}, {}),
                                             NewEvent("pool-p", "Other", {"n": n}, {})])
             await until(lambda: projector.model.position == recorded[-1].position
                         and all(i.seen == recorded[-1].position for i in inboxes))
-        # Four followers, five commits of another process. Each follower alone read the
-        # log on each commit (twenty reads); sharing, one read per commit; now the first
-        # read gives the cache its start, and each later commit came with its NOTIFY.
-        assert reads[0] == 1
+            if reads is None:
+                # Every follower has read the first commit, so each has made its own first
+                # look at the log (the first wake-up after a start names no position).
+                reads = count_log_reads(ours)
+        # Four followers, four more commits of another process. Each follower alone read
+        # the log on each commit (sixteen reads); sharing, one read per commit; now at most
+        # the read that gives the cache its start, and each commit came with its NOTIFY.
+        assert reads[0] <= 1
         queued = [[i.queue.get_nowait() for _ in range(i.queue.qsize())] for i in inboxes]
         assert [e.data["n"] for e in queued[0]] == [1, 2, 3, 4, 5]
         assert queued[1] == []
