@@ -1,5 +1,6 @@
 """The embedding model in a child process of its own, at a lower CPU priority: where the
-server's background embedding runs (the indexer's messages, the summarizer's sentences).
+server's background work runs (the indexer's messages, and whole compactions: key facts,
+the summary and its sentences' embeddings, the cold chunks and their token counts).
 
 Why a process: that work is most of the server's CPU (~30 ms per message on one core), and
 in a thread of the server it held the server's GIL for the model's Python glue, so every
@@ -8,6 +9,13 @@ In a child it shares no interpreter with the request path, and the child's ``nic
 the kernel give a core to the requests (and to PostgreSQL) first: background work takes
 what they leave. Queries stay in the server process (app.context.embedding_lane): a view
 waits for its own embedding only, never for a background batch in progress.
+
+Compactions run here whole, not in a thread of the server: their key-fact extraction and
+chunking are pure-Python regex and counting work (~0.1-1 s a compaction), and in a thread
+they held the server's GIL for that long, in slices, while appends and views waited for
+the interpreter (a profile of the append phase found the compaction thread holding the GIL
+in over half of the samples). Only the span's tiers travel (``compaction_input``): the cold
+archive, most of an agent's history, stays behind.
 
 The child is spawned (never forked: the server has threads and an event loop) on the
 first call, loads the model there once, and is stopped by ``close``. A child that died
@@ -73,6 +81,31 @@ def _embed_in_child(texts: list[str]) -> np.ndarray:
     return default_embedder().embed(texts)
 
 
+_summarizer = None
+
+
+def _compact_in_child(state, plan, encoding: str, now: float) -> dict:
+    """ContextCompacted data for ``plan`` (app.context.compactor.compact), with the summarizer
+    the environment configures (the extractive one on this process's model by default)."""
+    global _summarizer
+    from .compactor import compact
+    from .embedder import default_embedder
+    from .summarize import summarizer_from_env
+    from .tokens import count_text
+    if _summarizer is None:
+        _summarizer = summarizer_from_env(default_embedder())
+    return compact(state, plan, _summarizer, lambda text: count_text(text, encoding), now)
+
+
+def compaction_input(state):
+    """What a compaction reads of an agent's context (hot, warm, facts): the cold archive,
+    which it never reads, is left out of what is sent to the child."""
+    from dataclasses import replace
+
+    from app.domain.context.state import ColdArchive
+    return replace(state, cold=ColdArchive(), resume_point=None)
+
+
 def _child_pid() -> int:
     return os.getpid()
 
@@ -117,6 +150,10 @@ class ModelProcess:
         if len(texts) == 0:
             return np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
         return self._call(_embed_in_child, list(texts))
+
+    def compact(self, state, plan, encoding: str, now: float) -> dict:
+        """ContextCompacted data for ``plan`` on ``state``, computed in the child."""
+        return self._call(_compact_in_child, compaction_input(state), plan, encoding, now)
 
     def pid(self) -> int:
         """The child's process id (starting it if need be)."""

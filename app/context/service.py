@@ -6,7 +6,8 @@ tokenizer, the embedding model and the summarizer around them.
 - append: each message is a `ContextAppended` event in `context-<agent>` (expected
   version, so two writers cannot interleave sequence numbers). It only records: an append
   that takes hot tokens past the high watermark hands the agent to the compaction worker,
-  which summarises in a thread and appends `ContextCompacted` when done. Views stay
+  which summarises in the background model's process and appends `ContextCompacted` when
+  done. Views stay
   correct meanwhile: hot still holds every message, and the view never exceeds its budget.
 - view: without a query, the tiered view (pinned, facts, warm, hot, cold chunks by
   recency). With a query, relevance first: messages of every tier ranked by RRF of dense
@@ -42,7 +43,7 @@ from .embedding_lane import EmbeddingLane
 from .model_process import ModelProcess
 from .indexer import MessageIndexer, messages_of
 from .retrieval import hybrid_ranking
-from .tokens import count_message, count_text, encoding_ready
+from .tokens import count_message, encoding_ready
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,14 @@ class ContextService:
         from .embedder import embedding_threads
         embedding_threads()  # a bad AGENTRM_EMBEDDING_THREADS stops the start, with its reason
         # (and ModelProcess reads AGENTRM_EMBEDDING_NICE the same way, below)
-        self._summarizer = None
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
         self._compact_wake = asyncio.Event()
         self._compact_pending: set[str] = set()
         self._compacting = asyncio.Lock()
-        # One lane to the model for queries, indexing and the summarizer: queries on the
-        # in-process model, background work in a child process at a lower CPU priority.
+        # One lane to the model for queries and indexing: queries on the in-process model,
+        # background work (indexing, whole compactions) in a child process at a lower CPU
+        # priority.
         self.background_model = ModelProcess()
         self.lane = EmbeddingLane(lambda: self.embedder, background_of=lambda: self.background_model)
         self.indexer = MessageIndexer(self.embeddings, lane=self.lane)
@@ -84,13 +85,6 @@ class ContextService:
             from .embedder import default_embedder
             self._embedder = default_embedder()
         return self._embedder
-
-    @property
-    def summarizer(self):
-        if self._summarizer is None:
-            from .summarize import summarizer_from_env
-            self._summarizer = summarizer_from_env(self.lane)  # behind queries in the lane
-        return self._summarizer
 
     def _encoding(self, agent: dict) -> str:
         pool = self.service.model.pools.get(agent["pool"])
@@ -214,8 +208,8 @@ class ContextService:
     async def _maybe_compact(self, agent: dict, settings: ctx.CompactionSettings,
                              principal: Principal | None, now: float, *, lock: bool) -> dict | None:
         """Compact if ``settings`` say so at ``now``: the plan, the summary and the event's
-        ``at`` all use that one time. The summarizer runs in a thread without the agent's
-        lock (appends go on meanwhile); with ``lock`` the event is then recorded under it,
+        ``at`` all use that one time. The compaction runs in the background model's
+        process without the agent's lock (appends go on meanwhile); with ``lock`` the event is then recorded under it,
         at the stream's current version, if the planned span is still hot and no other
         compaction came first (appends after the plan do not change what it moves)."""
         agent_id = agent["agent_id"]
@@ -225,8 +219,8 @@ class ContextService:
         if plan is None:
             return None
         encoding = self._encoding(agent)
-        data = await asyncio.to_thread(
-            _compact_in_thread, state, plan, self.summarizer, encoding, now)
+        # In the background model's process, not a thread of ours: see app.context.model_process.
+        data = await asyncio.to_thread(self.background_model.compact, state, plan, encoding, now)
         data["budget_tokens"] = budget
         event = ev.ContextCompacted.from_dict(data).to_dict()
         meta = {"actor": require(principal).actor if principal else "context-manager", "correlation": agent_id}
@@ -399,7 +393,3 @@ class ContextService:
             except Exception as exc:
                 log.warning("hibernator: %s", exc)
 
-
-def _compact_in_thread(state, plan, summarizer, encoding: str, now: float) -> dict:
-    from .compactor import compact
-    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now)

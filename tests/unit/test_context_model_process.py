@@ -88,3 +88,43 @@ def test_the_child_leaves_when_its_parent_is_killed_outright():
     if _alive(child):
         os.kill(child, signal.SIGKILL)
         raise AssertionError("the model process outlived its killed parent")
+
+
+def test_a_compaction_in_the_child_records_what_the_compactor_gives_in_process():
+    """The child compacts with the extractive summarizer on its own model and counts with
+    the same tokenizer, so its event data equals the compactor's here, byte for byte (bar the
+    summarizer's CPU cost); the cold archive, which a compaction never reads, is not sent."""
+    from app.context.compactor import compact
+    from app.context.model_process import compaction_input
+    from app.context.summarize import ExtractiveSummarizer
+    from app.context.tokens import count_message, count_text
+    from app.domain import context as d
+
+    lines = ["Set the request timeout to 30 s.", "The export job fails for the billing tenant.",
+             "We decided to deploy to eu-west-1 on Friday.", "The admin API listens on port 8080.",
+             "Running the export suite again after the fix.", "Please keep the batch size at 64 rows."]
+    state = d.new_context("a")
+    for seq in range(1, 41):
+        content = f"{lines[seq % len(lines)]} Step {seq} of the migration touched app/billing/m{seq}.py."
+        state = d.apply(state, d.CONTEXT_APPENDED, {"agent_id": "a", "seq": seq, "role": "user", "content": content,
+                                                   "pinned": False, "tokens": count_message("user", content),
+                                                   "at": float(seq)})
+    plan = lambda seqs, n: d.CompactionPlan("a", f"seg-{n}", seqs, seqs[0], seqs[-1], 0, 0, 0, 0.5, 0.3, 0.0, 64)
+    summarizer = ExtractiveSummarizer(default_embedder())
+    state = d.apply(state, d.CONTEXT_COMPACTED, compact(state, plan(tuple(range(1, 16)), 1), summarizer, count_text, 50.0))
+    assert state.cold.messages                           # the second compaction has history behind it
+
+    slim = compaction_input(state)
+    assert slim.cold == d.ColdArchive() and (slim.hot, slim.facts, slim.warm_segments) == (
+        state.hot, state.facts, state.warm_segments)
+
+    second = plan(tuple(range(16, 31)), 2)
+    model = ModelProcess()
+    try:
+        in_child = model.compact(state, second, "cl100k_base", 60.0)
+    finally:
+        model.close()
+    here = compact(state, second, summarizer, count_text, 60.0)
+    assert in_child["summary"] and in_child["facts"] and in_child["chunks"]
+    assert {**in_child, "cost": None} == {**here, "cost": None}
+    assert in_child["cost"]["sentences"] == here["cost"]["sentences"]
