@@ -259,6 +259,13 @@ class CoreModel:
             return self.resources.doc(projection, key)
         raise KeyError(projection)
 
+    def doc_to_save(self, projection: str, key: str):
+        """What the periodic save encodes for a document: ``doc``'s dict, or for a context
+        its state itself, which app.projections.doc_text encodes to the same text."""
+        if projection == "context":
+            return self.contexts.get(key)
+        return self.doc(projection, key)
+
     def all_docs(self) -> dict[tuple[str, str], dict]:
         out: dict[tuple[str, str], dict] = {}
         for name, doc in self.pool_docs.items():

@@ -14,8 +14,17 @@ writes NaN and infinities as null where `json_text` refuses them. A document is 
 logged events, whose values were refused at their append if they were not finite, and the
 pool settings store their infinite allotments as null themselves; a value orjson cannot
 encode at all (an integer past 64 bits) falls back to `json_text`, which keeps its own
-rules."""
+rules.
+
+A document may also be a dataclass (an agent's context state): orjson encodes it natively,
+fields in their declared order and tuples as lists, the very text that encoding its
+``dataclasses.asdict`` gives, without asdict's recursive deep copy. For an agent with 30k
+tokens of history that copy took 3-27 ms of the event loop at every save after the agent's
+appends, against 0.1 ms for the encoding; every append and view in flight on the worker
+waited behind it."""
 from __future__ import annotations
+
+from dataclasses import asdict, is_dataclass
 
 import orjson
 
@@ -28,4 +37,4 @@ def doc_text(doc) -> str:
     try:
         return orjson.dumps(doc, option=_OPTIONS).decode()
     except TypeError:
-        return json_text(doc)
+        return json_text(asdict(doc) if is_dataclass(doc) else doc)

@@ -340,7 +340,7 @@ class Projector:
         # and what we write must be the state at `position`, no later. The snapshot is the
         # JSON text the database stores (a deep copy, then encoding that copy, did the work
         # twice: 6% of a worker's CPU under load), encoded by orjson (doc_text.py says why).
-        docs = {k: doc_text(doc) for k in keys if (doc := model.doc(*k)) is not None}
+        docs = {k: doc_text(doc) for k in keys if (doc := model.doc_to_save(*k)) is not None}
         try:
             saved = await self.documents.save(position, docs)
         except BaseException:
