@@ -6,8 +6,7 @@ glue between its kernels needs the GIL). Every call goes through the lane's work
 threads:
 
 - with one model (``embedder_of`` only), one worker takes calls in priority order: a
-  view's query first, then indexing and the summarizer's sentences, cut into small
-  batches (``chunk`` texts, sorted by length so a batch pads little), so a query that
+  view's query first, then indexing, cut into small batches (``chunk`` texts, sorted by length so a batch pads little), so a query that
   arrives mid-indexing waits for at most one small batch;
 - with a background model too (``background_of``, the server's: a child process at a
   lower CPU priority, app.context.model_process), queries have a worker of their own on
@@ -39,6 +38,21 @@ _STOP = -1   # sorts before every job: a closing worker stops before taking anot
 # pieces a message: 37 ms/message at 4, 43 at 16, 74 at 64), so small costs nothing.
 DEFAULT_CHUNK = 4
 DEFAULT_QUERY_CACHE = 4096  # query vectors kept (1.5 kB each)
+
+
+def sorted_chunks(texts: Sequence[str], chunk: int) -> tuple[list[int], list[list[str]]]:
+    """``texts`` cut into batches of ``chunk`` in length order (a batch pads little), and the
+    order, for ``joined``."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    return order, [[texts[i] for i in order[s:s + chunk]] for s in range(0, len(order), chunk)]
+
+
+def joined(order: list[int], parts: list[np.ndarray]) -> np.ndarray:
+    """The vectors of ``sorted_chunks``' batches back in the texts' own order."""
+    stacked = np.concatenate(parts) if parts else np.zeros((0, 384), dtype=np.float32)
+    out = np.empty_like(stacked)
+    out[np.asarray(order, dtype=np.int64)] = stacked
+    return out
 
 
 class LaneClosed(RuntimeError):
@@ -172,20 +186,12 @@ class EmbeddingLane:
             vector = self._remember(text, (await asyncio.wrap_future(self._submit(QUERY, [text])))[0])
         return vector
 
-    # -- background: indexing, the summarizer --------------------------------------------------
+    # -- background: indexing ---------------------------------------------------------------
     def _chunks(self, texts: Sequence[str]) -> tuple[list[int], list[concurrent.futures.Future]]:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        futures = [self._submit(BACKGROUND, [texts[i] for i in order[s:s + self.chunk]])
-                   for s in range(0, len(order), self.chunk)]
+        order, batches = sorted_chunks(texts, self.chunk)
+        futures = [self._submit(BACKGROUND, batch) for batch in batches]
         self.background_texts += len(texts)
         return order, futures
-
-    @staticmethod
-    def _joined(order: list[int], parts: list[np.ndarray]) -> np.ndarray:
-        stacked = np.concatenate(parts) if parts else np.zeros((0, 384), dtype=np.float32)
-        out = np.empty_like(stacked)
-        out[np.asarray(order, dtype=np.int64)] = stacked
-        return out
 
     async def embed_background(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of ``texts`` in their order, computed in small batches that queries
@@ -194,12 +200,12 @@ class EmbeddingLane:
             return np.zeros((0, 384), dtype=np.float32)
         order, futures = self._chunks(texts)
         parts = [await asyncio.wrap_future(f) for f in futures]
-        return self._joined(order, parts)
+        return joined(order, parts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """The same, blocking: for code that runs in a thread of its own (the summarizer
-        inside a compaction). Never call it from the event loop."""
+        """The same, blocking (a ``TextEmbedder``): for code that runs in a thread of its own,
+        such as the benchmarks' extractive summarizer. Never call it from the event loop."""
         if len(texts) == 0:
             return np.zeros((0, 384), dtype=np.float32)
         order, futures = self._chunks(list(texts))
-        return self._joined(order, [f.result() for f in futures])
+        return joined(order, [f.result() for f in futures])

@@ -10,12 +10,17 @@ the kernel give a core to the requests (and to PostgreSQL) first: background wor
 what they leave. Queries stay in the server process (app.context.embedding_lane): a view
 waits for its own embedding only, never for a background batch in progress.
 
-Compactions run here whole, not in a thread of the server: their key-fact extraction and
-chunking are pure-Python regex and counting work (~0.1-1 s a compaction), and in a thread
-they held the server's GIL for that long, in slices, while appends and views waited for
-the interpreter (a profile of the append phase found the compaction thread holding the GIL
-in over half of the samples). Only the span's tiers travel (``compaction_input``): the cold
-archive, most of an agent's history, stays behind.
+Compactions with the extractive summarizer run here whole, not in a thread of the server:
+their key-fact extraction and chunking are pure-Python regex and counting work (~0.1-1 s a
+compaction), and in a thread they held the server's GIL for that long, in slices, while
+appends and views waited for the interpreter (a profile of the append phase found the
+compaction thread holding the GIL in over half of the samples). The summary's sentences
+are embedded in length-sorted batches of 4, as the lane hands the indexer's texts over (the
+cheapest per text). Only the span's tiers travel (``compaction_input``): the cold archive,
+most of an agent's history, stays behind. The child builds the tokenizer's tables of the
+pools it compacts for (cl100k: ~40 MB, 0.1 s, once). A compaction with an LLM summarizer
+stays in the server (app.context.service): it waits on a remote model, and here it would
+hold up indexing for as long.
 
 The child is spawned (never forked: the server has threads and an event loop) on the
 first call, loads the model there once, and is stopped by ``close``. A child that died
@@ -56,6 +61,7 @@ def background_nice(env: dict | None = None) -> int:
 
 
 _ORPHAN_CHECK_SECONDS = 1.0
+CLOSE_TIMEOUT_S = 5.0   # the most a stop waits for the child's call in progress
 
 
 def _exit_when_orphaned(parent: int) -> None:
@@ -81,20 +87,28 @@ def _embed_in_child(texts: list[str]) -> np.ndarray:
     return default_embedder().embed(texts)
 
 
-_summarizer = None
+class SortedBatches:
+    """A ``TextEmbedder`` that embeds in length-sorted batches of ``chunk`` texts."""
+
+    def __init__(self, model, chunk: int) -> None:
+        self.model, self.chunk = model, chunk
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        from .embedding_lane import joined, sorted_chunks
+        order, batches = sorted_chunks(list(texts), self.chunk)
+        return joined(order, [self.model.embed(batch) for batch in batches])
 
 
 def _compact_in_child(state, plan, encoding: str, now: float) -> dict:
-    """ContextCompacted data for ``plan`` (app.context.compactor.compact), with the summarizer
-    the environment configures (the extractive one on this process's model by default)."""
-    global _summarizer
+    """ContextCompacted data for ``plan`` (app.context.compactor.compact) with the extractive
+    summarizer on this process's model."""
     from .compactor import compact
     from .embedder import default_embedder
-    from .summarize import summarizer_from_env
+    from .embedding_lane import DEFAULT_CHUNK
+    from .summarize import ExtractiveSummarizer
     from .tokens import count_text
-    if _summarizer is None:
-        _summarizer = summarizer_from_env(default_embedder())
-    return compact(state, plan, _summarizer, lambda text: count_text(text, encoding), now)
+    summarizer = ExtractiveSummarizer(SortedBatches(default_embedder(), DEFAULT_CHUNK))
+    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now)
 
 
 def compaction_input(state):
@@ -152,7 +166,8 @@ class ModelProcess:
         return self._call(_embed_in_child, list(texts))
 
     def compact(self, state, plan, encoding: str, now: float) -> dict:
-        """ContextCompacted data for ``plan`` on ``state``, computed in the child."""
+        """ContextCompacted data for ``plan`` on ``state``, computed in the child with the
+        extractive summarizer."""
         return self._call(_compact_in_child, compaction_input(state), plan, encoding, now)
 
     def pid(self) -> int:
@@ -169,11 +184,21 @@ class ModelProcess:
         with self._lock:
             self._closed = False
 
-    def close(self) -> None:
-        """Stop the child (after the call in progress, if any); waiting calls fail, and so
-        do calls until ``open``. Idempotent."""
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop the child: waiting calls fail, and so do calls until ``open``; the call in
+        progress may finish within ``timeout`` (an indexing batch, a compaction), else the
+        child is terminated and that call fails too, so a stopping server never waits
+        long for background work. Idempotent."""
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown drops them
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.terminate()
+                process.join(5.0)

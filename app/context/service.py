@@ -6,8 +6,8 @@ tokenizer, the embedding model and the summarizer around them.
 - append: each message is a `ContextAppended` event in `context-<agent>` (expected
   version, so two writers cannot interleave sequence numbers). It only records: an append
   that takes hot tokens past the high watermark hands the agent to the compaction worker,
-  which summarises in the background model's process and appends `ContextCompacted` when
-  done. Views stay
+  which summarises in the background model's process (with an LLM summarizer, in a thread)
+  and appends `ContextCompacted` when done. Views stay
   correct meanwhile: hot still holds every message, and the view never exceeds its budget.
 - view: without a query, the tiered view (pinned, facts, warm, hot, cold chunks by
   recency). With a query, relevance first: messages of every tier ranked by RRF of dense
@@ -43,7 +43,7 @@ from .embedding_lane import EmbeddingLane
 from .model_process import ModelProcess
 from .indexer import MessageIndexer, messages_of
 from .retrieval import hybrid_ranking
-from .tokens import count_message, encoding_ready
+from .tokens import count_message, count_text, encoding_ready
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class ContextService:
         from .embedder import embedding_threads
         embedding_threads()  # a bad AGENTRM_EMBEDDING_THREADS stops the start, with its reason
         # (and ModelProcess reads AGENTRM_EMBEDDING_NICE the same way, below)
+        self._llm = False   # not read yet (see _llm_summarizer)
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
         self._compact_wake = asyncio.Event()
@@ -79,6 +80,14 @@ class ContextService:
         self.view_settings = ctx.ViewSettings()
 
     # -- collaborators (loaded lazily: the model costs seconds and memory) ---------------
+    def _llm_summarizer(self):
+        """The LLM summarizer the environment configures, or None (the extractive one, in
+        the background model's process). Read once."""
+        if self._llm is False:
+            from .summarize import llm_summarizer_from_env
+            self._llm = llm_summarizer_from_env()
+        return self._llm
+
     @property
     def embedder(self):
         if self._embedder is None:
@@ -219,8 +228,14 @@ class ContextService:
         if plan is None:
             return None
         encoding = self._encoding(agent)
-        # In the background model's process, not a thread of ours: see app.context.model_process.
-        data = await asyncio.to_thread(self.background_model.compact, state, plan, encoding, now)
+        llm = self._llm_summarizer()
+        if llm is None:
+            # In the background model's process, not a thread of ours: see app.context.model_process.
+            data = await asyncio.to_thread(self.background_model.compact, state, plan, encoding, now)
+        else:
+            # An LLM summarizer waits on its server: in a thread of ours, where it holds up no
+            # indexing batch in the model process.
+            data = await asyncio.to_thread(_compact_here, state, plan, llm, encoding, now)
         data["budget_tokens"] = budget
         event = ev.ContextCompacted.from_dict(data).to_dict()
         meta = {"actor": require(principal).actor if principal else "context-manager", "correlation": agent_id}
@@ -339,7 +354,8 @@ class ContextService:
 
     def close_models(self) -> None:
         """Stop the lane's threads and the background model's process (a compaction still
-        in its thread then fails its embedding and records nothing)."""
+        running there gets a few seconds to finish; one that does not, fails and records
+        nothing)."""
         self.lane.close()
         self.background_model.close()
 
@@ -393,3 +409,7 @@ class ContextService:
             except Exception as exc:
                 log.warning("hibernator: %s", exc)
 
+
+def _compact_here(state, plan, summarizer, encoding: str, now: float) -> dict:
+    from .compactor import compact
+    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now)

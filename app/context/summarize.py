@@ -159,11 +159,17 @@ class OpenAICompatibleSummarizer:
         return Summary(text.strip(), self.name, cost)
 
 
-def summarizer_from_env(embedder: TextEmbedder, env: dict | None = None) -> Summarizer:
-    """The configured summarizer: the LLM one only when AGENTRM_SUMMARIZER_URL and
-    AGENTRM_SUMMARIZER_MODEL are both set, the extractive one otherwise."""
+def llm_summarizer_from_env(env: dict | None = None) -> OpenAICompatibleSummarizer | None:
+    """The LLM summarizer when AGENTRM_SUMMARIZER_URL and AGENTRM_SUMMARIZER_MODEL are both
+    set; None otherwise."""
     env = dict(os.environ if env is None else env)
     url, model = env.get("AGENTRM_SUMMARIZER_URL"), env.get("AGENTRM_SUMMARIZER_MODEL")
     if url and model:
         return OpenAICompatibleSummarizer(url, model, env.get("AGENTRM_SUMMARIZER_API_KEY"))
-    return ExtractiveSummarizer(embedder)
+    return None
+
+
+def summarizer_from_env(embedder: TextEmbedder, env: dict | None = None) -> Summarizer:
+    """The configured summarizer: the LLM one when it is configured, the extractive one
+    otherwise."""
+    return llm_summarizer_from_env(env) or ExtractiveSummarizer(embedder)

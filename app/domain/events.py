@@ -551,6 +551,9 @@ class ContextCompacted(Event):
     hot_tokens_after: int | None = None
     facts_kept: int | None = None
     summarizer: str | None = None
+    # The summarizer's cost: {cpu_seconds, sentences} for the extractive one (the CPU of the
+    # process that ran it, the background model's since this round, embedding included), or
+    # {prompt_tokens, completion_tokens} for an LLM.
     cost: dict | None = None
 
 

@@ -23,9 +23,10 @@ def load() -> list[tuple[str, dict]]:
     return [(d["type"], d["data"]) for d in map(json.loads, LOG.read_text().splitlines()) if d]
 
 
-def fold(events: list[tuple[str, dict]]) -> tuple[ctx.AgentContext, list[str]]:
-    """The fold of the stream, with the hash after every event; a wake restores the parked
-    context from the events before it, as the projection does from the database."""
+def fold(events: list[tuple[str, dict]], each=None) -> tuple[ctx.AgentContext, list[str]]:
+    """The fold of the stream, with the hash after every event (and ``each`` called with
+    every state); a wake restores the parked context from the events before it, as the
+    projection does from the database."""
     state, hashes = ctx.new_context("golden"), []
     for i, (type_, data) in enumerate(events):
         if state.hibernated and type_ != AGENT_HIBERNATED:
@@ -36,6 +37,8 @@ def fold(events: list[tuple[str, dict]]) -> tuple[ctx.AgentContext, list[str]]:
             state = ctx.restore(state, archived)
         state = ctx.apply(state, type_, data)
         hashes.append(ctx.state_hash(state))
+        if each is not None:
+            each(state)
     return state, hashes
 
 

@@ -91,10 +91,13 @@ def test_the_child_leaves_when_its_parent_is_killed_outright():
 
 
 def test_a_compaction_in_the_child_records_what_the_compactor_gives_in_process():
-    """The child compacts with the extractive summarizer on its own model and counts with
-    the same tokenizer, so its event data equals the compactor's here, byte for byte (bar the
-    summarizer's CPU cost); the cold archive, which a compaction never reads, is not sent."""
+    """The child compacts with the extractive summarizer on its own model, in length-sorted
+    batches of 4 as the lane hands texts over, and counts with the same tokenizer: its event
+    data equals what the compactor recorded in a thread of the server through the lane, byte
+    for byte (bar the summarizer's CPU cost). The cold archive, which a compaction never
+    reads, is not sent."""
     from app.context.compactor import compact
+    from app.context.embedding_lane import EmbeddingLane
     from app.context.model_process import compaction_input
     from app.context.summarize import ExtractiveSummarizer
     from app.context.tokens import count_message, count_text
@@ -124,7 +127,42 @@ def test_a_compaction_in_the_child_records_what_the_compactor_gives_in_process()
         in_child = model.compact(state, second, "cl100k_base", 60.0)
     finally:
         model.close()
-    here = compact(state, second, summarizer, count_text, 60.0)
+    lane = EmbeddingLane(default_embedder)
+    try:
+        here = compact(state, second, ExtractiveSummarizer(lane), count_text, 60.0)
+    finally:
+        lane.close()
     assert in_child["summary"] and in_child["facts"] and in_child["chunks"]
     assert {**in_child, "cost": None} == {**here, "cost": None}
     assert in_child["cost"]["sentences"] == here["cost"]["sentences"]
+
+
+def test_close_waits_a_bounded_time_for_the_call_in_progress_then_ends_the_child():
+    import threading
+    import time
+    model = ModelProcess()
+    pid = model.pid()
+    failed: list[BaseException] = []
+
+    def long_call() -> None:
+        try:
+            model._call(time.sleep, 60)
+        except BaseException as exc:   # the call is lost with the child
+            failed.append(exc)
+    caller = threading.Thread(target=long_call)
+    caller.start()
+    time.sleep(0.5)                                     # the child is inside the call
+    started = time.monotonic()
+    model.close(timeout=0.5)
+    assert time.monotonic() - started < 10              # not the call's 60 s
+    caller.join(10)
+    assert not caller.is_alive() and failed and not _alive(pid) and not model.running
+
+
+def test_the_llm_summarizer_is_read_from_the_environment_only_when_both_are_set():
+    from app.context.summarize import OpenAICompatibleSummarizer, llm_summarizer_from_env
+    assert llm_summarizer_from_env({}) is None
+    assert llm_summarizer_from_env({"AGENTRM_SUMMARIZER_URL": "http://127.0.0.1:1"}) is None
+    llm = llm_summarizer_from_env({"AGENTRM_SUMMARIZER_URL": "http://127.0.0.1:1/v1",
+                                   "AGENTRM_SUMMARIZER_MODEL": "m"})
+    assert isinstance(llm, OpenAICompatibleSummarizer) and llm.model == "m"

@@ -62,3 +62,15 @@ def test_a_context_state_encodes_as_its_dict_does_and_reads_back_equal(state):
 def test_a_context_state_that_orjson_cannot_encode_goes_the_standard_way():
     state = d.AgentContext(agent_id="a", last_seq=2**70)
     assert doc_text(state) == json_text(d.state_to_dict(state))
+
+
+def test_every_state_of_a_recorded_context_stream_encodes_as_its_dict_does():
+    """States the fold itself builds (appends, compactions with facts and chunks, a
+    hibernation with its resume point, the wake): orjson encodes a dataclass from its
+    instance dictionary, so an attribute the fold set outside the fields would show here."""
+    from tests.golden import context_log
+    states: list[d.AgentContext] = []
+    context_log.fold(context_log.load(), each=states.append)
+    assert any(s.hibernated for s in states) and any(s.cold.chunks for s in states)
+    for state in states:
+        assert doc_text(state) == doc_text(d.state_to_dict(state))

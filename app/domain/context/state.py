@@ -149,7 +149,10 @@ def new_context(agent_id: str) -> AgentContext:
 # -- serialisation ---------------------------------------------------------------------
 def state_to_dict(state: AgentContext) -> dict:
     """Plain JSON-able dict (tuples become lists). Field order is fixed by the dataclasses
-    and keys are sorted on dump, so equal states have equal bytes."""
+    and keys are sorted on dump, so equal states have equal bytes. The read model's save
+    encodes the dataclasses themselves to the same text (app/projections/doc_text.py), from
+    each instance's attributes: these classes hold their fields and nothing else (no
+    cached_property, no attribute set beside the fields)."""
     return asdict(state)
 
 
