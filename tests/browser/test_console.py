@@ -225,6 +225,29 @@ async def test_scrubbing_the_timeline_back_shows_the_earlier_state(page, console
         await expect(page.get_by_test_id("replay-position")).to_have_text(str(previous))
 
 
+async def test_a_position_typed_while_the_log_moves_is_the_one_shown(page, console, operator):
+    """Live events re-render the replay view; the position being typed must survive them
+    (a controlled input was put back to the shown position by each re-render, and the
+    change then read that instead: found as a flaky scrub test under load)."""
+    agent_id, agent = await agent_client(console, operator, "typist")
+    async with agent:
+        target = (await operator("query { logHead }"))["logHead"]
+        await open_console(page, console, "replay")
+        replay = page.get_by_test_id("replay")
+        await expect(replay).to_contain_text(f"of {target}")
+        typing = page.get_by_label("go to position")
+        await typing.fill(str(target - 1))
+        # The log moves while the position is typed: the view shows the new head...
+        await agent(REQUEST, est=10, out=10, wait=10.0)
+        head = (await operator("query { logHead }"))["logHead"]
+        assert head > target
+        await expect(replay).to_contain_text(f"of {head}")
+        # ...and still holds what was typed, which the change then takes.
+        await expect(typing).to_have_value(str(target - 1))
+        await typing.dispatch_event("change")
+        await expect(page.get_by_test_id("replay-position")).to_have_text(str(target - 1))
+
+
 async def test_what_if_and_verify_from_the_replay_view(page, console, operator):
     await open_console(page, console, "replay")
     await page.get_by_label("what-if lanes").fill("1")

@@ -25,6 +25,11 @@ export function ReplayScrubber({ store, initial }: { store: LiveStore; initial: 
   const [agentId, setAgentId] = useState("");
   const [context, setContext] = useState<ContextView | null>(null);
   const [error, setError] = useState<string | null>(null);
+  // What the operator is typing into "go to position", until they commit it (change). A
+  // controlled input shows `position` otherwise, and every live update re-renders it:
+  // Preact then put the DOM value back to `position`, and a position typed while events
+  // arrived was lost before its change event read it.
+  const [typed, setTyped] = useState<string | null>(null);
   const asked = useRef(0);
 
   useEffect(() => { if (initial !== null) setPosition(initial); }, [initial]);
@@ -77,8 +82,9 @@ export function ReplayScrubber({ store, initial }: { store: LiveStore; initial: 
         <input type="range" min={1} max={head} value={Math.min(position, head)} aria-label="log position"
                onInput={(e) => setPosition(Number(e.currentTarget.value))} />
         <button type="button" aria-label="step forward" onClick={() => void step(true)}>▶</button>
-        <input type="number" min={1} max={head} value={position} aria-label="go to position"
-               onChange={(e) => setPosition(Number(e.currentTarget.value))} />
+        <input type="number" min={1} max={head} value={typed ?? position} aria-label="go to position"
+               onInput={(e) => setTyped(e.currentTarget.value)}
+               onChange={(e) => { setTyped(null); setPosition(Number(e.currentTarget.value)); }} />
         <a href={href.live()}>back to live</a>
       </div>
       {error && <p class="error">{error}</p>}
