@@ -7,8 +7,8 @@ tokenizer, the embedding model and the summarizer around them.
   version, so two writers cannot interleave sequence numbers). It only records: an append
   that takes hot tokens past the high watermark hands the agent to the compaction worker,
   which summarises in the background model's process (with an LLM summarizer, in a thread)
-  and appends `ContextCompacted` when done. Views stay
-  correct meanwhile: hot still holds every message, and the view never exceeds its budget.
+  and appends `ContextCompacted` when done. Views stay correct meanwhile: hot still holds
+  every message, and the view never exceeds its budget.
 - view: without a query, the tiered view (pinned, facts, warm, hot, cold chunks by
   recency). With a query, relevance first: messages of every tier ranked by RRF of dense
   (MiniLM) and BM25 rankings (app.context.retrieval), each stamped with its time.
@@ -218,9 +218,10 @@ class ContextService:
                              principal: Principal | None, now: float, *, lock: bool) -> dict | None:
         """Compact if ``settings`` say so at ``now``: the plan, the summary and the event's
         ``at`` all use that one time. The compaction runs in the background model's
-        process without the agent's lock (appends go on meanwhile); with ``lock`` the event is then recorded under it,
-        at the stream's current version, if the planned span is still hot and no other
-        compaction came first (appends after the plan do not change what it moves)."""
+        process without the agent's lock (appends go on meanwhile); with ``lock`` the event
+        is then recorded under it, at the stream's current version, if the planned span is
+        still hot and no other compaction came first (appends after the plan do not change
+        what it moves)."""
         agent_id = agent["agent_id"]
         budget = self._budget(agent)
         state = self.state(agent_id)
