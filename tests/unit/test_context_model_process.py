@@ -152,11 +152,11 @@ def test_close_waits_a_bounded_time_for_the_call_in_progress_then_ends_the_child
     caller = threading.Thread(target=long_call)
     caller.start()
     time.sleep(0.5)                                     # the child is inside the call
-    started = time.monotonic()
     model.close(timeout=0.5)
-    assert time.monotonic() - started < 10              # not the call's 60 s
+    # Had close waited for the call, the call would have returned normally; it failed, and
+    # the child ended with it.
     caller.join(10)
-    assert not caller.is_alive() and failed and not _alive(pid) and not model.running
+    assert failed and isinstance(failed[0], BrokenProcessPool) and not _alive(pid) and not model.running
 
 
 def test_the_llm_summarizer_is_read_from_the_environment_only_when_both_are_set():
