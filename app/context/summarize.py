@@ -118,7 +118,7 @@ _SYSTEM_PROMPT = (
 
 class OpenAICompatibleSummarizer:
     """LLM summaries through an OpenAI-compatible chat endpoint. Off by default: it is
-    used only when configured (``summarizer_from_env`` or explicit construction)."""
+    used only when configured (``llm_summarizer_from_env`` or explicit construction)."""
 
     name = "openai-compatible"
 
@@ -167,9 +167,3 @@ def llm_summarizer_from_env(env: dict | None = None) -> OpenAICompatibleSummariz
     if url and model:
         return OpenAICompatibleSummarizer(url, model, env.get("AGENTRM_SUMMARIZER_API_KEY"))
     return None
-
-
-def summarizer_from_env(embedder: TextEmbedder, env: dict | None = None) -> Summarizer:
-    """The configured summarizer: the LLM one when it is configured, the extractive one
-    otherwise."""
-    return llm_summarizer_from_env(env) or ExtractiveSummarizer(embedder)

@@ -6,8 +6,8 @@ agent served most in each, and the calls that agent finished in it.
 The gap itself is metrics.service_gap (the benchmark's definition, unchanged): in each minute,
 among the agents of one class with a call asked for and not yet answered at the minute's
 start, the most service (prompt + 2 x completion tokens) finished in the minute minus the
-least. This tool recomputes the same per-minute table to say who and what sets its maximum;
-its top row equals service_gap (tests/unit/test_bench_gap_minutes.py checks it).
+least. This tool reads the same per-minute table (metrics.service_table) to say who and what sets
+its maximum; its top row equals service_gap (tests/unit/test_bench_gap_minutes.py checks it).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .harness import run_policy
-from .metrics import SERVICE_GAP_WINDOW_S, _cost
+from .metrics import SERVICE_GAP_WINDOW_S, _cost, service_table
 from .scenarios import SCENARIOS
 from .sim import Recorder
 from .workload import CLASSES, WorkloadParams, generate
@@ -37,24 +37,14 @@ class GapMinute:
 
 def gap_minutes(recorder: Recorder, end: float, priority_class: str, agents: list[str]) -> list[GapMinute]:
     """Every minute with at least two backlogged agents of the class, largest gap first."""
-    window = SERVICE_GAP_WINDOW_S
-    windows = max(1, int(end // window))
-    index = {a: i for i, a in enumerate(agents)}
-    served = np.zeros((windows, len(agents)))
-    backlogged = np.zeros((windows, len(agents)), dtype=bool)
+    served, backlogged = service_table(recorder, end, priority_class, agents)
+    windows = served.shape[0]
     finished: dict[tuple[int, str], list] = {}
+    members = set(agents)
     for r in recorder.calls:
-        if r.priority_class != priority_class or r.agent_id not in index:
-            continue
-        i = index[r.agent_id]
-        if r.completed_at is not None and r.completed_at < windows * window:
-            w = int(r.completed_at // window)
-            served[w, i] += _cost(r.call)
-            finished.setdefault((w, r.agent_id), []).append(r)
-        answered = r.completed_at if r.completed_at is not None else end
-        first = int(np.ceil(r.requested_at / window))
-        last = int(np.ceil(answered / window)) - 1
-        backlogged[first:min(last, windows - 1) + 1, i] = True
+        if (r.priority_class == priority_class and r.agent_id in members and r.completed_at is not None
+                and r.completed_at < windows * SERVICE_GAP_WINDOW_S):
+            finished.setdefault((int(r.completed_at // SERVICE_GAP_WINDOW_S), r.agent_id), []).append(r)
     out = []
     for w in range(windows):
         ids = np.flatnonzero(backlogged[w])

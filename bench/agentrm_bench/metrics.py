@@ -83,10 +83,11 @@ def _cost(call) -> int:
     return call.prompt_tokens + 2 * call.output_tokens
 
 
-def service_gap(recorder: Recorder, end: float, priority_class: str, agents: list[str]) -> float:
-    """The largest spread of per-minute service among the class's backlogged agents."""
-    if not agents:
-        return 0.0
+def service_table(recorder: Recorder, end: float, priority_class: str,
+                  agents: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per minute (rows) and agent of the class (columns, in ``agents``' order): the service
+    finished in the minute, and whether the agent was backlogged at its start (asked for a
+    call before it, not yet answered then)."""
     windows = max(1, int(end // SERVICE_GAP_WINDOW_S))
     index = {a: i for i, a in enumerate(agents)}
     served = np.zeros((windows, len(agents)))
@@ -98,10 +99,18 @@ def service_gap(recorder: Recorder, end: float, priority_class: str, agents: lis
         if r.completed_at is not None and r.completed_at < windows * SERVICE_GAP_WINDOW_S:
             served[int(r.completed_at // SERVICE_GAP_WINDOW_S), i] += _cost(r.call)
         answered = r.completed_at if r.completed_at is not None else end
-        # backlogged at a window's start: asked for before it, not yet answered then
         first = int(np.ceil(r.requested_at / SERVICE_GAP_WINDOW_S))
         last = int(np.ceil(answered / SERVICE_GAP_WINDOW_S)) - 1
         backlogged[first:min(last, windows - 1) + 1, i] = True
+    return served, backlogged
+
+
+def service_gap(recorder: Recorder, end: float, priority_class: str, agents: list[str]) -> float:
+    """The largest spread of per-minute service among the class's backlogged agents."""
+    if not agents:
+        return 0.0
+    served, backlogged = service_table(recorder, end, priority_class, agents)
+    windows = served.shape[0]
     gap = 0.0
     for w in range(windows):
         row = served[w][backlogged[w]]

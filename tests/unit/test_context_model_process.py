@@ -157,12 +157,3 @@ def test_close_waits_a_bounded_time_for_the_call_in_progress_then_ends_the_child
     # the child ended with it.
     caller.join(10)
     assert failed and isinstance(failed[0], BrokenProcessPool) and not _alive(pid) and not model.running
-
-
-def test_the_llm_summarizer_is_read_from_the_environment_only_when_both_are_set():
-    from app.context.summarize import OpenAICompatibleSummarizer, llm_summarizer_from_env
-    assert llm_summarizer_from_env({}) is None
-    assert llm_summarizer_from_env({"AGENTRM_SUMMARIZER_URL": "http://127.0.0.1:1"}) is None
-    llm = llm_summarizer_from_env({"AGENTRM_SUMMARIZER_URL": "http://127.0.0.1:1/v1",
-                                   "AGENTRM_SUMMARIZER_MODEL": "m"})
-    assert isinstance(llm, OpenAICompatibleSummarizer) and llm.model == "m"

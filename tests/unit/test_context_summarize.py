@@ -10,7 +10,7 @@ import pytest
 from app.context.compactor import CHUNK_TARGET_TOKENS, chunk_messages, compact
 from app.context.embedder import cosine_top_k, default_embedder, embed
 from app.context.summarize import (ExtractiveSummarizer, OpenAICompatibleSummarizer, SummarizerError,
-                                   summarizer_from_env)
+                                   llm_summarizer_from_env)
 from app.context.tokens import count_message, count_text
 from app.domain import context as d
 
@@ -111,11 +111,12 @@ def test_openai_compatible_summarizer_errors_are_clear():
             OpenAICompatibleSummarizer(url, "m").summarize(SPAN, 64, count_text)
 
 
-def test_llm_summarizer_is_off_by_default():
-    assert isinstance(summarizer_from_env(default_embedder(), env={}), ExtractiveSummarizer)
-    configured = summarizer_from_env(default_embedder(), env={"AGENTRM_SUMMARIZER_URL": "http://127.0.0.1:1",
-                                                              "AGENTRM_SUMMARIZER_MODEL": "m"})
-    assert isinstance(configured, OpenAICompatibleSummarizer)
+def test_llm_summarizer_is_off_by_default_and_needs_both_settings():
+    assert llm_summarizer_from_env({}) is None          # the extractive one, in the model process
+    assert llm_summarizer_from_env({"AGENTRM_SUMMARIZER_URL": "http://127.0.0.1:1"}) is None
+    configured = llm_summarizer_from_env({"AGENTRM_SUMMARIZER_URL": "http://127.0.0.1:1/v1",
+                                          "AGENTRM_SUMMARIZER_MODEL": "m"})
+    assert isinstance(configured, OpenAICompatibleSummarizer) and configured.model == "m"
 
 
 # -- compactor ------------------------------------------------------------------------------
