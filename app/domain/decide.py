@@ -435,8 +435,9 @@ def _dispatch(step: _Step) -> None:
     # The free lanes, lowest first, as free_lanes() lists them, found one at a time from
     # `after` (a list of every free lane per pass was a scan of all of a big pool's lanes).
     after = 0
+    order = ordering.GrantOrder(state)
     while (lane := _free_lane(state, after)) is not None and deadlines.grants_allowed(state) > 0:
-        head = ordering.next_turn(state)
+        head = order.next()
         if head is None:
             return
         requests, tokens = available(state, now)

@@ -49,6 +49,9 @@ reproduces it exactly. Each grant records the deadline it won by (TurnGranted.or
 """
 from __future__ import annotations
 
+import heapq
+
+from . import events as ev
 from .state import PoolState, TurnState
 
 DEADLINE = "deadline"
@@ -133,6 +136,43 @@ def next_turn(state: PoolState) -> TurnState | None:
             if best_key is None or key < best_key:
                 best, best_key = turn, key
     return best
+
+
+class GrantOrder:
+    """next_turn(), asked again and again by one granting pass (_dispatch in decide.py).
+
+    Asked once per grant, next_turn's scan made a pass that grants k turns from a queue of
+    q cost k x q deadlines: after a stall, a batch of a few hundred requests took the pool's
+    leader 100 ms and more to decide, and the decision's delay lengthened the stall. Within
+    a pass only `rate_bound` can move a queued turn's deadline: a grant spends the buckets
+    and RateRecovered moves the factor, but nothing in a pass queues a turn or changes an
+    agent's class, a run's attained service (it grows only on a completion) or a turn's
+    size. So the pass orders the queue once, in a heap keyed as next_turn keys it, and again
+    only when rate_bound flips; a turn granted since is passed over. Each answer is
+    next_turn's (tests/unit/test_grant_order.py checks it grant by grant)."""
+
+    def __init__(self, state: PoolState):
+        self.state = state
+        self._heap: list[tuple[float, int, str]] | None = None
+        self._bound: bool | None = None
+
+    def next(self) -> TurnState | None:
+        state = self.state
+        if not by_deadline(state):
+            return state.head()
+        bound = rate_bound(state)
+        if self._heap is None or bound != self._bound:
+            queued = (state.turns[turn_id] for queue in state.queues for turn_id in queue)
+            self._heap = [(deadline(state, turn, bound), turn.seq, turn.turn_id) for turn in queued]
+            heapq.heapify(self._heap)
+            self._bound = bound
+        heap = self._heap
+        while heap:
+            turn = state.turns.get(heap[0][2])
+            if turn is not None and turn.status == ev.QUEUED:
+                return turn
+            heapq.heappop(heap)   # granted earlier in this pass
+        return None
 
 
 def grant_fields(state: PoolState, turn: TurnState) -> dict:
