@@ -59,15 +59,22 @@ def _enqueue(state: PoolState, turn: TurnState) -> None:
     queue = state.queues[turn.level]
     if not queue or state.turns[queue[-1]].seq < turn.seq:
         queue.append(turn.turn_id)  # the common case: a new arrival goes last
-        return
-    seqs = [state.turns[t].seq for t in queue]
-    queue.insert(bisect.bisect_right(seqs, turn.seq), turn.turn_id)
+    else:
+        seqs = [state.turns[t].seq for t in queue]
+        queue.insert(bisect.bisect_right(seqs, turn.seq), turn.turn_id)
+    if (counts := state.queued_by_agent) is not None:
+        counts[turn.agent_id] = counts.get(turn.agent_id, 0) + 1
 
 
 def _dequeue(state: PoolState, turn: TurnState) -> None:
     queue = state.queues[turn.level]
     if turn.turn_id in queue:
         queue.remove(turn.turn_id)
+        if (counts := state.queued_by_agent) is not None:
+            if counts[turn.agent_id] > 1:
+                counts[turn.agent_id] -= 1
+            else:
+                del counts[turn.agent_id]
 
 
 def _release_lane(state: PoolState, turn: TurnState) -> None:
@@ -277,6 +284,7 @@ def _levels_boosted(state: PoolState, d: ev.LevelsBoosted) -> None:
         agent.used_seconds = agent.used_tokens = 0.0
     queued = sorted((t for t in state.turns.values() if t.status == ev.QUEUED), key=lambda t: t.seq)
     state.queues = [[] for _ in range(s.levels)]
+    # (The same turns stay queued, each under its agent: queued_by_agent's counts stand.)
     for turn in queued:
         # Aging through the boost: a turn that has waited a whole period goes to the top
         # level, so under MLFQ every queued turn is granted eventually.

@@ -190,6 +190,12 @@ class PoolState:
     outage_since: float | None = None  # a suspected provider outage began (one probe at a time)
     failed_probes: int = 0
 
+    # Each agent's QUEUED turns, counted: an index of the queues, not state of its own (not
+    # stored, not compared). Built from the queues by the first queued_of(), then kept by
+    # apply's _enqueue and _dequeue; None until then, so a state made any other way (loaded,
+    # copied) builds it from what it holds.
+    queued_by_agent: dict[str, int] | None = field(default=None, repr=False, compare=False)
+
     _LATER = ("limit_in_use", "silent_reaps", "silent_from", "outage_since", "failed_probes")
 
     @classmethod
@@ -213,11 +219,18 @@ class PoolState:
         return len(self.lanes) - self.lanes.count(None)
 
     def queued_of(self, agent_id: str) -> int:
-        """The agent's QUEUED turns: every queued turn is in one of the queues (and only
-        queued ones are), so the queues are counted rather than every open turn."""
-        turns = self.turns
-        return sum(1 for queue in self.queues for turn_id in queue
-                   if (t := turns.get(turn_id)) is not None and t.agent_id == agent_id and t.status == ev.QUEUED)
+        """The agent's QUEUED turns. A count of the queues took every request in a batch
+        through the whole queue once the pool held more than an agent's cap: a batch of k
+        requests behind a long queue cost k x q. Every queued turn is in one of the queues
+        (and only queued ones are), so the index counts them there once."""
+        if self.queued_by_agent is None:
+            counts: dict[str, int] = {}
+            for queue in self.queues:
+                for turn_id in queue:
+                    if (t := self.turns.get(turn_id)) is not None and t.status == ev.QUEUED:
+                        counts[t.agent_id] = counts.get(t.agent_id, 0) + 1
+            self.queued_by_agent = counts
+        return self.queued_by_agent.get(agent_id, 0)
 
     def lanes_in_use(self) -> int:
         """How many lanes may be granted at once: all configured ones, or the learned limit."""
