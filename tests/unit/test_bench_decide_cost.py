@@ -11,7 +11,9 @@ from app.domain.decide import decide_many
 from app.domain.state import PoolState
 
 
-def test_the_reference_decides_the_same_batch_the_same_way():
+def test_the_reference_is_wired_in_and_decides_the_timed_batch_the_same_way():
+    # (Equal deadlines here: the order is by arrival. That the orders agree in general is
+    # tests/unit/test_grant_order.py's; this checks the tool's switch.)
     base = decide_cost._pool()
     inputs = decide_cost._batch(60, decide_cost.AGENTS)
     ours = decide_many(base.copy(), inputs, 1.0)

@@ -86,6 +86,10 @@ def test_the_workloads_reach_passes_that_grant_several_turns_and_flip_the_bound(
     requests = [("request", i % 4, 900, 3_000, False, None) for i in range(24)]
     completes = [("complete", i, "OK", 900, 100, None) for i in range(12)]
     batches = [(0.0, requests[:12]), (0.5, requests[12:]), (1.0, completes), (30.0, []), (1.0, completes)]
-    _log(batches, POOLS["deadline, rate-bound order"], Watching)
+    pool = POOLS["deadline, rate-bound order"]
+    watched = _log(batches, pool, Watching)
     assert max(map(len, passes)) >= 2
     assert any(len(set(bounds)) == 2 for bounds in passes)
+    # Here the flip changes the answer: a heap not ordered again would grant an interactive
+    # turn where the rate-bound order grants by arrival.
+    assert watched == _log(batches, pool, ScanBeforeEveryGrant)
