@@ -2,19 +2,22 @@
 (decide_many, pure, no I/O), against the core as it was before granting passes ordered the
 queue once (the reference below), in the same run.
 
-    python -m agentrm_bench.decide_cost [--batches 50,100,200,400,800] [--repeat 5]
+    python -m agentrm_bench.decide_cost [--scenario idle|busy] [--batches 50,100,...] [--repeat 5]
 
-The pool is `bench load`'s: 1,000 agents, 1,000 lanes (all usable, as once its learned
-limit has grown, and all free), a rate budget that never binds, policy "deadline" (the
-default). So the queue is the batch itself (q = k), every deadline is equal, and rate_bound
-never flips: the figures are for this case, a stall's backlog reaching an idle pool, not
-for a long queue behind busy lanes. A batch is k requests from k different agents arriving
-together, as the leader's inbox hands them over after a stall; it queues all k, then one
-granting pass grants all k. The core before this change asked next_turn (a scan of the
-whole queue) before every grant, and counted an agent's queued turns by a scan of the
-queue for every request once the pool held more than the agent's cap (32): k x q work
-per batch. Each figure is the CPU time of decide_many on a fresh copy of the state, the
-median of `--repeat` runs with the min-max spread, and the reference's time over ours.
+The pool is `bench load`'s: 1,000 agents, a rate budget that never binds, policy "deadline"
+(the default), every configured lane usable (as once the pool's learned limit has grown).
+Two scenarios, each a batch as the leader's inbox hands it over after a stall:
+- `idle`: 1,000 lanes, all free; k requests from k agents arrive together. The batch is the
+  queue (q = k), and one pass grants all k.
+- `busy`: 200 lanes, all held, and 800 turns queued behind them; k of the held turns complete
+  together (k <= 200). One pass grants k turns from a queue of 800.
+The core before this change asked next_turn (a scan of the whole queue) before every grant,
+and counted an agent's queued turns by a scan of the queue for every request once the pool
+held more than the agent's cap (32): k x q work per batch. In both scenarios every queued
+turn's deadline is its queue time (one class, no run or size terms), and rate_bound never
+flips. Each figure is the CPU time of decide_many on a fresh copy of the state, the median
+of `--repeat` runs with the min-max spread, and the reference's time over ours; both cores'
+decisions are checked equal at every size.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import time
 
 from app.domain import events as ev
 from app.domain import ordering
-from app.domain.apply import apply, new_pool
+from app.domain.apply import new_pool
 from app.domain.decide import decide_many
 from app.domain.settings import PoolSettings
 from app.domain.state import PoolState
@@ -35,23 +38,47 @@ AGENTS = 1000
 QUEUE_CAP = 32   # the API's per-agent cap, which every request carries (service.MAX_QUEUED_PER_AGENT)
 
 
-def _pool() -> PoolState:
-    # Every lane usable (adaptive_lanes off: the pool's learned limit grown to all of them)
-    # and free, so that one pass grants the whole batch.
-    settings = PoolSettings(name="load", lanes=AGENTS, rpm=10_000_000, tpm=2_000_000_000, lease_seconds=300.0,
+BUSY_LANES, BUSY_QUEUED = 200, 800
+SCENARIOS = {"idle": (50, 100, 200, 400, 800), "busy": (25, 50, 100, 200)}   # default batch sizes
+LARGEST = {"idle": AGENTS, "busy": BUSY_LANES}
+
+
+def _pool(lanes: int = AGENTS) -> PoolState:
+    # adaptive_lanes off: every configured lane usable, as once the learned limit has grown.
+    settings = PoolSettings(name="load", lanes=lanes, rpm=10_000_000, tpm=2_000_000_000, lease_seconds=300.0,
                             adaptive_lanes=False)
     state = new_pool({"settings": settings.to_dict(), "at": 0.0})
-    inputs = [(ev.AGENT_REGISTERED, {"agent_id": f"a{i}", "name": f"a{i}", "priority_class": ev.INTERACTIVE}, i + 1)
-              for i in range(AGENTS)]
-    for type_, data in decide_many(state, inputs, 0.0):
-        apply(state, type_, data)
+    decide_many(state, [(ev.AGENT_REGISTERED, {"agent_id": f"a{i}", "name": f"a{i}",
+                                               "priority_class": ev.INTERACTIVE}, i + 1)
+                        for i in range(AGENTS)], 0.0)   # decide_many applies what it decides
     return state
 
 
-def _batch(k: int, position: int) -> list[tuple[str, dict, int]]:
+def _batch(k: int, position: int, first: int = 0) -> list[tuple[str, dict, int]]:
     return [(ev.TURN_REQUESTED, {"turn_id": f"t{i}", "agent_id": f"a{i}", "pool": "load", "estimated_tokens": 50,
-                                 "max_output_tokens": 10, "at": 1.0, "queue_cap": QUEUE_CAP}, position + i + 1)
+                                 "max_output_tokens": 10, "at": 0.5, "queue_cap": QUEUE_CAP}, position + i + 1)
+            for i in range(first, first + k)]
+
+
+def _busy_pool() -> PoolState:
+    """BUSY_LANES lanes held by t0.., BUSY_QUEUED turns queued behind them."""
+    state = _pool(BUSY_LANES)
+    decide_many(state, _batch(BUSY_LANES + BUSY_QUEUED, AGENTS), 0.5)
+    return state
+
+
+def _completions(k: int, position: int) -> list[tuple[str, dict, int]]:
+    return [(ev.COMPLETION_REPORTED, {"turn_id": f"t{i}", "pool": "load", "outcome": ev.OK, "prompt_tokens": 50,
+                                      "completion_tokens": 10, "at": 1.0}, position + i + 1)
             for i in range(k)]
+
+
+def _setup(scenario: str) -> tuple[PoolState, object]:
+    """The state before the batch, and the batch of size k (as inputs) for it."""
+    if scenario == "idle":
+        return _pool(), lambda k: _batch(k, AGENTS)
+    position = AGENTS + BUSY_LANES + BUSY_QUEUED
+    return _busy_pool(), lambda k: _completions(k, position)
 
 
 class _ScanBeforeEveryGrant:
@@ -81,31 +108,31 @@ def _reference():
         ordering.GrantOrder, PoolState.queued_of = order, queued_of
 
 
-def _time(base: PoolState, k: int) -> tuple[float, list]:
+def _time(base: PoolState, inputs: list) -> tuple[float, list]:
     state = base.copy()
-    inputs = _batch(k, AGENTS)
     started = time.process_time()
     decisions = decide_many(state, inputs, 1.0)
     return time.process_time() - started, decisions
 
 
-def run(batches: list[int], repeat: int) -> list[dict]:
-    base = _pool()
+def run(batches: list[int], repeat: int, scenario: str = "idle") -> list[dict]:
+    base, batch_of = _setup(scenario)
     rows = []
     for k in batches:
+        inputs = batch_of(k)
         ours, reference = [], []
         for _ in range(repeat):   # alternate, so the machine's drift hits both alike
-            spent, decisions = _time(base, k)
+            spent, decisions = _time(base, inputs)
             ours.append(spent)
             with _reference():
-                spent_ref, decisions_ref = _time(base, k)
+                spent_ref, decisions_ref = _time(base, inputs)
             reference.append(spent_ref)
             granted = sum(1 for type_, _ in decisions if type_ == ev.TURN_GRANTED)
             if granted != k or decisions != decisions_ref:
                 raise SystemExit(f"batch of {k}: {granted} grants, the reference decided "
                                  f"{'the same' if decisions == decisions_ref else 'otherwise'}")
         ratios = [r / max(o, 1e-9) for r, o in zip(reference, ours)]
-        rows.append({"batch": k, "ms": _spread(ours), "reference_ms": _spread(reference),
+        rows.append({"scenario": scenario, "batch": k, "ms": _spread(ours), "reference_ms": _spread(reference),
                      "reference_over_ours": {"median": statistics.median(ratios), "min": min(ratios),
                                              "max": max(ratios)}})
     return rows
@@ -117,7 +144,7 @@ def _spread(seconds: list[float]) -> dict:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    lines = ["| batch (requests) | decide_many, ms | before (a scan per grant and per request), ms | before / now |",
+    lines = ["| batch (inputs) | decide_many, ms | before (a scan per grant and per request), ms | before / now |",
              "|---|---|---|---|"]
     for r in rows:
         m, b, x = r["ms"], r["reference_ms"], r["reference_over_ours"]
@@ -129,17 +156,19 @@ def to_markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m agentrm_bench.decide_cost", description=__doc__.split("\n\n")[0])
-    p.add_argument("--batches", default="50,100,200,400,800", help="batch sizes, comma-separated")
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="idle")
+    p.add_argument("--batches", help="batch sizes, comma-separated (default: the scenario's)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
     try:
-        batches = [int(b) for b in args.batches.split(",")]
+        batches = [int(b) for b in args.batches.split(",")] if args.batches else list(SCENARIOS[args.scenario])
     except ValueError:
         p.error("--batches takes whole numbers separated by commas, e.g. 50,100,200")
-    if not batches or min(batches) < 1 or max(batches) > AGENTS or args.repeat < 1:
-        p.error(f"each batch must be 1-{AGENTS} requests, and --repeat at least 1")
-    rows = run(batches, args.repeat)
+    largest = LARGEST[args.scenario]
+    if not batches or min(batches) < 1 or max(batches) > largest or args.repeat < 1:
+        p.error(f"each batch of scenario {args.scenario} must be 1-{largest}, and --repeat at least 1")
+    rows = run(batches, args.repeat, args.scenario)
     print(json.dumps(rows, indent=1) if args.json else to_markdown(rows))
     return 0
 

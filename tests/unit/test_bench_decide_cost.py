@@ -31,8 +31,20 @@ def test_the_reference_is_put_back_even_when_the_timed_code_fails():
     assert ordering.GrantOrder is order and PoolState.queued_of is queued_of
 
 
-def test_a_run_reports_each_batch_with_its_spread():
-    rows = decide_cost.run([10, 30], repeat=2)
+def test_the_busy_scenario_grants_from_the_long_queue_as_lanes_free():
+    base, batch_of = decide_cost._setup("busy")
+    assert base.busy_lanes() == decide_cost.BUSY_LANES
+    assert base.queued_count() == decide_cost.BUSY_QUEUED
+    decisions = decide_many(base.copy(), batch_of(20), 1.0)
+    assert [t for t, _ in decisions].count("TurnCompleted") == 20
+    granted = [d["turn_id"] for t, d in decisions if t == "TurnGranted"]
+    first_queued = decide_cost.BUSY_LANES   # the queue, in arrival order: t200, t201, ...
+    assert granted == [f"t{i}" for i in range(first_queued, first_queued + 20)]
+
+
+@pytest.mark.parametrize("scenario", ["idle", "busy"])
+def test_a_run_reports_each_batch_with_its_spread(scenario):
+    rows = decide_cost.run([10, 30], repeat=2, scenario=scenario)
     assert [r["batch"] for r in rows] == [10, 30]
     for r in rows:
         assert 0 < r["ms"]["min"] <= r["ms"]["median"] <= r["ms"]["max"]
@@ -41,7 +53,8 @@ def test_a_run_reports_each_batch_with_its_spread():
 
 
 @pytest.mark.parametrize("argv", [["--batches", "10,x"], ["--batches", "0"], ["--batches", "1001"],
-                                  ["--repeat", "0"]])
+                                  ["--repeat", "0"], ["--scenario", "busy", "--batches", "201"],
+                                  ["--scenario", "nope"]])
 def test_bad_arguments_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         decide_cost.main(argv)
