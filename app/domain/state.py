@@ -11,7 +11,6 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 
-from . import events as ev
 from .admission import Bucket
 from .concurrency import LaneLimit
 from .settings import PoolSettings
@@ -222,12 +221,13 @@ class PoolState:
         """The agent's QUEUED turns. A count of the queues took every request in a batch
         through the whole queue once the pool held more than an agent's cap: a batch of k
         requests behind a long queue cost k x q. Every queued turn is in one of the queues
-        (and only queued ones are), so the index counts them there once."""
+        (and only queued ones are), so the index counts the queues' entries once, as
+        _enqueue and _dequeue then move them."""
         if self.queued_by_agent is None:
             counts: dict[str, int] = {}
             for queue in self.queues:
                 for turn_id in queue:
-                    if (t := self.turns.get(turn_id)) is not None and t.status == ev.QUEUED:
+                    if (t := self.turns.get(turn_id)) is not None:
                         counts[t.agent_id] = counts.get(t.agent_id, 0) + 1
             self.queued_by_agent = counts
         return self.queued_by_agent.get(agent_id, 0)
