@@ -81,8 +81,9 @@ def _setup(scenario: str) -> tuple[PoolState, object]:
     return _busy_pool(), lambda k: _completions(k, position)
 
 
-class _ScanBeforeEveryGrant:
-    """The reference order: next_turn's scan of the whole queue before each grant."""
+class ScanBeforeEveryGrant:
+    """The reference order: next_turn's scan of the whole queue before each grant (also the
+    oracle of tests/unit/test_grant_order.py)."""
 
     def __init__(self, state):
         self.state = state
@@ -101,7 +102,7 @@ def _scanned_queued_of(self: PoolState, agent_id: str) -> int:
 @contextlib.contextmanager
 def _reference():
     order, queued_of = ordering.GrantOrder, PoolState.queued_of
-    ordering.GrantOrder, PoolState.queued_of = _ScanBeforeEveryGrant, _scanned_queued_of
+    ordering.GrantOrder, PoolState.queued_of = ScanBeforeEveryGrant, _scanned_queued_of
     try:
         yield
     finally:

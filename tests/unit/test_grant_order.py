@@ -1,7 +1,8 @@
 """GrantOrder (app/domain/ordering.py): a granting pass orders the queue once, in a heap,
 and must still grant exactly what asking next_turn before every grant grants. The
-reference below is that scan; both drive the same random workloads through decide_many,
-and their whole decision logs must be equal, byte for byte."""
+reference is that scan (agentrm_bench.decide_cost times the two against each other); both
+drive the same random workloads through decide_many, and their whole decision logs must be
+equal, byte for byte."""
 from __future__ import annotations
 
 import json
@@ -11,22 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentrm_bench.decide_cost import ScanBeforeEveryGrant   # next_turn's scan before every grant
 from app.domain import events as ev
 from app.domain import ordering
 
 from .examples import examples
 from .workload import AGENTS, DEADLINE_SETTINGS, RUNS, SETTINGS, drive, workload
-
-
-class ScanBeforeEveryGrant:
-    """The order as it was before GrantOrder: next_turn's scan of the whole queue, once
-    per grant."""
-
-    def __init__(self, state):
-        self.state = state
-
-    def next(self):
-        return ordering.next_turn(self.state)
 
 
 POOLS = {
