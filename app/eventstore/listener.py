@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
@@ -16,6 +15,7 @@ import asyncpg
 
 from app.db.outage import is_outage
 
+from .json_decode import loads
 from .model import RecordedEvent
 from .store import NOTIFY_CHANNEL, EventStore
 from .wakeups import GenerationWakeups
@@ -32,7 +32,7 @@ def parse_payload(payload: str) -> tuple[int | None, list[RecordedEvent]]:
     try:
         if not payload.startswith("{"):
             return int(payload), []
-        body = json.loads(payload)   # not orjson: it reads integers past 64 bits as floats
+        body = loads(payload)   # json.loads's values, integers past 64 bits included
         events = [RecordedEvent(position=p, stream=stream, version=version, type=type_, data=data,
                                 metadata=metadata, recorded_at=_EPOCH + timedelta(microseconds=at))
                   for p, stream, version, type_, data, metadata, at in body["e"]]

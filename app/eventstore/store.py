@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from .json_decode import loads as _loads
 from .model import ConcurrencyError, NewEvent, RecordedEvent
 from .subscription import subscribe as _subscribe
 from .tail_cache import TailCache
@@ -105,13 +106,14 @@ def read_back(value, text: str):
     keys) is decoded."""
     if type(value) is dict and all(type(k) is str and type(v) in _SCALARS for k, v in value.items()):
         return {k: _as_read(value[k]) for k in sorted(value, key=_jsonb_key)}
-    return jsonb_ordered(json.loads(text))
+    return jsonb_ordered(_loads(text))
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
-    """jsonb <-> Python values on every pooled connection."""
+    """jsonb <-> Python values on every pooled connection (decoded as json.loads would:
+    json_decode.py)."""
     for typ in ("json", "jsonb"):
-        await conn.set_type_codec(typ, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(typ, encoder=_dumps, decoder=_loads, schema="pg_catalog")
 
 
 async def _no_session_state(_conn: asyncpg.Connection) -> None:

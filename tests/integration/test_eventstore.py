@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import asyncpg
@@ -59,6 +60,22 @@ async def test_analyze_skips_the_jsonb_payloads_and_keeps_the_columns_plans_use(
     assert {("events", "position"), ("events", "stream"), ("events", "type"),
             ("read_models", "projection"), ("read_models", "key")} <= gathered
     assert not gathered & {("events", "data"), ("events", "metadata"), ("read_models", "doc")}
+
+
+async def test_numbers_past_64_bits_read_back_as_json_loads_reads_postgresqls_text(store):
+    """The jsonb codec decodes by orjson where that cannot differ (app/eventstore/json_decode.py):
+    an integer past 64 bits, or a float jsonb prints as twenty digits, must still read as
+    json.loads reads the text PostgreSQL prints."""
+    es, _ = store
+    data = {"big": 2 ** 70, "low": -2 ** 63 - 1, "top": 2 ** 64 - 1, "f": 1e19, "x": 0.1,
+            "nested": [1, {"deep": 18446744073709551616, "small": 2 ** 62}]}
+    await es.append([NewEvent("thing-1", "Made", data, {"seq": 2 ** 65})])
+    [event] = await es.read(0)
+    async with es.pool.acquire() as conn:
+        text, meta = await conn.fetchrow("SELECT data::text, metadata::text FROM events")
+    assert event.data == json.loads(text) and event.metadata == json.loads(meta)
+    assert type(event.data["f"]) is int and event.data["big"] == 2 ** 70 and event.metadata["seq"] == 2 ** 65
+    assert event.data["nested"][1]["deep"] == 2 ** 64 and type(event.data["x"]) is float
 
 
 async def test_concurrent_appenders_and_a_tailing_reader_miss_nothing(store):
