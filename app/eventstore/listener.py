@@ -15,7 +15,7 @@ import asyncpg
 
 from app.db.outage import is_outage
 
-from .json_decode import loads
+from .json_codec import loads
 from .model import RecordedEvent
 from .store import NOTIFY_CHANNEL, EventStore
 from .wakeups import GenerationWakeups

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
-from .json_decode import loads as _loads
+from .json_codec import dumps as _json_dumps
+from .json_codec import loads as _loads
 from .model import ConcurrencyError, NewEvent, RecordedEvent
 from .subscription import subscribe as _subscribe
 from .tail_cache import TailCache
@@ -62,7 +62,7 @@ _READ_TO_HEAD = (
 
 def _dumps(value) -> str:
     # jsonb has no NaN or Infinity: refuse them here, in the caller, not in a shared commit.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _json_dumps(value)
 
 
 json_text = _dumps   # what the jsonb codec sends: for callers that send the text themselves
@@ -104,14 +104,34 @@ def read_back(value, text: str):
     repr): one decode of two per appended event was a few percent of a worker's CPU
     under load. Anything else (nested values, tuples, subclasses such as enums, non-str
     keys) is decoded."""
-    if type(value) is dict and all(type(k) is str and type(v) in _SCALARS for k, v in value.items()):
-        return {k: _as_read(value[k]) for k in sorted(value, key=_jsonb_key)}
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str or type(item) not in _SCALARS:
+                break
+        else:
+            return {k: _as_read(value[k]) for k in _jsonb_order(tuple(value))}
     return jsonb_ordered(_loads(text))
+
+
+_ORDERS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_ORDERS_MAX = 4096
+
+
+def _jsonb_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """`keys` in jsonb's order. The events of one type come with the same keys in the same
+    order, so the order is sorted once per key tuple and remembered (sorting by encoded
+    keys was most of read_back's cost); a log with more shapes than the bound starts over."""
+    order = _ORDERS.get(keys)
+    if order is None:
+        if len(_ORDERS) >= _ORDERS_MAX:
+            _ORDERS.clear()
+        order = _ORDERS[keys] = tuple(sorted(keys, key=_jsonb_key))
+    return order
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
     """jsonb <-> Python values on every pooled connection (decoded as json.loads would:
-    json_decode.py)."""
+    json_codec.py)."""
     for typ in ("json", "jsonb"):
         await conn.set_type_codec(typ, encoder=_dumps, decoder=_loads, schema="pg_catalog")
 

@@ -63,7 +63,7 @@ async def test_analyze_skips_the_jsonb_payloads_and_keeps_the_columns_plans_use(
 
 
 async def test_numbers_past_64_bits_read_back_as_json_loads_reads_postgresqls_text(store):
-    """The jsonb codec decodes by orjson where that cannot differ (app/eventstore/json_decode.py):
+    """The jsonb codec decodes by orjson where that cannot differ (app/eventstore/json_codec.py):
     an integer past 64 bits, or a float jsonb prints as twenty digits, must still read as
     json.loads reads the text PostgreSQL prints."""
     es, _ = store

@@ -1,16 +1,21 @@
-"""The log's JSON decoder (app/eventstore/json_decode.py) gives what json.loads gives, value
-and type, for any text: orjson's speed must never change a value read from the log."""
+"""The log's JSON codec (app/eventstore/json_codec.py) reads what json.loads reads, value and
+type, from any text, and writes text that holds the value json.dumps writes (or refuses what
+it refuses): orjson's speed must never change a value in the log."""
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import math
+import uuid
+from datetime import datetime
 from decimal import Decimal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.eventstore.json_decode import loads
+from app.eventstore.json_codec import dumps, loads
 
 
 def same(a, b) -> bool:
@@ -90,3 +95,53 @@ def test_nesting_python_cannot_recurse_into_is_read_without_recursion():
     for _ in range(1010):
         value = value[0]
     assert value == 0.5
+
+
+class Colour(str, enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+def as_json_dumps(value):
+    """dumps(value) is text json.loads reads as the value of json.dumps's text, or both raise
+    the same error: PostgreSQL stores the value, not the spelling."""
+    try:
+        expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as error:
+        with pytest.raises(type(error)):
+            dumps(value)
+        return
+    assert same(json.loads(dumps(value)), json.loads(expected)), value
+
+
+odd = st.sampled_from([Colour.RED, uuid.UUID(int=7), Point(1), datetime(2026, 1, 1), float("nan"),
+                       float("inf"), -float("inf"), 2 ** 64, -2 ** 63 - 1, "\ud800", (1, "a")])
+written = st.recursive(scalars | odd, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                       | st.dictionaries(st.text(max_size=6) | st.integers() | st.booleans() | st.none()
+                                         | st.floats(allow_nan=False) | st.just(Colour.RED), inner, max_size=4),
+                       max_leaves=20)
+
+
+@given(written)
+def test_any_value_is_written_as_json_dumps_writes_it_or_refused_as_it_refuses_it(value):
+    as_json_dumps(value)
+
+
+def nested(depth: int) -> list:
+    value: list = [1.5]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("value", [
+    {"n": float("nan")}, [1, [2, [float("inf")]]], {"u": uuid.UUID(int=1)}, {"p": Point(2)},
+    {1: "a", True: "b"}, {"c": Colour.RED}, {Colour.RED: 1}, {"big": 2 ** 64}, {"s": "\ud800"},
+    {"t": (1, (2, 3))}, {"f": 1e16, "g": -0.0, "h": 5e-324}, {"é": "ü\u2028\x00"}, nested(253), nested(300),
+])
+def test_edges_are_written_or_refused_as_json_dumps(value):
+    as_json_dumps(value)
