@@ -1,23 +1,24 @@
-"""uvicorn's httptools protocol, with the writes of one turn of the event loop sent as one.
+"""uvicorn's httptools protocol, with a response's head and body sent as one write.
 
 Why: uvicorn writes a response's status line and headers when the app sends
 `http.response.start`, and its body at `http.response.body`: two `send` calls per response,
-and on loopback each one also runs the receiver's side of TCP and wakes it. Under
-`bench load` the socket writes were 6-12% of a worker's CPU (py-spy, `RequestResponseCycle.send`),
-for two small writes per answer that the app makes back to back, in the same step of its
-task. So the connection's transport is wrapped: a write is held until the loop's next turn
-(`call_soon`), and whatever else was written before then goes with it, in order.
+and on loopback each one also runs the receiver's side of TCP and wakes it (twice, when the
+two segments do not arrive together). Under `bench load` the socket writes were 6-12% of a
+worker's CPU (py-spy, `RequestResponseCycle.send`), for two small writes that the app makes
+back to back, in one step of its task. So the connection's transport is wrapped: a write of
+a response head (it starts with the status line and ends with the blank line) is held, and
+goes out joined with the next write, the body, at once. A head that nothing follows (a HEAD
+request's answer, a 100 Continue, a WebSocket handshake) goes out on the loop's next turn
+(`call_soon`), before any timer or I/O wait.
 
 What it keeps as it was:
-- order: the chunks go out joined in the order they were written;
-- latency: the flush runs on the loop's next turn, before any timer or I/O wait;
+- order: held bytes always go out before, and with, whatever is written next;
 - close: `close()` and `write_eof()` send what is held first, as a transport's close flushes
-  its buffer;
-  `abort()` drops it, as a transport's abort does;
+  its buffer; `abort()` drops it, as a transport's abort does;
 - flow control: uvicorn pauses on the real transport's buffer, which every flush fills;
 - everything else (`is_closing`, `get_extra_info`, `pause_reading`, `set_protocol`, ...) is
-  the transport's own. A WebSocket upgrade hands the same wrapper on, so a frame and its
-  neighbours in a turn are coalesced the same way."""
+  the transport's own. A WebSocket upgrade hands the same wrapper on: its frames are not
+  heads, and are written at once."""
 from __future__ import annotations
 
 import asyncio
@@ -35,9 +36,14 @@ class CoalescingTransport:
     def write(self, data: bytes) -> None:
         if not data:
             return
-        if not self._held:
+        if self._held:   # the body after its head: both at once
+            self._held.append(data)
+            self._flush()
+        elif data[:5] == b"HTTP/" and data[-4:] == b"\r\n\r\n":
+            self._held.append(bytes(data))   # a copy: a caller may reuse a bytearray
             self._loop.call_soon(self._flush)
-        self._held.append(bytes(data))   # a copy: a caller may reuse a bytearray or memoryview
+        else:
+            self._transport.write(data)
 
     def writelines(self, chunks) -> None:
         for chunk in chunks:

@@ -1,6 +1,7 @@
-"""The coalescing transport under uvicorn's HTTP protocol (app/api/http_protocol.py): what is
-written in one turn of the event loop leaves as one write, in order; close and write_eof send
-what is held first; abort drops it. Run on a real loop over a real socket pair."""
+"""The coalescing transport under uvicorn's HTTP protocol (app/api/http_protocol.py): a
+response's head leaves joined with the write after it, its body, at once; a head nothing
+follows leaves on the loop's next turn; anything else is written at once; close and write_eof
+send what is held first; abort drops it. Run on a real loop over a real socket pair."""
 from __future__ import annotations
 
 import asyncio
@@ -39,51 +40,67 @@ async def _read(loop, sock, n: int) -> bytes:
     return out
 
 
-async def test_writes_of_one_turn_leave_as_one_in_order():
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+
+
+async def test_a_head_leaves_with_its_body_at_once():
     loop, wrapped, transport, peer, writes = await _pair()
-    wrapped.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    wrapped.write(HEAD)
+    assert writes == [] and wrapped.get_write_buffer_size() == len(HEAD)
     wrapped.write(bytearray(b"ok"))
-    assert writes == [] and wrapped.get_write_buffer_size() == 40
+    assert writes == [HEAD + b"ok"]   # not a turn later: the body's write sends both
     await asyncio.sleep(0)
-    assert writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
-    wrapped.write(b"next")   # a later turn: its own write
+    assert writes == [HEAD + b"ok"]   # and the head's fallback finds nothing left
+    wrapped.write(b"frame")   # not a head: at once
+    assert writes[1:] == [b"frame"]
+    assert await _read(loop, peer, len(HEAD) + 7) == HEAD + b"okframe"
+    wrapped.close()
+    peer.close()
+
+
+async def test_a_head_that_nothing_follows_leaves_on_the_next_turn():
+    loop, wrapped, transport, peer, writes = await _pair()
+    head = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"
+    wrapped.write(head)
+    assert writes == []
     await asyncio.sleep(0)
-    assert writes[1:] == [b"next"]
-    assert await _read(loop, peer, 44) == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\noknext"
+    assert writes == [head]
+    wrapped.write(b"HTTP/1.1 is not a head without its blank line")
+    assert len(writes) == 2
     wrapped.close()
     peer.close()
 
 
 async def test_close_and_write_eof_send_what_is_held_first():
     loop, wrapped, transport, peer, writes = await _pair()
-    wrapped.write(b"last words")
+    wrapped.write(HEAD)
     wrapped.write_eof()
-    assert writes == [b"last words"]
-    assert await _read(loop, peer, 10) == b"last words"
+    assert writes == [HEAD]
+    assert await _read(loop, peer, len(HEAD)) == HEAD
     assert await loop.sock_recv(peer, 10) == b""   # then the end of the stream
     wrapped.close()
     peer.close()
 
     loop, wrapped, transport, peer, writes = await _pair()
-    wrapped.write(b"bye")
+    wrapped.write(HEAD)
     wrapped.close()
-    assert writes == [b"bye"] and transport.is_closing() and wrapped.is_closing()
-    assert await _read(loop, peer, 3) == b"bye"
+    assert writes == [HEAD] and transport.is_closing() and wrapped.is_closing()
+    assert await _read(loop, peer, len(HEAD)) == HEAD
     await asyncio.sleep(0)   # the flush scheduled by the write finds nothing left to send
-    assert writes == [b"bye"]
+    assert writes == [HEAD]
     peer.close()
 
 
 async def test_abort_drops_what_is_held_and_a_closed_transport_takes_nothing():
     loop, wrapped, transport, peer, writes = await _pair()
-    wrapped.write(b"never")
+    wrapped.write(HEAD)
     wrapped.abort()
     await asyncio.sleep(0)
     assert writes == [] and transport.is_closing()
     peer.close()
 
     loop, wrapped, transport, peer, writes = await _pair()
-    wrapped.write(b"too late")
+    wrapped.write(HEAD)
     transport.close()   # closed underneath, as a lost connection closes it
     await asyncio.sleep(0)
     assert writes == []
@@ -97,8 +114,7 @@ async def test_everything_else_is_the_transports_own():
     assert not transport.is_reading()
     wrapped.resume_reading()
     assert transport.is_reading()
-    wrapped.writelines([b"a", b"", b"b"])
-    await asyncio.sleep(0)
-    assert writes == [b"ab"]
+    wrapped.writelines([HEAD, b"", b"ok", b"more"])
+    assert writes == [HEAD + b"ok", b"more"]
     wrapped.close()
     peer.close()
