@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.eventstore.model import RecordedEvent
-from app.eventstore.tail_cache import TailCache
+from app.eventstore.tail_cache import AHEAD, TailCache
 
 AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TYPES = ("A", "B", "C")
@@ -110,6 +110,39 @@ def test_a_commit_after_a_gap_is_not_covered():
     cache.read(2, [event(3), event(4)])  # the read that fetches them
     cache.commit([event(5)])
     assert cache.covers(0, 5)
+
+
+def test_a_commit_that_arrives_before_the_one_below_it_joins_when_that_one_does():
+    """Two workers: ours (5) is handed over at once, theirs (3-4) comes with its NOTIFY later."""
+    cache = TailCache()
+    cache.read(0, [event(1), event(2)])
+    cache.commit([event(5)])
+    assert cache.hi == 2
+    cache.commit([event(3), event(4)])
+    assert cache.covers(0, 5) and [e.position for e in cache.serve(0, 10, 5)] == [1, 2, 3, 4, 5]
+    cache.commit([event(5)])          # our own commit's NOTIFY, later: covered already
+    assert [e.position for e in cache.serve(0, 10, 5)] == [1, 2, 3, 4, 5]
+
+
+def test_a_held_commit_past_rolled_back_positions_waits_for_a_read_and_is_then_dropped():
+    cache = TailCache()
+    cache.read(0, [event(1)])
+    cache.commit([event(3)])          # position 2 was drawn and rolled back: no commit will fill it
+    cache.commit([event(5), event(6)])
+    assert cache.hi == 1
+    cache.read(1, [event(3), event(4)])   # a read shows 2 is gone for good, and fetches 4
+    assert cache.hi == 6 and [e.position for e in cache.serve(0, 10, 6)] == [1, 3, 4, 5, 6]
+    assert not cache._ahead           # nothing held past the coverage: the bound is free again
+    cache.read(1, [event(3)])         # a read that stopped short of a held commit (its limit)
+    assert cache.hi == 6
+
+
+def test_held_commits_are_bounded():
+    cache = TailCache()
+    cache.read(0, [event(1)])
+    for p in range(3, 3 + 2 * AHEAD, 2):   # every other position, none adjacent to the coverage
+        cache.commit([event(p)])
+    assert len(cache._ahead) == AHEAD
 
 
 def test_a_read_that_returns_nothing_covers_nothing():
