@@ -16,6 +16,8 @@ kept exact:
 - text orjson refuses (NaN and Infinity literals, numbers beyond a double's range, lone
   surrogate escapes, nesting past 1,024 levels): jsonb prints none of these, and for any
   other text `json.loads` decides, error included;
+- one difference is kept: nesting deeper than Python's recursion limit (about 1,000 levels)
+  but within orjson's 1,024 is read, where `json.loads` raises RecursionError;
 - every other number: integers within 64 bits are exact in both, and both round a decimal
   text to the nearest double (the property test compares the two on arbitrary values and on
   hand-written decimal texts).
@@ -28,7 +30,9 @@ bool and None. Anything else goes to `json.dumps`, whose rules stay the log's ru
 - other types (dataclasses, UUIDs, datetimes, which orjson would encode and `json.dumps`
   refuses; str and int subclasses such as enums; non-str keys, which `json.dumps` turns into
   strings by its own rules) are encoded or refused by `json.dumps`;
-- values orjson refuses (integers past 64 bits, lone surrogates, nesting past 254 levels).
+- values orjson refuses (integers past 64 bits, lone surrogates, nesting past 254 levels);
+- a value of more than 10,000 containers, which is also how a value that contains itself
+  reaches `json.dumps` and its refusal, instead of an endless walk.
 """
 from __future__ import annotations
 
@@ -73,10 +77,19 @@ def loads(text: str):
     return value if _narrow(value) else json.loads(text)
 
 
+_CONTAINERS_CHECKED = 10_000   # past this many, json.dumps judges (a value may contain itself)
+
+
 def _plain(value) -> bool:
-    """Only the plain JSON types, str keys and finite floats in `value`."""
+    """Only the plain JSON types, str keys and finite floats in `value`, in at most
+    _CONTAINERS_CHECKED containers: a value that contains itself would walk forever here,
+    where json.dumps refuses it (ValueError: circular reference)."""
     stack = [value]
+    budget = _CONTAINERS_CHECKED
     while stack:
+        budget -= 1
+        if budget < 0:
+            return False
         item = stack.pop()
         kind = type(item)
         if kind is dict:

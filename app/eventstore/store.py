@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from decimal import Decimal
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -78,9 +79,14 @@ def _jsonb_key(key: str) -> tuple[int, bytes]:
 def _as_read(value):
     """A scalar as a read of the table returns it. jsonb writes numbers without an
     exponent, so a float whose JSON has one of 16 or more (1e+20: every float of that
-    size, all of them whole) comes back as an integer."""
-    if type(value) is float and abs(value) >= 1e16:
-        return int(value)
+    size, all of them whole) comes back as an integer: the integer of the decimal text it
+    was written as (1e+23 is 10**23), not of the double (int(1e23) is 99999999999999991611392).
+    And jsonb's numeric has no negative zero: -0.0 comes back as 0.0."""
+    if type(value) is float:
+        if abs(value) >= 1e16:
+            return int(Decimal(repr(value)))
+        if value == 0:
+            return 0.0
     return value
 
 

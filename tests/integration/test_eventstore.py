@@ -77,6 +77,19 @@ async def test_numbers_past_64_bits_read_back_as_json_loads_reads_postgresqls_te
     assert type(event.data["f"]) is int and event.data["big"] == 2 ** 70 and event.metadata["seq"] == 2 ** 65
     assert event.data["nested"][1]["deep"] == 2 ** 64 and type(event.data["x"]) is float
 
+    # Plain values, written by orjson and read by it: what the append hands back, what a
+    # read gives and what json.loads makes of PostgreSQL's text agree, type and sign too.
+    plain = {"a": 1e16, "b": 1e23, "c": 1e-7, "d": 0.00001, "e": -0.0, "f": 5e-324, "g": -2.5e17,
+             "h": [0.1, {"i": 1.7976931348623157e308, "j": -0.0}], "k": 9007199254740993, "l": "ü\u2028"}
+    [appended] = await es.append([NewEvent("thing-2", "Made", plain, {"m": 1e23})])
+    [read] = await es.read(appended.position - 1)
+    async with es.pool.acquire() as conn:
+        text, meta = await conn.fetchrow("SELECT data::text, metadata::text FROM events WHERE position = $1",
+                                         appended.position)
+    for got in (appended, read):
+        assert repr(got.data) == repr(json.loads(text)) and repr(got.metadata) == repr(json.loads(meta))
+    assert read.data["b"] == 10 ** 23 and repr(read.data["e"]) == "0.0"
+
 
 async def test_concurrent_appenders_and_a_tailing_reader_miss_nothing(store):
     """Many writers, some holding their transaction open for a while after drawing a

@@ -145,3 +145,14 @@ def nested(depth: int) -> list:
 ])
 def test_edges_are_written_or_refused_as_json_dumps(value):
     as_json_dumps(value)
+
+
+def test_a_value_that_contains_itself_is_refused_as_json_dumps_refuses_it():
+    """The plain-types walk gives up after a bounded number of containers, so such a value
+    reaches json.dumps (ValueError: circular reference) instead of walking forever."""
+    looped: dict = {}
+    looped["self"] = looped
+    listed: list = [1]
+    listed.append(listed)
+    for value in (looped, listed, {"a": [looped]}):
+        as_json_dumps(value)
