@@ -34,15 +34,17 @@ def _system(argv: list[str]) -> int:
     return 0
 
 
-def _bench_database(name: str) -> str:
-    """A database of the benchmark's own beside the configured one, created afresh."""
+def _bench_database(name: str, *, migrate: bool = True) -> str:
+    """A database of the benchmark's own beside the configured one, created afresh (and
+    migrated by this checkout, unless `migrate` is false: the server that uses it will)."""
     from app.bootstrap import database_url
     from app.db.embedded import ensure_database
     from app.db.migrate import upgrade
     base = database_url()
     ensure_database(base.rsplit("/", 1)[0] + "/postgres", name, recreate=True)
     url = base.rsplit("/", 1)[0] + "/" + name
-    upgrade(url)
+    if migrate:
+        upgrade(url)
     return url
 
 

@@ -39,8 +39,10 @@ async def _start(root: Path, url: str, workers: int, token: str, tmp: Path,
     port = lb._free_port()
     env = {**os.environ, "DATABASE_URL": url, "AGENTRM_OPERATOR_TOKEN": token, "AGENTRM_DATA_DIR": str(tmp),
            "PYTHONPATH": str(root), **(extra_env or {})}
+    # Each checkout's server migrates its own database: a tree's code runs on its own
+    # schema (an append function of another tree's migrations would change what it measures).
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",
-                             str(workers), "--no-demo", "--no-migrate"], cwd=root, env=env,
+                             str(workers), "--no-demo"], cwd=root, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(tmp / "serve.log", "ab"))
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (Path(root) / "app" / "cli.py").exists():
             p.error(f"{root} is not a checkout of AgentRM")
         trees.append((Path(root).resolve(), client, extra_env))
-    urls = [_bench_database(f"agentrm_bench_cmp{i}") for i in range(len(trees))]   # before the loop: alembic runs its own
+    urls = [_bench_database(f"agentrm_bench_cmp{i}", migrate=False) for i in range(len(trees))]
     if args.half is not None and args.half <= 0:
         p.error("--half: a rate above 0 turns/s")
     result = lb.run_loop(compare(trees, urls, args.agents, args.workers, args.seconds, args.repeat, args.half))

@@ -134,3 +134,40 @@ async def test_a_notify_carries_what_a_read_returns(two_processes):
     await until(lambda: len(carried) == 1)
     got = await ours.read(big[-1].position, 10, up_to=small[-1].position)
     assert as_tuples(got) == as_tuples(small) and reads[0] == 1
+
+
+async def test_a_commit_too_large_for_one_notify_is_carried_in_chunks(two_processes):
+    """Migration 0008: a commit whose events exceed one payload goes out in several NOTIFYs,
+    each a run of consecutive positions, and another process's tail cache takes all of them
+    without a read; an event too large for any payload is named by its position, and the
+    chunks after it wait for the one read it causes."""
+    ours, theirs, listener = two_processes
+    carried = []
+    listener.on_commit(carried.append)
+    start = await theirs.append([NewEvent("pool-p", "Made", {}, {})])
+    await until(lambda: carried)
+    await ours.read(0, 10, up_to=start[-1].position)   # the cache's start
+    carried.clear()
+    reads = count_log_reads(ours)
+
+    group = [NewEvent(f"turn-{i}", "Asked", {"i": i, "text": "y" * 500}, {"actor": "a"}) for i in range(40)]
+    recorded = await theirs.append(group)   # about 23 kB of events: four or five payloads
+    await until(lambda: sum(len(c) for c in carried) == 40)
+    assert len(carried) >= 4
+    assert [e.position for c in carried for e in c] == [e.position for e in recorded]
+    for chunk in carried:
+        assert [e.position for e in chunk] == list(range(chunk[0].position, chunk[-1].position + 1))
+    got = await ours.read(start[-1].position, 100, up_to=recorded[-1].position)
+    assert as_tuples(got) == as_tuples(recorded) and reads[0] == 0
+
+    # One event past any payload in the middle: the chunks before it are carried, it is named,
+    # and the chunk after it is held until the read it causes.
+    carried.clear()
+    mixed = [NewEvent("turn-a", "Asked", {"text": "a" * 3000}, {}), NewEvent("turn-b", "Asked", {"text": "b" * 9000}, {}),
+             NewEvent("turn-c", "Asked", {"text": "c" * 3000}, {})]
+    recorded = await theirs.append(mixed)
+    await until(lambda: listener.known_head(listener.blind) == recorded[-1].position and len(carried) == 2)
+    assert [[e.position for e in c] for c in carried] == [[recorded[0].position], [recorded[2].position]]
+    got = await ours.read(recorded[0].position - 1, 10, up_to=recorded[-1].position)
+    assert as_tuples(got) == as_tuples(recorded) and reads[0] == 1
+    assert ours.tail.hi == recorded[-1].position   # the held chunk joined after the read
