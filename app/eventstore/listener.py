@@ -41,21 +41,6 @@ def parse_payload(payload: str) -> tuple[int | None, list[RecordedEvent]]:
         return None, []
 
 
-def payload_position(payload: str) -> int | None:
-    """The last position a NOTIFY payload names, without decoding the events it carries:
-    jsonb writes the object's keys shortest first, then by their bytes, so "p" is the last
-    key of {"e": [...], "p": N}. Anything else names nothing (as parse_payload has it)."""
-    try:
-        if not payload.startswith("{"):
-            return int(payload)
-        head, key, tail = payload.rpartition('"p": ')
-        if not key or not tail.endswith("}"):
-            return None
-        return int(tail[:-1])
-    except ValueError:
-        return None
-
-
 class LogListener:
     """One dedicated LISTEN connection per process that reconnects, plus in-process pokes.
 
@@ -72,7 +57,6 @@ class LogListener:
         self._task: asyncio.Task | None = None
         self._conn: asyncpg.Connection | None = None
         self._on_commit: list[Callable[[list[RecordedEvent]], None]] = []
-        self._own: list[Callable[[int], bool]] = []
 
     @property
     def generation(self) -> int:
@@ -90,19 +74,10 @@ class LogListener:
         order (which is position order: the store's append lock)."""
         self._on_commit.append(callback)
 
-    def own_backends(self, is_own: Callable[[int], bool]) -> None:
-        """`is_own(pid)`: whether a NOTIFY from that server process carries commits this
-        process already holds (its own store's appends, handed over when they returned).
-        Their events are not decoded: half of what two workers' listeners receive."""
-        self._own.append(is_own)
-
-    def _notified(self, _conn, pid, _channel, payload: str) -> None:
+    def _notified(self, _conn, _pid, _channel, payload: str) -> None:
         # The append function sends the last position of its transaction, with the events
-        # themselves in payloads that fit (migrations 0006, 0008); anything else on the
-        # channel wakes everyone without a position.
-        if any(is_own(pid) for is_own in self._own):
-            self.poke(position=payload_position(payload))
-            return
+        # themselves when they fit (migration 0006); anything else on the channel wakes
+        # everyone without a position.
         position, events = parse_payload(payload)
         if events:
             for callback in self._on_commit:

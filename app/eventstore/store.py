@@ -194,9 +194,6 @@ class EventStore:
         # together in the next one. The append lock serialises transactions, so without
         # this every concurrent request would pay its own lock + fsync in turn.
         self._pending: list[_Pending] = []
-        # The server processes this store has appended through: their NOTIFYs carry commits
-        # the store handed over itself (a pid reused by another client later only costs a read).
-        self._backends: set[int] = set()
         self._flusher: asyncio.Task | None = None
         # In-process listeners get the recorded events right after their commit, so a reader
         # in the same process need not wait for the NOTIFY round trip or even read them back
@@ -217,8 +214,6 @@ class EventStore:
         self.on_append(wakeups.poke)
         if hasattr(wakeups, "on_commit"):   # other processes' commits, carried by their NOTIFY
             wakeups.on_commit(self.tail.commit)
-        if hasattr(wakeups, "own_backends"):   # ours came back to us, at once, when they returned
-            wakeups.own_backends(self._backends.__contains__)
 
     def subscribe(self, after: int = 0, *, types: Iterable[str] | None = None,
                   streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,
@@ -308,7 +303,6 @@ class EventStore:
         alone, inserts the rest and notifies."""
         ev_req, ev_stream, ev_type, ev_data, ev_meta = [], [], [], [], []
         ex_req, ex_stream, ex_version = [], [], []
-        self._backends.add(conn.get_server_pid())
         for index, pending in enumerate(group):
             for stream, want in pending.expected.items():
                 if want is not None:

@@ -179,12 +179,3 @@ def test_long_events_are_bounded_by_their_size_too():
         assert cache.bytes <= 2 * 10_000 + 1256
     assert cache.serve(cache.lo, 10**6, cache.hi) == [e for e in cache._events]
     assert cache.hi == 100 and cache.lo >= 80 and len(cache._events) == cache.hi - cache.lo
-
-
-def test_a_payloads_position_is_read_without_decoding_its_events():
-    from app.eventstore.listener import parse_payload, payload_position
-    for payload in ('17', '{"e": [[16, "turn-1", 0, "Asked", {"x": "\\"p\\": 3}"}, {}, 0], '
-                          '[17, "turn-1", 1, "Asked", {}, {}, 0]], "p": 17}'):
-        assert payload_position(payload) == parse_payload(payload)[0] == 17
-    for payload in ('', 'x', '{"e": []}', '{"p": }', '{"e": [], "p": 1x}'):
-        assert payload_position(payload) is None and parse_payload(payload)[0] is None
