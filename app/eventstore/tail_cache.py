@@ -36,7 +36,8 @@ CAPACITY = 4096   # events kept; a follower further behind than this reads the l
 # And their size: context messages can be long, and 8,192 of the longest would be hundreds
 # of MB per worker. About 16 MB (between one and two times this, as with the count).
 BYTE_CAPACITY = 16 * 1024 * 1024
-AHEAD = 64        # whole commits held that arrived before the commits below them
+AHEAD = 64        # whole commits held that arrived before the commits below them (and at
+                  # most byte_capacity of them)
 
 
 def _position(event: RecordedEvent) -> int:
@@ -61,6 +62,7 @@ class TailCache:
         self._sizes: list[int] = []
         self.bytes = 0
         self._ahead: dict[int, Sequence[RecordedEvent]] = {}   # first position -> a whole commit
+        self._ahead_bytes = 0   # their size, bounded by byte_capacity as the tail is
 
     def covers(self, after: int, up_to: int) -> bool:
         return self.hi is not None and self.lo <= after and up_to <= self.hi
@@ -88,8 +90,11 @@ class TailCache:
             # Another writer's positions lie between: their commit (or a read) may still
             # come, and then this one follows it. Should they have been rolled back, a
             # read moves hi past this one, which is then dropped.
-            if len(self._ahead) < AHEAD:
-                self._ahead[first] = recorded
+            size = sum(map(_size, recorded))
+            if len(self._ahead) < AHEAD and self._ahead_bytes + size <= self.byte_capacity \
+                    and first not in self._ahead:
+                self._ahead[first] = tuple(recorded)   # its own: the caller keeps its list
+                self._ahead_bytes += size
             return
         self._add(recorded)
         self.hi = recorded[-1].position
@@ -106,6 +111,7 @@ class TailCache:
             self.hi = held[-1].position
         if self._ahead:
             self._ahead = {first: held for first, held in self._ahead.items() if first > self.hi}
+        self._ahead_bytes = sum(_size(e) for held in self._ahead.values() for e in held) if self._ahead else 0
 
     def read(self, start: int, events: Sequence[RecordedEvent]) -> None:
         """What a read of every event with position > `start` returned (in position order)."""

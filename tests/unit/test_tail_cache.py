@@ -137,12 +137,23 @@ def test_a_held_commit_past_rolled_back_positions_waits_for_a_read_and_is_then_d
     assert cache.hi == 6
 
 
-def test_held_commits_are_bounded():
+def test_held_commits_are_bounded_in_number_and_in_size():
     cache = TailCache()
     cache.read(0, [event(1)])
     for p in range(3, 3 + 2 * AHEAD, 2):   # every other position, none adjacent to the coverage
         cache.commit([event(p)])
     assert len(cache._ahead) == AHEAD
+
+    def long(position: int) -> RecordedEvent:   # about 1,256 bytes by the cache's estimate
+        return RecordedEvent(position=position, stream="ctx-1", version=position, type="A",
+                             data={"text": "x" * 1000}, metadata={}, recorded_at=AT)
+    cache = TailCache(byte_capacity=3000)
+    cache.read(0, [long(1)])
+    for p in (3, 5, 7):
+        cache.commit([long(p)])
+    assert sorted(cache._ahead) == [3, 5] and cache._ahead_bytes == 2 * 1256
+    cache.commit([long(2)])   # 3 joins; 5 waits for 4, and 7 was never held
+    assert cache.hi == 3 and sorted(cache._ahead) == [5] and cache._ahead_bytes == 1256
 
 
 def test_a_read_that_returns_nothing_covers_nothing():
