@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from decimal import Decimal
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import asyncpg

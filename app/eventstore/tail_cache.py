@@ -15,11 +15,12 @@ of which it holds every event that is or ever will be visible. Coverage grows tw
 - a read of every event after hi: once position N is visible, every lower position is
   visible or rolled back for good, so a read that returns e1..ek covers (hi, ek].
 A whole commit that arrives ahead of the commit below it is held aside (at most AHEAD
-commits) and joins the coverage as soon as hi reaches the position before it. With two
-workers this is the usual order, not a rare one: a worker is handed its own commit as soon
-as it returns, while the NOTIFY of another worker's earlier commit is still on its way, and
-before, each such crossing left a gap that only a read of the log could close (the followers
-read the log on 4-5% of a worker's CPU at half the saturation rate, py-spy).
+commits, within the byte bound) and joins the coverage as soon as hi reaches the position
+before it. With two workers this happens: a worker is handed its own commit as soon as it
+returns, while the NOTIFY of another worker's earlier commit may still be on its way, and
+each such crossing left a gap that only a read of the log could close. (Most of the reads
+that remain under load follow commits too large to carry, not crossings: see
+docs/performance-history.md, "Eighth round".)
 A read whose whole range (after, up_to] is covered is answered from here, and only a read
 that names its `up_to` can be: without one, the caller asks for whatever is visible now,
 which only the log knows. Followers name it from their wake-ups (app/eventstore/wakeups.py).
