@@ -61,9 +61,8 @@ _READ_TO_HEAD = (
     "AND type = ANY($2::text[]) ORDER BY position LIMIT $3) e ON true ORDER BY e.position")
 
 
-def _dumps(value) -> str:
-    # jsonb has no NaN or Infinity: refuse them here, in the caller, not in a shared commit.
-    return _json_dumps(value)
+# jsonb has no NaN or Infinity: the codec refuses them here, in the caller, not in a shared commit.
+_dumps = _json_dumps
 
 
 json_text = _dumps   # what the jsonb codec sends: for callers that send the text themselves
