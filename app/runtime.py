@@ -67,9 +67,6 @@ class Runtime:
                                           worker=self.worker)
         self.supervisor = SchedulerSupervisor(self.store, self.url, wakeups=self.listener,
                                               leadership=self.leadership)
-        # A leader's loop decides every grant of its pool: the read models' saves go to
-        # another worker when there is one (Projector.hand_off_saves).
-        self.projector.hand_off_saves = self.supervisor.leads_any
         if self.run_schedulers:
             await self.supervisor.start()
             await self.resource_manager.start()

@@ -110,15 +110,6 @@ class Projector:
     # second: twice the encoding and twice the writes.
     SHARED_SAVES = True
     TAKEOVER_ROUNDS = 2
-    # A worker that leads a pool decides its turns on the same event loop, and a save is a
-    # stall on that loop (encoding the dirty documents, the pool's whole scheduler state
-    # among them: about 13 ms a second at 260 turns/s on a 1,000-agent pool, a profile
-    # found). So a saving worker that leads (`hand_off_saves`) stops saving until its last
-    # save has stood HAND_OFF_ROUNDS looks, two more than another worker waits before it
-    # takes over; if none does (one worker), it takes the saves back and tries again
-    # HAND_OFF_RETRY looks later (a pause of a few seconds in the saves, once a minute).
-    HAND_OFF_ROUNDS = TAKEOVER_ROUNDS + 3
-    HAND_OFF_RETRY = 60
     # Events folded between two looks at the event loop in a catch-up (_fold_in_slices).
     FOLD_SLICE = 100
 
@@ -141,10 +132,6 @@ class Projector:
         self._checkpoint_seen: int | None = None   # the checkpoint at our last periodic save
         self._saved_at = 0        # the position of our own last save
         self._still = 0           # looks in a row that found another worker's checkpoint unmoved
-        self.hand_off_saves: Callable[[], bool] = lambda: False   # the runtime: "this worker leads a pool"
-        self._looks = 0           # periodic saves looked at so far
-        self._handing_off_until = -1   # the last look of a hand-off under way
-        self._next_hand_off = 0   # the first look at which a hand-off may be tried again
         # Callers waiting for the model to reach some state: (predicate, future), checked
         # once per turn of the event loop after folds, so a fold wakes only the waiters it
         # satisfies. (A Condition woke every waiter on every fold - with a hundred agents
@@ -330,20 +317,8 @@ class Projector:
             self._left = [(at, keys) for at, keys in self._left if at > checkpoint]
             seen, self._checkpoint_seen = self._checkpoint_seen, checkpoint
             self._still = self._still + 1 if checkpoint == seen else 0
-            self._looks += 1
-            if self._looks > self._handing_off_until and seen is not None and checkpoint != 0 \
-                    and checkpoint == self._saved_at and self._looks >= self._next_hand_off \
-                    and self.hand_off_saves():
-                self._handing_off_until = self._looks + self.HAND_OFF_ROUNDS
-                self._next_hand_off = self._looks + self.HAND_OFF_RETRY
-            if self._looks <= self._handing_off_until:
-                # Handing off: save only if the checkpoint stood still longer than another
-                # worker waits before it takes over.
-                ours = self._still >= self.HAND_OFF_ROUNDS
-            else:
-                ours = seen is None or checkpoint in (0, self._saved_at) or self._still >= self.TAKEOVER_ROUNDS
-            if ours:
-                self._still, self._handing_off_until = 0, -1
+            if seen is None or checkpoint in (0, self._saved_at) or self._still >= self.TAKEOVER_ROUNDS:
+                self._still = 0
                 return await self._persist()   # ours to save: nobody else is saving
             model = self.model
             if model.dirty and model.position > checkpoint:

@@ -196,9 +196,6 @@ class SchedulerSupervisor:
             self.schedulers[pool] = scheduler
             self._tasks[pool] = asyncio.create_task(scheduler.run(), name=f"scheduler-{pool}")
 
-    def leads_any(self) -> bool:
-        return any(scheduler.leading.is_set() for scheduler in self.schedulers.values())
-
     def tick(self) -> None:
         for scheduler in self.schedulers.values():
             scheduler.tick()

@@ -6,7 +6,6 @@ worker that leaves the saving still lets its finished turns leave memory.
 Saves are driven by hand (the periodic loop is off), so each step is one round."""
 from __future__ import annotations
 
-import asyncio
 import json
 
 from app.auth import OPERATOR, Principal
@@ -80,69 +79,5 @@ async def test_one_worker_saves_the_others_leave_it_and_take_over(fresh_database
         assert await a._periodic_persist()
         position, docs = await _stored(rt)
         assert position == a.model.position and docs == await _rebuilt(rt, position)
-    finally:
-        await rt.stop()
-
-
-async def test_a_leading_worker_hands_the_saves_to_another(fresh_database, monkeypatch):
-    monkeypatch.setattr(Projector, "_persist_loop", _no_periodic_saves)
-    rt = await Runtime(fresh_database).start(PoolSettings(lanes=2))
-    try:
-        view, _ = await rt.service.register_agent(OPERATOR, "busy")
-        me = Principal("agent", view["agent_id"])
-        # The runtime's own projector hands off while its worker leads the pool.
-        await asyncio.wait_for(rt.supervisor.schedulers["default"].leading.wait(), 10)
-        assert rt.projector.hand_off_saves()
-        leader, other = Projector(rt.store, rt.listener), Projector(rt.store, rt.listener)
-        leader.hand_off_saves = lambda: True
-        await leader.load()
-        await other.load()
-
-        async def look(worker) -> bool:
-            await _turns(rt, me, 1)
-            await worker.catch_up()
-            return await worker._periodic_persist()
-
-        assert await look(other)             # each saves once: neither has seen another save
-        assert await look(leader)            # the leader's save is the last: it is the saver
-        assert await look(other) is False    # the checkpoint moved since the other's last look
-        assert await look(leader) is False   # the saver leads: it hands the saves off
-        assert (await _stored(rt))[0] < leader.model.position and leader._left
-        assert await look(other) is False    # the checkpoint stood still once
-        assert await look(other)             # twice: it takes over
-        for _ in range(Projector.HAND_OFF_ROUNDS + 2):   # the leader leaves them to it for good
-            assert await look(leader) is False
-            assert await look(other)
-        position, docs = await _stored(rt)
-        assert position == other.model.position and docs == await _rebuilt(rt, position)
-        await leader.catch_up()   # nothing new since the other's save: the leader's documents are in it
-        assert not await leader._periodic_persist() and leader._left == [] and not leader.model.dirty
-    finally:
-        await rt.stop()
-
-
-async def test_a_lone_leading_worker_takes_the_saves_back(fresh_database, monkeypatch):
-    monkeypatch.setattr(Projector, "_persist_loop", _no_periodic_saves)
-    monkeypatch.setattr(Projector, "HAND_OFF_RETRY", 8)
-    rt = await Runtime(fresh_database).start(PoolSettings(lanes=2))
-    try:
-        view, _ = await rt.service.register_agent(OPERATOR, "alone")
-        me = Principal("agent", view["agent_id"])
-        alone = Projector(rt.store, rt.listener)
-        alone.hand_off_saves = lambda: True
-        await alone.load()
-        saved = []
-        for _ in range(17):
-            await _turns(rt, me, 1)
-            await alone.catch_up()
-            saved.append(await alone._periodic_persist())
-        # A save, then a hand-off nobody answers: the checkpoint stands still from that save
-        # on, and HAND_OFF_ROUNDS looks after it the worker saves again. The next hand-off
-        # comes HAND_OFF_RETRY looks after the first.
-        rounds, retry = Projector.HAND_OFF_ROUNDS, Projector.HAND_OFF_RETRY
-        cycle = [False] * (rounds - 1) + [True] * (retry - rounds + 1)
-        assert saved == ([True] + cycle + cycle)[:17] and saved.count(False) == 2 * (rounds - 1)
-        position, docs = await _stored(rt)
-        assert position == alone.model.position and docs == await _rebuilt(rt, position)
     finally:
         await rt.stop()
