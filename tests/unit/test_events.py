@@ -7,6 +7,8 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.domain import events as ev
 from app.domain import resource_events as rev
@@ -136,3 +138,62 @@ def test_a_partial_read_is_for_checkers_only_and_leaves_missing_fields_empty():
     with pytest.raises(ev.EventError, match="unknown event type"):
         ev.parse("Nope", {}, partial=True)
     assert ev.is_event_type(ev.TURN_GRANTED) and not ev.is_event_type("Nope")
+
+
+# -- from_dict builds events without __init__ (a fast path): the same events as __init__ ---
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                    st.text(max_size=5), st.lists(st.integers(), max_size=3))
+
+
+def _through_init(cls, data: dict, partial: bool):
+    """The event as the dataclass's own __init__ builds it from `data` (the oracle)."""
+    known = {k: v for k, v in data.items() if k in cls._FIELDS and not (v is None and k in cls.OPTIONAL)}
+    extra = {k: v for k, v in data.items() if k not in known}
+    missing = {f.name for f in dataclasses.fields(cls) if f.name != "extra"
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING} - set(known)
+    if missing and not partial:
+        return None
+    return cls(**known, **dict.fromkeys(missing), extra=extra)
+
+
+@st.composite
+def _typed_data(draw):
+    type_ = draw(st.sampled_from(sorted(ev.registered())))
+    cls = ev.event_class(type_)
+    names = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+    data = {name: draw(_VALUES) for name in names if draw(st.booleans()) or draw(st.booleans())}
+    data.update(draw(st.dictionaries(st.sampled_from(["x", "later_field", "cause2"]), _VALUES, max_size=2)))
+    return type_, cls, data
+
+
+@settings(max_examples=400, deadline=None)
+@given(_typed_data(), st.booleans())
+def test_from_dict_builds_the_event_init_would(typed, partial):
+    type_, cls, data = typed
+    expected = _through_init(cls, data, partial)
+    if expected is None:
+        with pytest.raises(ev.EventError, match="is missing"):
+            ev.parse(type_, data, partial=partial)
+        return
+    got = ev.parse(type_, data, partial=partial)
+    assert type(got) is cls and got == expected and vars(got) == vars(expected)
+    assert got.extra == expected.extra and got.to_dict() == expected.to_dict()
+    if not partial:
+        assert got.to_dict() == data or any(v is None for v in data.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.at = 0.0
+
+
+def test_every_event_class_is_sealed_for_the_fast_path():
+    for cls in ev.registered().values():
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        assert cls._FIELD_SET == names == set(cls._FIELDS)
+        assert set(cls._DEFAULTS) == {f.name for f in dataclasses.fields(cls)
+                                      if f.name != "extra" and f.default is not dataclasses.MISSING}
+
+
+def test_an_event_class_with_a_factory_default_is_refused():
+    with pytest.raises(TypeError, match="plain defaults"):
+        @ev.event
+        class Listy(ev.Event):   # never registered: TYPE is empty
+            items: list = dataclasses.field(default_factory=list)
