@@ -11,6 +11,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 
 from app.domain import events as ev
+from app.domain import ordering
 from app.domain.apply import apply, new_pool
 from app.domain.decide import decide_many
 from app.domain.ordering import max_slack
@@ -258,3 +259,104 @@ def test_output_credit_settings_are_stored_only_when_they_matter_and_bad_ones_ar
             assert message in str(error)
         else:
             raise AssertionError(f"{field}={value} was accepted")
+
+
+# -- the order's terms, each at its edge (mutation testing found them unchecked) ----------
+
+def test_the_output_credit_off_keeps_class_slack_even_where_it_reverses_arrival_order():
+    """A batch turn queued a second before an interactive one still goes after it under a
+    binding budget when the credit is off: the rate-bound order (no class slack) would
+    grant the batch turn first, and grants record no rate-bound order."""
+    state = pool(output_credit_per_ktoken=0.0)
+    decide_many(state, [request("hold", "i", 0.0, est=80_000)], 0.0)
+    decide_many(state, [request("job", "b", 1.0, out=4_000)], 1.0)     # 1 + 10
+    decide_many(state, [request("chat", "i", 2.0, out=1_000)], 2.0)    # 2 + 0
+    assert not ordering.rate_bound(state)
+    out = decide_many(state, [settle("hold", 80_000)], 13.0)
+    assert granted(out) == ["chat"]
+    assert all("rate_bound" not in d for t, d in out if t == ev.TURN_GRANTED)
+
+
+def _bucket_at(state: PoolState, bucket, fraction: float) -> None:
+    """`bucket` exactly at `fraction` of its capacity at the state's clock (no refill)."""
+    bucket.level = fraction * bucket.capacity(state.rate_factor)
+    bucket.updated_at = state.clock
+
+
+def test_a_bucket_at_exactly_half_its_capacity_does_not_bind():
+    state = pool()
+    for bucket in (state.requests, state.tokens):
+        _bucket_at(state, bucket, 0.5)
+    assert not ordering.rate_bound(state)
+    _bucket_at(state, state.tokens, 0.499)
+    assert ordering.rate_bound(state)
+    _bucket_at(state, state.tokens, 0.5)
+    _bucket_at(state, state.requests, 0.499)
+    assert ordering.rate_bound(state)
+
+
+def test_a_deadline_asked_without_the_bound_reads_it_from_the_state():
+    state = pool()
+    decide_many(state, [request("hold", "i", 0.0, est=80_000)], 0.0)
+    decide_many(state, [request("job", "b", 2.0, out=4_000)], 2.0)
+    turn = state.turns["job"]
+    assert ordering.rate_bound(state)
+    assert ordering.deadline(state, turn) == ordering.deadline(state, turn, True) == 2.0 - 12.0
+    assert ordering.deadline(state, turn, False) == 2.0 + 10.0
+
+
+def test_a_turn_of_an_unknown_agent_or_class_waits_as_background():
+    state = pool()
+    decide_many(state, [request("job", "b", 2.0)], 2.0)
+    turn = state.turns["job"]
+    background = state.settings.class_slack_seconds[2]
+    state.agents[turn.agent_id].priority_class = "REALTIME"   # a class this version does not know
+    assert ordering.slack(state, turn, False) == background
+    del state.agents[turn.agent_id]
+    assert ordering.slack(state, turn, False) == background
+
+
+def test_a_run_the_state_no_longer_holds_has_no_attained_service():
+    state = pool(run_slack_per_service=2.0)
+    decide_many(state, [request("job", "b", 2.0, run="r")], 2.0)
+    turn = state.turns["job"]
+    state.runs["r"].service_s = 3.0
+    assert ordering.run_service(state, turn) == 3.0
+    assert ordering.slack(state, turn, False) == 10.0 + 6.0
+    del state.runs["r"]
+    assert ordering.run_service(state, turn) == 0.0 and ordering.slack(state, turn, False) == 10.0
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(workload)
+def test_every_slack_lies_within_the_bounds_the_starvation_argument_uses(batches):
+    """min_slack <= slack <= max_slack for every queued turn, in both orders, with the output
+    credit on and off (the starvation bound is max_slack - min_slack plus the service of
+    the turns queued before)."""
+    for credit in (0.0, 0.5, 3.0):   # 0.5: any positive credit counts, not only whole seconds
+        run = start(replace(DEADLINE_SETTINGS, output_credit_per_ktoken=credit, output_credit_cap_seconds=7.0))
+        low, high = ordering.min_slack(run.state), ordering.max_slack(run.state)
+        assert low == (-7.0 if credit else 0.0)
+        for wait, actions in batches:
+            run.step(run.now + wait, to_inputs(run, actions))
+            for turn in run.state.turns.values():
+                if turn.status == ev.QUEUED:
+                    for bound in (False, True):
+                        assert low - 1e-9 <= ordering.slack(run.state, turn, bound) <= high + 1e-9
+
+
+def test_one_granting_pass_orders_the_queue_once(monkeypatch):
+    """GrantOrder's reason to exist: a pass that grants k of q queued turns computes q
+    deadlines (plus one per grant, for the grant's record), not k x q; before it, a batch
+    after a stall took the leader 100 ms and more to decide."""
+    state = pool(lanes=4, rpm=100_000, tpm=10_000_000)
+    holds = [f"hold{i}" for i in range(4)]
+    decide_many(state, [request(t, "i", 0.0) for t in holds], 0.0)
+    waiting = [f"w{i}" for i in range(20)]
+    decide_many(state, [request(t, "b", 1.0 + i / 100) for i, t in enumerate(waiting)], 1.0)
+    calls = []
+    real = ordering.deadline
+    monkeypatch.setattr(ordering, "deadline", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = decide_many(state, [complete(t) for t in holds], 2.0)
+    assert granted(out) == waiting[:4] and not ordering.rate_bound(state)
+    assert len(calls) == len(waiting) + 4
