@@ -116,6 +116,21 @@ def test_the_queue_cap_refuses_the_turn_that_would_exceed_it_and_says_by_how_muc
     assert rules.queue_refusal(7, 3) == rules.Refusal(rules.QUEUE_FULL, need=8, limit=3)
 
 
+def test_a_queue_full_refusal_is_worded_for_the_log_and_recognised_from_it():
+    reason = rules.queue_full_reason(rules.queue_refusal(3, 3))
+    assert reason == "queue full: the agent has 3 turns waiting, the most one agent may have is 3"
+    assert rules.is_queue_full_reason(reason)
+    for other in (None, "", "queue full", "queue fullness: x", "reaped: queue full: x", 3):
+        assert not rules.is_queue_full_reason(other)
+
+
+def test_the_free_lanes_are_listed_lowest_first():
+    state = PoolState.new(PoolSettings(lanes=4), 0.0)
+    assert state.free_lanes() == [0, 1, 2, 3]
+    state.lanes[1], state.lanes[3] = "a", "b"
+    assert state.free_lanes() == [0, 2] and state.busy_lanes() == 2
+
+
 def test_only_a_quarantined_agent_can_be_released():
     assert rules.release_refusal(ev.QUARANTINED) is None
     for state in (ev.ACTIVE, ev.HIBERNATED, None):
