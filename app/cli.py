@@ -45,10 +45,8 @@ def cmd_serve(args) -> int:
     if args.workers > 1:   # its workers leave if it is killed outright (app/orphan_watch.py)
         from app.orphan_watch import SUPERVISOR_ENV
         os.environ[SUPERVISOR_ENV] = str(os.getpid())
-    from app.api.http_protocol import CoalescingHttpToolsProtocol
     uvicorn.run("app.api.main:app_from_env", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, log_config=log_config,
-                http=CoalescingHttpToolsProtocol, ws="websockets-sansio")
+                workers=args.workers, log_level=args.log_level, log_config=log_config, ws="websockets-sansio")
     return 0
 
 
