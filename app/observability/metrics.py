@@ -8,10 +8,12 @@ Two kinds:
   and level, lanes busy, the rate budget, hibernated agents, projection lag.
 
 The gateway's own metrics (request duration, upstream status codes) are per worker: each
-counts only what it served, so those are summed across replicas.
+counts only what it served, so those are summed across replicas. So are the garbage
+collector's pauses (`agentrm_gc_pause_seconds`, app/observability/gc_pauses.py): each
+process's own.
 
 Each app gets its own registry (tests run several apps in one process); the module-level
-gateway metrics live in a registry of their own, shared by every app of the process.
+per-process metrics live in a registry of their own, shared by every app of the process.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from app.domain import events as ev
 from app.domain.decide import available
 from app.domain.streams import category_of, id_of
+from app.observability import gc_pauses
 
 log = logging.getLogger("agentrm.metrics")
 
@@ -40,6 +43,7 @@ GATEWAY_DURATION = Histogram(
 UPSTREAM_STATUS = Counter(
     "agentrm_gateway_upstream_responses", "Upstream answers to the gateway, by pool and HTTP status "
     "('error' when the upstream could not be reached).", ["pool", "status"], registry=GATEWAY_REGISTRY)
+GATEWAY_REGISTRY.register(gc_pauses.PAUSES)
 
 # Every name this module exports, for the ops files' check (tests/unit/test_ops_files.py).
 EXPORTED = (
@@ -51,7 +55,7 @@ EXPORTED = (
     "agentrm_rate_available_tokens", "agentrm_rate_factor", "agentrm_pool_paused",
     "agentrm_pool_paused_seconds_remaining", "agentrm_agents", "agentrm_hibernated_agents",
     "agentrm_projection_position", "agentrm_log_head_position", "agentrm_projection_lag_positions",
-    "agentrm_projection_lag_seconds",
+    "agentrm_projection_lag_seconds", "agentrm_gc_pause_seconds",
 )
 
 
@@ -178,6 +182,7 @@ class AppMetrics:
 
     def __init__(self, runtime):
         self.registry = CollectorRegistry(auto_describe=False)
+        gc_pauses.install()
         self.events = EventMetrics(self.registry, runtime.projector.model)
         self.model = ModelCollector(runtime.projector)
         self.registry.register(self.model)

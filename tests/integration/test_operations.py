@@ -59,6 +59,8 @@ async def test_metrics_count_what_the_log_says(server, operator):
         assert sample(text, "agentrm_agents", pool=pool, state="ACTIVE") == 1
         assert sample(text, "agentrm_projection_lag_positions") is not None
         assert sample(text, "agentrm_projection_position") <= sample(text, "agentrm_log_head_position")
+        # The collector's pauses in this process: the suite has collected by now.
+        assert sum(sample(text, "agentrm_gc_pause_seconds_count", generation=g) for g in range(3)) > 0
         async with GraphQLClient(server, token) as agent:
             await agent("mutation($t: ID!) { cancelTurn(turnId: $t) { id } }", t=queued["requestTurn"]["id"])
     finally:
