@@ -15,7 +15,7 @@ import pytest
 from app.domain import events as ev
 from app.domain.admission import Bucket
 from app.domain.apply import new_pool
-from app.domain.decide import decide, next_deadline
+from app.domain.decide import decide, decide_many, next_deadline
 from app.domain.settings import PoolSettings
 from app.domain.state import PoolState, StartEstimator
 
@@ -156,6 +156,38 @@ def test_aging_promotes_exactly_one_period_after_queueing():
     assert s.queues[2] == ["b0"]
     out = decisions(decide(s, None, None, 100.5))
     assert [(t, d["turn_id"], d["waited"]) for t, d in out] == [(ev.TURN_PROMOTED, "b0", 100.0)]
+
+
+@pytest.mark.parametrize("cls", [ev.BATCH, ev.BACKGROUND])
+def test_under_the_deadline_policy_a_long_wait_promotes_nothing(cls):
+    # The same wait as above, under "deadline": a level only shows the class and a deadline
+    # ages by itself, so no TurnPromoted, at level 1 or 2; the boost still lifts the turn.
+    s = pool(boost_seconds=100.0, policy="deadline")
+    register(s, "i")
+    register(s, "x", cls)
+    request(s, "hold", "i", 0.0)
+    request(s, "b0", "x", 0.5)
+    level = s.turns["b0"].level
+    assert level > 0
+    assert kinds(decisions(decide(s, None, None, 100.4))) == [ev.LEVELS_BOOSTED]
+    assert decisions(decide(s, None, None, 100.6)) == [] and s.turns["b0"].level == level
+    assert kinds(decisions(decide(s, None, None, 200.4))) == [ev.LEVELS_BOOSTED]
+    assert s.turns["b0"].level == 0
+
+
+def test_turns_granted_in_one_pass_take_the_free_lanes_lowest_first():
+    s = pool(lanes=4)
+    register(s, "a")
+    for i in range(4):
+        request(s, f"t{i}", "a", 0.0)
+    complete(s, "t0", 1.0)
+    complete(s, "t1", 1.0)
+    complete(s, "t3", 1.0)                      # lanes 0, 1 and 3 free; 2 busy
+    assert s.lanes == [None, None, "t2", None]
+    out = decisions(decide_many(s, [(ev.TURN_REQUESTED, {"turn_id": f"n{i}", "agent_id": "a",
+                                                         "estimated_tokens": 100, "at": 2.0}, None)
+                                    for i in range(3)], 2.0))
+    assert [(d["turn_id"], d["lane"]) for t, d in out if t == ev.TURN_GRANTED] == [("n0", 0), ("n1", 1), ("n2", 3)]
 
 
 # -- rule 4: demotion moves the agent's queued turns, in order, and resets its usage -------

@@ -108,6 +108,24 @@ def test_recovery_records_the_probe_and_the_outage_and_leaves_no_outage_state_be
     assert not {"outage_since", "failed_probes", "silent_reaps", "silent_from"} & set(s.to_dict())
 
 
+@pytest.mark.parametrize("outcome, recovered", [(ev.OK, True), (ev.ERROR, False), (ev.RATE_LIMITED, False)])
+def test_a_probe_that_does_not_stream_ends_the_outage_only_by_answering_ok(outcome, recovered):
+    s = failure_pool(lanes=4)
+    register(s, "a")
+    now = warm(s, "a", 0.0)
+    _hung_outage(s, now, 4)
+    since = s.outage_since
+    register(s, "p", since + 1.0)
+    request(s, "probe", "p", since + 1.0, streams=False)           # no first chunk to wait for
+    assert s.turns["probe"].status == ev.GRANTED
+    out = decide(s, ev.COMPLETION_REPORTED, {"turn_id": "probe", "outcome": outcome, "prompt_tokens": 0,
+                                             "completion_tokens": 10}, since + 2.0)
+    assert (ev.PROVIDER_RECOVERED in kinds(out)) == recovered
+    assert (s.outage_since is None) == recovered
+    if recovered:
+        assert dict(out)[ev.PROVIDER_RECOVERED]["turn_id"] == "probe"
+
+
 # -- refusals --------------------------------------------------------------------------------
 
 def test_the_queue_cap_refuses_the_turn_that_would_exceed_it_and_says_by_how_much():
@@ -154,6 +172,37 @@ def test_a_pool_of_one_request_a_minute_waits_for_the_whole_factor_back_and_no_l
     assert next_deadline(s, 3.0) == pytest.approx(301.0)
     # Asked after that instant (the state still at the old factor): at once, 1 ms on.
     assert next_deadline(s, 400.0) == pytest.approx(400.0 + 1e-3)
+
+
+def _cut_to_a_quarter(rpm, tpm, est):
+    """A one-lane pool whose factor a 429 at 1 s cut from 1 to 0.25 (decrease 0.25, no
+    jitter, 60 s retry), with a head of `est` tokens queued since 0 s. The pass at 61 s
+    resumes it: the factor is then 0.25 + 0.25 per minute x 60 s = exactly 0.5."""
+    from .test_core_edges import pool as core_pool, register as core_register, request as core_request
+    s = core_pool(lanes=1, rpm=rpm, tpm=tpm, aimd_decrease=0.25, aimd_increase_per_minute=0.25,
+                  jitter_seconds=0.0, boost_seconds=3600.0)
+    core_register(s, "a")
+    core_request(s, "t1", "a", 0.0, est=10)
+    core_request(s, "t2", "a", 0.0, est=est)                 # waits behind t1
+    out = decide(s, ev.COMPLETION_REPORTED, {"turn_id": "t1", "outcome": ev.RATE_LIMITED, "prompt_tokens": 0,
+                                             "completion_tokens": 0, "retry_after_seconds": 60.0}, 1.0)
+    assert dict(out)[ev.POOL_PAUSED]["rate_factor"] == 0.25 and s.paused_until == 61.0
+    assert kinds(decide(s, None, None, 61.0)) == [ev.POOL_RESUMED] and s.rate_factor == 0.5
+    return s
+
+
+@pytest.mark.parametrize("rpm, tpm, est", [
+    (2, 100_000, 10),      # 2 rpm x 0.5 holds exactly the head's one request; the bucket holds 0.5
+    (600, 1_000, 500),     # 1,000 tpm x 0.5 holds exactly its 500 tokens; the bucket holds 250
+])
+def test_a_head_that_exactly_fits_the_capacity_at_the_last_factor_waits_for_the_refill_alone(rpm, tpm, est):
+    from app.domain.decide import next_deadline
+    s = _cut_to_a_quarter(rpm, tpm, est)
+    # It fits: nothing to fold forward, however much the factor has grown since 61 s. Half
+    # the reservation is missing, refilled at half the rate: 30 s.
+    assert next_deadline(s, 61.0) == pytest.approx(91.0)
+    assert decide(s, None, None, 71.0) == []
+    assert kinds(decide(s, None, None, 91.0)) == [ev.TURN_GRANTED]
 
 
 # -- adaptive lanes: the arithmetic of one sample (concurrency.py) ----------------------------
