@@ -173,6 +173,16 @@ def test_an_idle_run_is_forgotten_at_a_boost_and_a_live_one_is_kept():
     assert set(state.runs) == {"b"}                                 # a: idle since 10; b: live
 
 
+def test_a_run_idle_for_exactly_the_forget_period_is_forgotten_at_that_boost():
+    state = pool(run_slack_per_service=1.0, run_forget_seconds=100.0, boost_seconds=55.0)
+    decide_many(state, [request("a.1", "i", 0.0, run="a")], 0.0)
+    decide_many(state, [complete("a.1")], 10.0)                      # a idle from 10
+    decide_many(state, [], 55.0)                                      # a boost, 45 s idle: kept
+    assert set(state.runs) == {"a"}
+    decide_many(state, [], 110.0)                                     # the next, 100 s idle: gone
+    assert state.last_boost_at == 110.0 and state.runs == {}
+
+
 def test_a_log_without_run_ids_keeps_its_shape_and_state_hash():
     """TurnRequested and TurnQueued without run_id, as every log before runs: the decisions
     carry no run fields and the state has no `runs` key (the golden logs rely on it)."""
