@@ -183,6 +183,17 @@ def test_a_run_idle_for_exactly_the_forget_period_is_forgotten_at_that_boost():
     assert state.last_boost_at == 110.0 and state.runs == {}
 
 
+def test_a_runs_last_activity_is_its_latest_turn_queued_or_settled():
+    state = pool(run_slack_per_service=1.0)
+    decide_many(state, [request("a.1", "i", 5.0, run="a")], 5.0)
+    assert (state.runs["a"].live, state.runs["a"].last_at) == (1, 5.0)
+    decide_many(state, [request("a.2", "i", 7.0, run="a")], 7.0)
+    assert (state.runs["a"].live, state.runs["a"].last_at) == (2, 7.0)
+    assert state.to_dict()["runs"]["a"] == {"service_s": 0.0, "last_at": 7.0, "live": 2}
+    decide_many(state, [complete("a.1")], 9.0)
+    assert (state.runs["a"].live, state.runs["a"].last_at, state.runs["a"].service_s) == (1, 9.0, 4.0)
+
+
 def test_a_log_without_run_ids_keeps_its_shape_and_state_hash():
     """TurnRequested and TurnQueued without run_id, as every log before runs: the decisions
     carry no run fields and the state has no `runs` key (the golden logs rely on it)."""
