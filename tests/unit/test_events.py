@@ -179,7 +179,10 @@ def test_from_dict_builds_the_event_init_would(typed, partial):
     assert type(got) is cls and got == expected and vars(got) == vars(expected)
     assert got.extra == expected.extra and got.to_dict() == expected.to_dict()
     if not partial:
-        assert got.to_dict() == data or any(v is None for v in data.values())
+        written = dict(data)
+        if cls is ev.TurnCancelled and data.get("lane_seconds") is not None:
+            written.setdefault("lane", None)   # a client's cancel always writes its lane
+        assert got.to_dict() == written or any(v is None for v in data.values())
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.at = 0.0
 
