@@ -83,13 +83,19 @@ def test_turns_waiting_when_the_outage_is_suspected_get_one_probe_in_that_same_p
     assert s.turns["q0"].granted_at == s.outage_since and s.queued_count() == 2
 
 
-def test_recovery_records_the_probe_and_the_outage_and_leaves_no_outage_state_behind():
+def _pool_in_outage_with_a_waiting_agent():
+    """A pool whose calls all hung (an outage suspected), and agent p registered after it."""
     s = failure_pool(lanes=4)
     register(s, "a")
     now = warm(s, "a", 0.0)
     _hung_outage(s, now, 4)
     since = s.outage_since
     register(s, "p", since + 1.0)
+    return s, since
+
+
+def test_recovery_records_the_probe_and_the_outage_and_leaves_no_outage_state_behind():
+    s, since = _pool_in_outage_with_a_waiting_agent()
     request(s, "probe1", "p", since + 1.0)
     probe = s.turns["probe1"]
     decide(s, None, None, probe.lease_expires_at + REAP_GRACE_S)        # the first probe hangs too
@@ -110,12 +116,7 @@ def test_recovery_records_the_probe_and_the_outage_and_leaves_no_outage_state_be
 
 @pytest.mark.parametrize("outcome, recovered", [(ev.OK, True), (ev.ERROR, False), (ev.RATE_LIMITED, False)])
 def test_a_probe_that_does_not_stream_ends_the_outage_only_by_answering_ok(outcome, recovered):
-    s = failure_pool(lanes=4)
-    register(s, "a")
-    now = warm(s, "a", 0.0)
-    _hung_outage(s, now, 4)
-    since = s.outage_since
-    register(s, "p", since + 1.0)
+    s, since = _pool_in_outage_with_a_waiting_agent()
     request(s, "probe", "p", since + 1.0, streams=False)           # no first chunk to wait for
     assert s.turns["probe"].status == ev.GRANTED
     out = decide(s, ev.COMPLETION_REPORTED, {"turn_id": "probe", "outcome": outcome, "prompt_tokens": 0,
