@@ -17,25 +17,14 @@ So, once a worker has loaded its state:
   would show.
 
 How far to raise it is a trade between the collector's CPU and its pauses: a collection
-stops the worker's event loop, and its length grows with the young generation (about 1 us
-of CPU per object, mostly cache misses: at saturation a young generation holds ~60k
-objects, the coroutines of the requests in flight, the log's tail, the turns not saved
-yet, ~400k references between them). Measured with `gc.callbacks` in both workers under
-`bench load` (CPU time of each collection, saturation and half rate):
-
-| young threshold | young pause, mean (worst) | generation 1 pause | collector CPU |
-|---|---|---|---|
-| 50,000 (before) | 53-59 ms (82) | 167 ms | under 1% |
-| 10,000 | 12-16 ms (48) | 59-90 ms | under 1% |
-| 5,000 (now) | 5-7 ms (33) | 47-50 ms (70) | about 1% |
-
-At 50,000 every few seconds a collection held a worker for 50-80 ms of CPU (100-350 ms
-of wall time on a loaded machine), and every request in flight waited that long. (These
-figures are from a machine shared with other work; the effect on the grant latency's P99
-was seen there, 369 -> 288 ms at 150 turns/s, but not yet measured on a quiet machine.) The older generations'
-thresholds stay: a generation-1 collection every 20 young ones, a full one after 10 of
-those (and, CPython's rule, only once the objects promoted since the last one are a
-quarter of what it found then).
+stops the worker's event loop, every request in flight waits it out, and its length grows
+with the young generation (about 1 us of CPU per object, mostly cache misses: at saturation
+the requests in flight's coroutines, the log's tail and the turns not saved yet). At 50,000
+a young collection held a worker for 53-59 ms of CPU every few seconds; at 5,000 it takes
+5-7 ms, generation-1 collections (every 20 young ones) about 50 ms, and the collector's CPU
+stays about 1% (measured under `bench load` on a machine shared with other work:
+docs/performance-history.md, "Tenth round"; `agentrm_gc_pause_seconds` shows the pauses in
+production). The older generations' thresholds, 20 and 10, were not changed.
 """
 from __future__ import annotations
 
