@@ -62,6 +62,32 @@ async def test_analyze_skips_the_jsonb_payloads_and_keeps_the_columns_plans_use(
     assert not gathered & {("events", "data"), ("events", "metadata"), ("read_models", "doc")}
 
 
+async def test_analyze_samples_3000_rows_of_the_log_and_the_read_models(store):
+    """Migration 0008: a statistics target of 10 on every column ANALYZE still gathers there
+    and on the expression indexes, so autovacuum's ANALYZE samples 3,000 rows, not 30,000:
+    a histogram holds at most 11 bounds where the default target would keep 101."""
+    es, _ = store
+    await es.append([NewEvent(f"thing-{i}", f"Made{i % 40}", {"n": i}, {"correlation": str(i)})
+                     for i in range(400)])
+    async with es.pool.acquire() as conn:
+        await conn.execute("INSERT INTO read_models (projection, key, doc) "
+                           "SELECT CASE WHEN g % 2 = 0 THEN 'agents' ELSE 'p' || (g % 30) END, 'k' || g, "
+                           "jsonb_build_object('token_hash', 'h' || g) "
+                           "FROM generate_series(1, 400) g")
+        await conn.execute("ANALYZE events")
+        await conn.execute("ANALYZE read_models")
+        stats = {(r["tablename"], r["attname"]): r for r in await conn.fetch(
+            "SELECT tablename, attname, histogram_bounds::text::text[] AS bounds, "
+            "most_common_vals::text::text[] AS common FROM pg_stats "
+            "WHERE tablename IN ('events', 'read_models', 'events_correlation', 'read_models_token')")}
+    for column in (("events", "position"), ("events", "stream"), ("events", "version"), ("events", "type"),
+                   ("events", "recorded_at"), ("read_models", "key"), ("events_correlation", "expr"),
+                   ("read_models_token", "expr")):
+        row = stats[column]
+        assert row["bounds"] is not None or row["common"] is not None, column
+        assert len(row["bounds"] or []) <= 11 and len(row["common"] or []) <= 10, column
+
+
 async def test_numbers_past_64_bits_read_back_as_json_loads_reads_postgresqls_text(store):
     """The jsonb codec decodes by orjson where that cannot differ (app/eventstore/json_codec.py):
     an integer past 64 bits, or a float jsonb prints as twenty digits, must still read as
