@@ -33,10 +33,28 @@ async def load_docs(conn, projections: tuple[str, ...], *,
     return {(r["projection"], r["key"]): r["doc"] for r in rows}
 
 
-async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str, str], str]) -> bool:
+# A paced save writes its documents SAVE_CHUNK_ROWS at a time, with SAVE_CHUNK_PAUSE_S
+# between the chunks, still in its one transaction. Written in one go, a save under `bench
+# load` (about 1,100 documents and 800 KB of JSON a second at 500 turns/s) kept a database
+# backend on one of the two cores for 55-90 ms, and the slowest 1% of grants fell in those
+# windows. Paced, the same work is spread over about half a second and leaves the cores to
+# the grants (docs/performance-history.md, "Eleventh round": chunks without the pause did
+# not help; 100 rows and 10 ms did).
+SAVE_CHUNK_ROWS = 100
+SAVE_CHUNK_PAUSE_S = 0.01
+
+
+async def _between_chunks() -> None:
+    await asyncio.sleep(SAVE_CHUNK_PAUSE_S)
+
+
+async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str, str], str], *,
+                            paced: bool = False) -> bool:
     """Write `docs` (JSON texts, see doc_text) and move checkpoint `name` to `position`, in one transaction, only
     forward: the checkpoint row is locked first, and a runner that finds it already at
-    or past `position` writes nothing (a faster worker got there first)."""
+    or past `position` writes nothing (a faster worker got there first). `paced`: the
+    documents go in chunks with a pause between them (above); readers still see all of
+    them or none, at commit."""
     async with conn.transaction():
         created = await conn.fetchval("INSERT INTO projection_checkpoints (name, position) VALUES ($1, 0) "
                                       "ON CONFLICT (name) DO NOTHING RETURNING true", name)
@@ -48,11 +66,15 @@ async def save_checkpointed(conn, name: str, position: int, docs: dict[tuple[str
             "SELECT position FROM projection_checkpoints WHERE name = $1 FOR UPDATE", name)
         if current >= position:
             return False
-        if docs:
+        rows = [(p, k, d) for (p, k), d in docs.items()]
+        chunk = SAVE_CHUNK_ROWS if paced else max(len(rows), 1)
+        for start in range(0, len(rows), chunk):
+            if start:
+                await _between_chunks()
             await conn.executemany(
                 "INSERT INTO read_models (projection, key, doc) VALUES ($1, $2, $3::text::jsonb) "
                 "ON CONFLICT (projection, key) DO UPDATE SET doc = EXCLUDED.doc",
-                [(p, k, d) for (p, k), d in docs.items()])
+                rows[start:start + chunk])
         await conn.execute("UPDATE projection_checkpoints SET position = $2 WHERE name = $1",
                            name, position)
         return True
@@ -74,9 +96,9 @@ class PostgresDocuments:
                 return (position or 0), (await load_docs(conn, PROJECTIONS, open_turns_only=True)
                                          if position else {})
 
-    async def save(self, position: int, docs: dict[tuple[str, str], str]) -> bool:
+    async def save(self, position: int, docs: dict[tuple[str, str], str], *, paced: bool = False) -> bool:
         async with self.pool.acquire() as conn:
-            return await save_checkpointed(conn, CHECKPOINT, position, docs)
+            return await save_checkpointed(conn, CHECKPOINT, position, docs, paced=paced)
 
     async def checkpoint(self) -> int:
         async with self.pool.acquire() as conn:
@@ -312,14 +334,14 @@ class Projector:
         """The save of the persist loop: ours, or left to a worker that is saving."""
         async with self._persist_lock:
             if not self.SHARED_SAVES or self.documents is None or not (self.model.dirty or self._left):
-                return await self._persist()
+                return await self._persist(paced=True)
             checkpoint = await self.documents.checkpoint()
             self._left = [(at, keys) for at, keys in self._left if at > checkpoint]
             seen, self._checkpoint_seen = self._checkpoint_seen, checkpoint
             self._still = self._still + 1 if checkpoint == seen else 0
             if seen is None or checkpoint in (0, self._saved_at) or self._still >= self.TAKEOVER_ROUNDS:
                 self._still = 0
-                return await self._persist()   # ours to save: nobody else is saving
+                return await self._persist(paced=True)   # ours to save: nobody else is saving
             model = self.model
             if model.dirty and model.position > checkpoint:
                 self._left.append((model.position, model.dirty))
@@ -327,7 +349,9 @@ class Projector:
             model.evict_finished(checkpoint, self.KEEP_FINISHED, also_dirty=[keys for _, keys in self._left])
             return False
 
-    async def _persist(self) -> bool:
+    async def _persist(self, *, paced: bool = False) -> bool:
+        """Paced: the periodic save, which nobody waits for (save_checkpointed says why);
+        a save someone awaits (persist(), a stop) goes in one go."""
         model = self.model
         if not (model.dirty or self._left) or self.documents is None:
             return False
@@ -342,7 +366,7 @@ class Projector:
         # twice: 6% of a worker's CPU under load), encoded by orjson (doc_text.py says why).
         docs = {k: doc_text(doc) for k in keys if (doc := model.doc_to_save(*k)) is not None}
         try:
-            saved = await self.documents.save(position, docs)
+            saved = await self.documents.save(position, docs, paced=paced)
         except BaseException:
             model.dirty |= keys
             raise
