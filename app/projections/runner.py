@@ -38,7 +38,7 @@ async def load_docs(conn, projections: tuple[str, ...], *,
 # load` (about 1,100 documents and 800 KB of JSON a second at 500 turns/s) kept a database
 # backend on one of the two cores for 55-90 ms, and the slowest 1% of grants fell in those
 # windows. Paced, the same work is spread over about half a second and leaves the cores to
-# the grants (docs/performance-history.md, "Eleventh round": chunks without the pause did
+# the grants (docs/performance-history.md, "Twelfth round": chunks without the pause did
 # not help; 100 rows and 10 ms did).
 SAVE_CHUNK_ROWS = 100
 SAVE_CHUNK_PAUSE_S = 0.01
