@@ -141,10 +141,20 @@ async def test_fleet_survives_killed_and_paused_leaders_a_database_restart_and_c
         await _progress(history, 20, 90, "turns granted after the database restarted")
 
         # 4. Cut the subscribers' connections mid-stream, a few times each.
+        # Each cut must land on a live connection: right after a reconnect the subscriber
+        # may still be reading what the aborted socket had buffered, and a cut aimed at
+        # that closing socket would cut nothing.
         for _ in range(3):
             for s in subscribers:
+                async def cut_live(s=s) -> tuple[int] | None:   # the count before this cut
+                    reconnects = s.reconnects
+                    return (reconnects,) if s.cut() else None
+                (reconnects,) = await until(cut_live, 30, f"{s.name} has a live connection to cut")
+
+                async def reconnected(s=s, reconnects=reconnects) -> bool:
+                    return s.reconnects > reconnects
+                await until(reconnected, 30, f"{s.name} reconnects after a cut")
                 before = len(s.positions)
-                s.cut()
 
                 async def resumed(s=s, before=before) -> bool:
                     return len(s.positions) > before
