@@ -16,7 +16,7 @@ bench: setup
 schema: setup
 	.venv/bin/agentrm schema > schema/agentrm.graphql
 
-# Mutation testing of the scheduling core, outside `make test` (docs/mutation-testing.md).
+# Mutation testing of the scheduling core, outside `make test` (docs/benchmarks/mutation-testing.md).
 # What is mutated and which tests run against each mutant: [tool.mutmut] in pyproject.toml.
 # The survivors are listed at the end; `.venv/bin/mutmut show NAME` prints one's diff.
 mutate: setup

@@ -55,7 +55,8 @@ def test_every_yaml_file_parses(path):
 
 
 def test_the_expected_files_are_there():
-    for name in ("Dockerfile", "compose.yaml", "RUNBOOK.md", "k8s/deployment.yaml", "k8s/service.yaml",
+    assert (OPS.parent / "docs/operations/runbook.md").is_file(), "docs/operations/runbook.md"
+    for name in ("Dockerfile", "compose.yaml", "k8s/deployment.yaml", "k8s/service.yaml",
                  "k8s/postgres.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
                  "grafana/agentrm-dashboard.json"):
         assert (OPS / name).is_file(), name
