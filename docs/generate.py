@@ -153,7 +153,13 @@ def benchmark_parsers() -> list[argparse.ArgumentParser]:
 
     from app.cli import BENCHMARKS
     argvs = [[name] for name in BENCHMARKS] + [["live", "--scenario", "paper"]]
-    return [parser_built_by(bench_main, argv) for argv in argvs]
+    parsers = []
+    for argv in argvs:
+        parser = parser_built_by(bench_main, argv)
+        if not parser.description:   # a throwaway parser: `agentrm bench`'s line for it says what it is
+            parser.description = BENCHMARKS[argv[0]]
+        parsers.append(parser)
+    return parsers
 
 
 def walk(parser: argparse.ArgumentParser):
@@ -284,12 +290,19 @@ def _arguments(field) -> str:
     return ", ".join(parts)
 
 
+def _described(element) -> str:
+    """A field's, argument's or enum value's description, and its deprecation if any."""
+    text = element.description or ""
+    reason = getattr(element, "deprecation_reason", None)
+    return f"{text} **Deprecated:** {reason}".strip() if reason else text
+
+
 def _fields_table(gql_type) -> list[str]:
     fields = gql_type.fields.items()
     if any(f.args for _, f in fields):
         return table(["Field", "Arguments", "Type", "Description"],
-                     [[code(n), _arguments(f), code(f.type), f.description] for n, f in fields])
-    return table(["Field", "Type", "Description"], [[code(n), code(f.type), f.description] for n, f in fields])
+                     [[code(n), _arguments(f), code(f.type), _described(f)] for n, f in fields])
+    return table(["Field", "Type", "Description"], [[code(n), code(f.type), _described(f)] for n, f in fields])
 
 
 def error_codes() -> list[tuple[str, str, str]]:
@@ -358,10 +371,10 @@ def graphql_page() -> str:
                 lines += _fields_table(t)
             elif isinstance(t, GraphQLInputObjectType):
                 lines += table(["Field", "Type", "Default", "Description"],
-                               [[code(n), code(f.type), code(_default_value(f.ast_node)), f.description]
+                               [[code(n), code(f.type), code(_default_value(f.ast_node)), _described(f)]
                                 for n, f in t.fields.items()])
             elif isinstance(t, GraphQLEnumType):
-                lines += table(["Value", "Description"], [[code(n), v.description] for n, v in t.values.items()])
+                lines += table(["Value", "Description"], [[code(n), _described(v)] for n, v in t.values.items()])
             elif isinstance(t, GraphQLUnionType):
                 lines += ["One of " + ", ".join(code(m.name) for m in t.types) + ".", ""]
             elif isinstance(t, GraphQLScalarType) and t.specified_by_url:
@@ -588,6 +601,13 @@ SETTING_MEANINGS = {
 }
 
 
+# PoolInput fields that are not settings, for those the schema does not describe.
+INPUT_ONLY_MEANINGS = {
+    "upstreamApiKey": "The upstream's API key. Never in the event log (the log keeps a fingerprint): "
+                      "it is kept in the `pool_secrets` table and only ever sent upstream.",
+}
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
@@ -619,6 +639,22 @@ def setting_rows() -> list[list[str]]:
     return rows
 
 
+def input_only_rows() -> list[list[str]]:
+    """PoolInput fields with no PoolSettings field of their name."""
+    from app.domain.settings import PoolSettings
+    settings = {_camel(f.name) for f in dataclasses.fields(PoolSettings)}
+    rows = []
+    for name, field in graphql_schema().type_map["PoolInput"].fields.items():
+        if name in settings:
+            continue
+        meaning = field.description or INPUT_ONLY_MEANINGS.get(name)
+        if not meaning:
+            raise Undocumented(f"PoolInput.{name}: describe it in the schema, or add it to "
+                               "INPUT_ONLY_MEANINGS in docs/generate.py")
+        rows.append([code(f"{name}: {field.type}"), meaning])
+    return rows
+
+
 def pool_settings_page() -> str:
     out = header("Pool settings", "`PoolSettings` in `app/domain/settings.py` and `PoolInput` in "
                                   "`schema/agentrm.graphql`")
@@ -626,30 +662,33 @@ def pool_settings_page() -> str:
             "sets them; a field left out takes the default. Settings marked *not settable* keep their "
             "default through the API. `app/domain/settings.py` says why each default is what it is.", ""]
     out += table(["Setting", "Type", "Default", "GraphQL input field", "Meaning"], setting_rows())
+    extra = input_only_rows()
+    if extra:
+        out += ["`PoolInput` also takes these, which are not settings:", ""]
+        out += table(["GraphQL input field", "Meaning"], extra)
     return "\n".join(out).rstrip() + "\n"
 
 
 # == metrics.md ============================================================================
 
-def _idle_projector():
-    """A projector with an empty read model: the scrape-time gauges describe themselves
-    from it without any pool or agent."""
-    return SimpleNamespace(model=SimpleNamespace(pools={}, agents={}, position=0))
+def _idle_runtime():
+    """A runtime whose read model is empty and whose projector takes subscribers: enough
+    for AppMetrics to build its registry, and for the scrape-time gauges to describe
+    themselves without any pool or agent."""
+    model = SimpleNamespace(pools={}, agents={}, position=0)
+    return SimpleNamespace(projector=SimpleNamespace(model=model, subscribe=lambda _callback: lambda: None))
 
 
 def metric_families() -> list[tuple[str, list[tuple[str, str, tuple[str, ...], str]]]]:
     """(registry, [(name as exposed, type, labels, help)]) for both registries /metrics renders:
     one app's (built here as AppMetrics builds it, on an empty read model) and the process's."""
-    from prometheus_client import CollectorRegistry
-
-    from app.observability.metrics import GATEWAY_REGISTRY, EventMetrics, ModelCollector
-    app_registry = CollectorRegistry(auto_describe=False)
-    EventMetrics(app_registry, _idle_projector().model)
-    scrape = ModelCollector(_idle_projector())
-    scrape.head = 0   # the /metrics handler sets it before a scrape; the lag gauges need it
-    app_registry.register(scrape)
+    from app.observability import gc_pauses
+    from app.observability.metrics import GATEWAY_REGISTRY, AppMetrics
+    with mock.patch.object(gc_pauses, "install"):   # no collector hook in the generating process
+        app_metrics = AppMetrics(_idle_runtime())
+    app_metrics.model.head = 0   # the /metrics handler sets it before a scrape; the lag gauges need it
     out = []
-    for title, registry in (("Per app", app_registry), ("Per process", GATEWAY_REGISTRY)):
+    for title, registry in (("Per app", app_metrics.registry), ("Per process", GATEWAY_REGISTRY)):
         rows = []
         # prometheus_client keeps a registry's collectors privately; the label names of a
         # metric with no series yet are only on the collector or the family.
@@ -659,6 +698,7 @@ def metric_families() -> list[tuple[str, list[tuple[str, str, tuple[str, ...], s
                 name = family.name + "_total" if family.type == "counter" else family.name
                 rows.append((name, family.type, tuple(labels), family.documentation))
         out.append((title, sorted(rows)))
+    app_metrics.close()
     return out
 
 
@@ -682,7 +722,7 @@ def metrics_page() -> str:
 def event_registry() -> dict[str, type]:
     """Event type name -> its class: the one place that reads the registry."""
     from app.domain import events
-    from app.domain import resource_events  # noqa: F401  (registers the resource events)
+    from app.domain import resource_events  # noqa: F401  (its import registers the resource events)
     return events.registered()
 
 

@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_every_graphql_field_is_in_graphql_page():
         if name.startswith("__"):
             continue
         if isinstance(gql_type, (GraphQLObjectType, GraphQLInterfaceType, GraphQLInputObjectType)):
-            assert re.search(rf"^(##|###) {name}$", text, re.M), name
+            assert re.search(rf"^(##|###) {name}$", text, re.MULTILINE), name
             for field in gql_type.fields:
                 assert f"| `{field}` |" in text, f"{name}.{field}"
         elif isinstance(gql_type, GraphQLEnumType):
@@ -81,6 +82,23 @@ def test_every_error_code_the_api_sets_is_in_graphql_page():
         codes |= set(re.findall(r'"code":\s*"([A-Z_]+)"', path.read_text(encoding="utf-8")))
     for code in sorted(codes):
         assert f"| `{code}` |" in text, code
+
+
+def test_every_written_error_meaning_is_used():
+    from app import errors
+    codes = {code for code, _where, _meaning in generate.error_codes()}
+    documented = {cls.code for cls in _subclasses(errors.ServiceError) if cls.__dict__.get("__doc__")}
+    for key in generate.ERROR_MEANINGS:
+        if key.endswith("_BODY"):   # the addendum for the HTTP layer's use of LIMIT_EXCEEDED
+            continue
+        assert key in codes, f"ERROR_MEANINGS has {key}, which the API no longer sets"
+        assert key not in documented, f"{key}'s class has a docstring now: drop it from ERROR_MEANINGS"
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
 
 
 def test_every_route_is_in_gateway_page():
@@ -112,7 +130,7 @@ def test_every_event_type_is_in_events_page():
     text = page("events.md")
     registry = generate.event_registry()
     assert "TurnGranted" in registry and "ResourceGranted" in registry
-    for name, cls in registry.items():
+    for name in registry:
         assert f"### {name}\n" in text, name
         assert generate.stream_of(name) in text
 
@@ -125,6 +143,25 @@ def test_every_pool_setting_is_in_pool_settings_page():
     for field in dataclasses.fields(PoolSettings):
         if field.compare:
             assert f"| `{field.name}` |" in text, field.name
+
+
+def test_each_input_field_sets_the_setting_the_page_maps_it_to():
+    import strawberry
+
+    from app.api.pool_input import settings_of
+    fields = generate.graphql_schema().type_map["PoolInput"].fields
+    left_out = {**{re.sub(r"([A-Z])", r"_\1", name).lower(): None for name in fields},
+                "stall_timeout_seconds": strawberry.UNSET}
+    mapped = [row[0].strip("`") for row in generate.setting_rows() if row[3] != "(not settable)"]
+    assert {"name", "lanes", "policy", "stall_timeout_seconds"} <= set(mapped)
+    # An input value as strawberry hands it over, and the setting it must become.
+    shapes = {"policy": (SimpleNamespace(value="fifo"), "fifo"),
+              "class_slack_seconds": ([1.0, 2.0, 3.0], (1.0, 2.0, 3.0))}
+    for setting in mapped:
+        marker = object()
+        given, expected = shapes.get(setting, (marker, marker))
+        data = SimpleNamespace(**{**left_out, setting: given})
+        assert getattr(settings_of(data), setting) == expected, setting
 
 
 def test_generation_names_what_lacks_words():
