@@ -66,13 +66,14 @@ def table(columns: list[str], rows: list[list]) -> list[str]:
 
 
 def prose(text: str | None) -> list[str]:
-    """A description: one paragraph, or a text block when its line breaks carry meaning."""
+    """A description as Markdown paragraphs, or as a text block when it holds indented
+    lines (a usage synopsis, an example) whose line breaks carry meaning."""
     text = inspect.cleandoc(text or "")
     if not text:
         return []
-    if "\n" in text:
+    if any(line.startswith("    ") for line in text.splitlines()):
         return ["```text", text, "```", ""]
-    return [inline(text), ""]
+    return [inline(line) for line in text.splitlines()] + [""]
 
 
 def source_path(module_name: str) -> str:
