@@ -107,6 +107,8 @@ def test_every_route_is_in_gateway_page():
     assert {"/v1/chat/completions", "/v1/messages", "/v1/models"} <= {r.path for r in routes}
     for route in routes:
         assert f"| `{route.path}` |" in text, route.path
+    stale = set(generate.ROUTE_PURPOSES) - {r.path for r in routes}
+    assert not stale, f"ROUTE_PURPOSES names routes the app no longer has: {sorted(stale)}"
 
 
 def test_every_documented_header_appears_in_the_gateway_source():
@@ -162,6 +164,20 @@ def test_each_input_field_sets_the_setting_the_page_maps_it_to():
         given, expected = shapes.get(setting, (marker, marker))
         data = SimpleNamespace(**{**left_out, setting: given})
         assert getattr(settings_of(data), setting) == expected, setting
+
+
+def test_every_written_setting_meaning_is_for_a_setting_that_needs_it():
+    import dataclasses
+
+    from app.domain.settings import PoolSettings
+    fields = generate.graphql_schema().type_map["PoolInput"].fields
+    settings = {f.name for f in dataclasses.fields(PoolSettings)}
+    for name in generate.SETTING_MEANINGS:
+        assert name in settings, f"SETTING_MEANINGS has {name}, which PoolSettings no longer has"
+        described = fields.get(generate._camel(name))
+        assert not (described and described.description), f"PoolInput describes {name} now: drop its meaning"
+    for name in generate.INPUT_ONLY_MEANINGS:
+        assert name in fields and name not in {generate._camel(s) for s in settings}, name
 
 
 def test_generation_names_what_lacks_words():
