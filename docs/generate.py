@@ -153,7 +153,7 @@ def benchmark_parsers() -> list[argparse.ArgumentParser]:
     from agentrm_bench.cli import main as bench_main
 
     from app.cli import BENCHMARKS
-    argvs = [[name] for name in BENCHMARKS] + [["live", "--scenario", "paper"]]
+    argvs = [[name] for name in BENCHMARKS] + [["live", "--scenario"]]   # the frozen scenarios
     parsers = []
     for argv in argvs:
         parser = parser_built_by(bench_main, argv)
@@ -292,10 +292,15 @@ def _arguments(field) -> str:
 
 
 def _described(element) -> str:
-    """A field's, argument's or enum value's description, and its deprecation if any."""
-    text = element.description or ""
+    """A field's, input field's or enum value's description, its arguments' descriptions,
+    and its deprecation if any."""
+    parts = [element.description or ""]
+    parts += [f"`{name}`: {arg.description}" for name, arg in (getattr(element, "args", None) or {}).items()
+              if arg.description]
     reason = getattr(element, "deprecation_reason", None)
-    return f"{text} **Deprecated:** {reason}".strip() if reason else text
+    if reason:
+        parts.append(f"**Deprecated:** {reason}")
+    return " ".join(part for part in parts if part)
 
 
 def _fields_table(gql_type) -> list[str]:
@@ -821,16 +826,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python docs/generate.py", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 if a page differs")
     args = parser.parse_args(argv)
-    if args.check:
-        stale = stale_pages()
-        for name in stale:
-            print(f"docs/reference/{name} differs from the code", file=sys.stderr)
-        if stale:
-            print(f"regenerate with: {REGENERATE}", file=sys.stderr)
-        return 1 if stale else 0
+    try:
+        return _check() if args.check else _write()
+    except Undocumented as exc:
+        print(f"docs/generate.py: {exc}", file=sys.stderr)
+        return 2
+
+
+def _check() -> int:
+    stale = stale_pages()
+    for name in stale:
+        print(f"docs/reference/{name} differs from the code", file=sys.stderr)
+    if stale:
+        print(f"regenerate with: {REGENERATE}", file=sys.stderr)
+    return 1 if stale else 0
+
+
+def _write() -> int:
+    pages = {name: render() for name, render in PAGES.items()}   # all or none: a failure writes nothing
     REFERENCE.mkdir(parents=True, exist_ok=True)
-    for name, render in PAGES.items():
-        (REFERENCE / name).write_text(render(), encoding="utf-8")
+    for name, text in pages.items():
+        (REFERENCE / name).write_text(text, encoding="utf-8")
         print(f"wrote docs/reference/{name}")
     return 0
 

@@ -185,6 +185,13 @@ def test_generation_names_what_lacks_words():
         generate.stream_of("SomethingNew")
 
 
+def test_a_route_without_words_stops_the_generation(monkeypatch, capsys):
+    purposes = {path: text for path, text in generate.ROUTE_PURPOSES.items() if path != "/healthz"}
+    monkeypatch.setattr(generate, "ROUTE_PURPOSES", purposes)
+    assert generate.main(["--check"]) == 2
+    assert "route /healthz: add its purpose to ROUTE_PURPOSES" in capsys.readouterr().err
+
+
 def test_check_names_the_stale_page_and_the_command(tmp_path, monkeypatch, capsys):
     for name in generate.PAGES:
         (tmp_path / name).write_text(page(name), encoding="utf-8")
