@@ -530,6 +530,8 @@ def header_rows() -> list[list[str]]:
         for name in sent:
             if name not in probe.asked:
                 note(name, "to the upstream: set by the gateway", wire.name)
+    # The names below that are plain strings are literals in proxy.py and turns.py, not
+    # constants; the test checks that each still appears in app/gateway.
     for name in (proxy.MAX_WAIT_HEADER, proxy.RUN_ID_HEADER, proxy.RECORD_CONTEXT_HEADER, "x-request-id"):
         note(name, "request: read by the gateway")
     for name in proxy.PASSED_HEADERS:
