@@ -4,12 +4,13 @@ Every command has --help. Errors are one line with the fix; --debug shows the tr
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 
 from app import bootstrap as config
-from app.bootstrap import database_url  # noqa: F401  (kept for `from app.cli import database_url`)
+from app.bootstrap import database_url
 
 BENCHMARKS = {
     "scheduler": "scheduling quality: every policy on the same seeded trace (simulated clock)",
@@ -92,9 +93,10 @@ def cmd_bench(args) -> int:
             return 2
         print("\n".join(lines))
         return 0
+    # Found by name: the service depends on nothing of the benchmarks, and installs without them.
     try:
-        from agentrm_bench.cli import main as bench_main
-    except ImportError as exc:  # the service installs without the benchmarks
+        bench_main = importlib.import_module("agentrm_bench.cli").main
+    except ImportError as exc:
         raise SystemExit(f"agentrm bench needs the benchmark package ({exc}); run `make setup`, "
                          "or `pip install -e '.[bench]'`") from None
     if any(flag in rest for flag in ("-h", "--help")):

@@ -1,6 +1,15 @@
 """Event type names. Inputs are facts a client asserted; decisions are what a pool's
 scheduler concluded from them. Every decision carries `at`, the scheduler's `now`, so
-that apply() never reads a clock and replay is exact."""
+that apply() never reads a clock and replay is exact.
+
+The classes below give each type its fields (event_base.py: how an event is written to the
+log and read back); the catalogue at the end maps every type name, the resource manager's
+included, to its class."""
+from typing import Any
+
+from . import resource_events
+from .event_base import Decided, Event, EventError, event
+
 
 # -- inputs (appended by the API on behalf of operators and agents) --------------------
 POOL_CREATED = "PoolCreated"                  # stream pool-<name>
@@ -58,135 +67,6 @@ ACTIVE, HIBERNATED, QUARANTINED = "ACTIVE", "HIBERNATED", "QUARANTINED"
 OK, RATE_LIMITED, ERROR = "OK", "RATE_LIMITED", "ERROR"
 INTERACTIVE, BATCH, BACKGROUND = "INTERACTIVE", "BATCH", "BACKGROUND"
 PRIORITY_CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
-
-
-# -- the events' shapes ---------------------------------------------------------------
-# One frozen dataclass per event type. `to_dict()` gives the JSON the log stores, exactly
-# as it always has: required fields always, optional fields (default None) only when set.
-# `from_dict()` is the way back: it refuses data without a required field, and keeps keys
-# it does not know (`extra`, written back by to_dict), so a log written by an older or newer
-# version loads and round-trips unchanged. Values are taken as they are (no coercion): a
-# fold must see the very numbers that were recorded.
-
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-
-class EventError(ValueError):
-    """Data that is not an event of the type it claims to be."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Event:
-    TYPE: ClassVar[str] = ""
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset()   # written only when not None
-    _FIELDS: ClassVar[tuple[str, ...]] = ()
-    _FIELD_SET: ClassVar[frozenset[str]] = frozenset()
-    _REQUIRED: ClassVar[frozenset[str]] = frozenset()
-    _DEFAULTS: ClassVar[dict[str, Any]] = {}
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("TYPE"):
-            _REGISTRY[cls.TYPE] = cls
-
-    @property
-    def type(self) -> str:
-        return self.TYPE
-
-    def has(self, name: str) -> bool:
-        """Whether the logged data has the key `name` (an optional field may be absent)."""
-        return getattr(self, name, None) is not None or name in self.extra
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {}
-        for name in self._FIELDS:
-            value = getattr(self, name)
-            if value is None and name in self.OPTIONAL:
-                continue
-            out[name] = value
-        if self.extra:
-            out.update(self.extra)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> "Event":
-        """`partial` is for checkers that read forged or hand-written logs and judge each
-        field themselves (the audit's verify and rate oracle): a required field that is
-        missing reads as None instead of refusing the event. Never fold such an event."""
-        if not isinstance(data, dict):
-            raise EventError(f"{cls.TYPE} data must be an object, got {type(data).__name__}")
-        names, optional = cls._FIELD_SET, cls.OPTIONAL
-        values = dict(cls._DEFAULTS)
-        extra = {}
-        for key, value in data.items():
-            if key in names and (value is not None or key not in optional):
-                values[key] = value
-            else:
-                extra[key] = value   # unknown, or an optional field written as null: kept as is
-        missing = cls._REQUIRED.difference(values)
-        if missing:
-            if not partial:
-                raise EventError(f"{cls.TYPE} is missing {', '.join(sorted(missing))}")
-            values.update(dict.fromkeys(missing))
-        values["extra"] = extra
-        # What the dataclass's __init__ would build (every field its value or its default,
-        # no __post_init__: _seal checks), without a frozen __init__'s object.__setattr__
-        # per field: every event read from the log is built this way, several times over
-        # (the projector, the scheduler, the replies), and that was 3-6% of a worker's CPU.
-        event = object.__new__(cls)
-        event.__dict__.update(values)
-        return event
-
-
-def _seal(cls):
-    """Record a registered class's field names, required and optional, once."""
-    fields = [f for f in dataclasses.fields(cls) if f.name != "extra"]
-    names = tuple(f.name for f in fields)
-    required = frozenset(f.name for f in fields
-                         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-    cls._FIELDS, cls._FIELD_SET, cls._REQUIRED = names, frozenset(names), required
-    cls.OPTIONAL = frozenset(f.name for f in fields if f.default is None)
-    # from_dict builds an event without calling __init__: only sound while every field
-    # that may be left out has a plain default and nothing runs after __init__.
-    if any(f.default_factory is not dataclasses.MISSING for f in fields) or hasattr(cls, "__post_init__") \
-            or hasattr(cls, "__slots__"):
-        raise TypeError(f"{cls.__name__}: an event's fields take plain defaults, and no __post_init__")
-    cls._DEFAULTS = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
-    return cls
-
-
-_REGISTRY: dict[str, type[Event]] = {}
-
-
-def event(cls):
-    return _seal(dataclass(frozen=True, kw_only=True)(cls))
-
-
-def parse(type_: str, data: dict[str, Any], *, partial: bool = False) -> Event:
-    """The typed event of `type_` from its logged data; EventError for an unknown type or
-    data that lacks a required field (unless `partial`: see Event.from_dict)."""
-    cls = _REGISTRY.get(type_)
-    if cls is None:
-        raise EventError(f"unknown event type {type_!r}")
-    return cls.from_dict(data, partial=partial)
-
-
-def is_event_type(type_: str) -> bool:
-    return type_ in _REGISTRY
-
-
-def event_class(type_: str) -> type[Event]:
-    try:
-        return _REGISTRY[type_]
-    except KeyError:
-        raise EventError(f"unknown event type {type_!r}") from None
-
-
-def registered() -> dict[str, type[Event]]:
-    return dict(_REGISTRY)
 
 
 # -- inputs ---------------------------------------------------------------------------
@@ -306,14 +186,7 @@ class CancelRequested(Event):
     request_id: str | None = None
 
 
-# -- decisions: each carries `at` (the scheduler's now) and, when an input caused it, the
-# input's global position as `cause` ---------------------------------------------------
-
-@dataclass(frozen=True, kw_only=True)
-class Decided(Event):
-    at: float
-    cause: int | None = None
-
+# -- decisions: each a Decided (event_base.py): `at`, and `cause` when an input caused it --
 
 @event
 class AgentAdmitted(Decided):
@@ -576,6 +449,48 @@ class ContextCompacted(Event):
     cost: dict | None = None
 
 
-# The resource and access managers' events register themselves on import; imported here so
-# that every reader of the registry sees them whatever it imported first.
-from app.domain import resource_events as _resource_events  # noqa: E402,F401
+# -- the catalogue: every event type by name, the one table decoding reads ------------
+
+def _catalogue(*classes: type[Event]) -> dict[str, type[Event]]:
+    table: dict[str, type[Event]] = {}
+    for cls in classes:
+        if not cls.TYPE or cls.TYPE in table:
+            raise TypeError(f"{cls.__name__}: an event type needs a name of its own, got {cls.TYPE!r}")
+        table[cls.TYPE] = cls
+    return table
+
+
+_REGISTRY = _catalogue(
+    PoolCreated, AgentRegistered, AgentReleased, AgentHibernated, AgentWoken, AgentTokenRotated,
+    AgentTokenRevoked, TurnRequested, HeartbeatSent, CompletionReported, CancelRequested,
+    AgentAdmitted, QuarantineLifted, TurnQueued, TurnGranted, LeaseExtended, TurnCompleted,
+    TurnCancelled, TurnReaped, AgentDemoted, LevelsBoosted, TurnPromoted, AgentQuarantined,
+    PoolPaused, PoolResumed, RateObserved, LaneLimitChanged, ProviderOutageSuspected,
+    ProviderRecovered, RateRecovered,
+    ContextAppended, ContextCompacted,
+    *resource_events.EVENTS,
+)
+
+
+def parse(type_: str, data: dict[str, Any], *, partial: bool = False) -> Event:
+    """The typed event of `type_` from its logged data; EventError for an unknown type or
+    data that lacks a required field (unless `partial`: see Event.from_dict)."""
+    cls = _REGISTRY.get(type_)
+    if cls is None:
+        raise EventError(f"unknown event type {type_!r}")
+    return cls.from_dict(data, partial=partial)
+
+
+def is_event_type(type_: str) -> bool:
+    return type_ in _REGISTRY
+
+
+def event_class(type_: str) -> type[Event]:
+    try:
+        return _REGISTRY[type_]
+    except KeyError:
+        raise EventError(f"unknown event type {type_!r}") from None
+
+
+def registered() -> dict[str, type[Event]]:
+    return dict(_REGISTRY)

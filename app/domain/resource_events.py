@@ -11,7 +11,7 @@ Streams (app/domain/streams.py):
 """
 from __future__ import annotations
 
-from .events import Decided, Event, event
+from .event_base import Decided, Event, event
 
 # -- inputs ---------------------------------------------------------------------------
 RESOURCE_DEFINED = "ResourceDefined"
@@ -186,3 +186,9 @@ class ResourceRefused(Decided):
     message: str
     rule: str | None = None     # the access rule that refused (forbidden)
     cycle: list | None = None   # [{agent_id, waits_for, resource}] around the cycle (deadlock)
+
+
+# Every type of this module, in the order above, for the catalogue (events.py).
+EVENTS = (ResourceDefined, ResourceAcquireRequested, ResourceHeartbeatSent, ResourceReleaseRequested,
+          AccessGranted, AccessRevoked, AccessRefused, ResourceWaiting, ResourceGranted,
+          ResourceLeaseExtended, ResourceReleased, ResourceReaped, ResourceRefused)

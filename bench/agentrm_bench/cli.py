@@ -153,6 +153,10 @@ def _scheduler(argv: list[str]) -> int:
 
 
 def _live(argv: list[str]) -> int:
+    if any(a == "--scenario" or a.startswith("--scenario=") for a in argv):
+        # one frozen scenario of benchmark v2
+        from .live_scenarios import main as scenario_main
+        return scenario_main(argv)
     from .live_check import main
     return main(argv)
 

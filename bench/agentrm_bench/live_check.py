@@ -903,7 +903,7 @@ async def run_async(database_url: str, out_dir: str | Path | None = None, **kwar
 
 def _own_database() -> str:
     """A database of its own (`agentrm_live`), recreated and migrated, as `bench system` does."""
-    from app.cli import database_url
+    from app.bootstrap import database_url
     from app.db.embedded import ensure_database
     from app.db.migrate import upgrade
     base = database_url()
@@ -915,7 +915,7 @@ def _own_database() -> str:
 
 def run(out_dir: str | Path | None = None, url: str | None = None, **kwargs) -> dict:
     """Run the live check. `url` is a migrated database to use (default: its own database
-    `agentrm_live` on `app.cli.database_url()`); kwargs are LiveSettings fields."""
+    `agentrm_live` on `app.bootstrap.database_url()`); kwargs are LiveSettings fields."""
     return asyncio.run(run_async(url or _own_database(), out_dir, **kwargs))
 
 
@@ -938,11 +938,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import sys
-    argv = sys.argv[1:] if argv is None else argv
-    if any(a == "--scenario" or a.startswith("--scenario=") for a in argv):
-        from .live_scenarios import main as scenario_main   # one frozen scenario of benchmark v2
-        return scenario_main(argv)
     args = _parser().parse_args(argv)
     from . import live_seeds
     try:

@@ -10,6 +10,7 @@ import importlib
 
 from ..workload import AgentScript
 from .base import Context, Cursor, Policy, sdk_backoff
+from .clairvoyant import BOUND_NAME, ClairvoyantGateway, parse_order
 
 # name -> (module, class) of the baselines; each class takes (ctx, agents=None, variant=None).
 BASELINES: dict[str, tuple[str, str]] = {
@@ -24,9 +25,8 @@ BASELINES: dict[str, tuple[str, str]] = {
 }
 AGENTRM_NAMES = ("agentrm", "agentrm-fifo", "agentrm-nodeadline")
 
-# A yardstick, not a baseline (bounds.py): a clairvoyant order that knows each call's true
-# service time. Runnable by name, never part of a scenario's default comparison.
-BOUND_NAME = "bound-clairvoyant"
+# BOUND_NAME (clairvoyant.py) is a yardstick, not a baseline (bounds.py): a clairvoyant order
+# that knows each call's true service time. Runnable by name, never in a default comparison.
 
 # The first-chunk timeouts gateway-fifo is reported at (the issue fixes 10, 30 and 120 s).
 GATEWAY_TIMEOUTS = ("10s", "30s", "120s")
@@ -54,7 +54,6 @@ def known(name: str) -> bool:
     if base == "gateway-fifo":
         return variant is None or (variant.endswith("s") and _number(variant[:-1]))
     if base == BOUND_NAME:
-        from ..bounds import parse_order
         try:
             parse_order(variant)
         except ValueError:
@@ -88,7 +87,6 @@ def make_policy(name: str, ctx: Context, agentrm_overrides: dict | None = None,
         ctx.lanes = int(variant)
         policy = _baseline_class("gateway-fifo")(ctx, agents, "30s")
     elif base == BOUND_NAME:
-        from ..bounds import ClairvoyantGateway
         policy = ClairvoyantGateway(ctx, agents, variant)
     else:
         policy = _baseline_class(base)(ctx, agents, variant)
