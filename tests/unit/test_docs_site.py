@@ -1,7 +1,8 @@
 """The documentation site builds with `mkdocs build --strict`: every page is in the nav,
 every link and anchor resolves (mkdocs.yml's `validation` makes each of these a warning,
-and --strict makes a warning fail the build). A planted broken link must fail the same
-build, so the check cannot pass by checking nothing. The README and CONTRIBUTING.md are
+and --strict makes a warning fail the build). A planted broken link, broken anchor and
+page left out of the nav must each fail the same build, so the check cannot pass by
+checking nothing. The README and CONTRIBUTING.md are
 not pages of the site; their relative links are checked here too."""
 from __future__ import annotations
 
@@ -32,16 +33,24 @@ def test_the_site_builds_strictly(tmp_path):
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
 
 
-def test_a_broken_link_fails_the_build(tmp_path):
+@pytest.mark.parametrize("planted, named", [
+    ("See [a page that is not there](no-such-page.md).", "no-such-page.md"),
+    ("See [an anchor that is not there](index.md#no-such-anchor).", "no-such-anchor"),
+    (None, "orphan.md"),                       # a page that the nav leaves out
+])
+def test_a_broken_link_fails_the_build(tmp_path, planted, named):
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "docs", copy / "docs", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
-    home = copy / "docs" / "index.md"
-    home.write_text(home.read_text() + "\nSee [a page that is not there](no-such-page.md).\n")
+    if planted is None:
+        (copy / "docs" / named).write_text("# Not in the nav\n")
+    else:
+        home = copy / "docs" / "index.md"
+        home.write_text(home.read_text() + f"\n{planted}\n")
     done = build(copy, tmp_path / "site")
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
-    assert "no-such-page.md" in output, output
+    assert named in output, output
 
 
 @pytest.mark.parametrize("name", ["README.md", "CONTRIBUTING.md"])
