@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing.
-.PHONY: setup run test bench schema clean mutate
+.PHONY: setup run test bench schema clean mutate docs docs-serve
 
 setup:
 	@bash ops/setup.sh
@@ -30,6 +30,13 @@ mutate: setup
 	        % (k, s["total"], 100.0 * k / s["total"], s["survived"], s["no_tests"]))'
 	@.venv/bin/mutmut results
 	@bash ops/mutate_context_view.sh .venv/bin/python
+
+# The documentation site (mkdocs.yml): built into site/, or served with live reload.
+docs: setup
+	.venv/bin/python -m mkdocs build --strict -d site
+
+docs-serve: setup
+	.venv/bin/python -m mkdocs serve
 
 clean:
 	rm -rf .venv .agentrm mutants
