@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 
-from app.adapters.advisory_lock import AdvisoryLockLeadership, lock_key  # noqa: F401  (re-exported)
+from app.adapters.advisory_lock import AdvisoryLockLeadership
 from app.domain import events as ev
 from app.domain import pool_access
 from app.domain.access import AccessPolicy
