@@ -2,10 +2,10 @@
 
 The save encodes every dirty document in one synchronous pass, so that what it writes is
 the model at one position; for a 1,000-agent pool under `bench load` that pass (the pool's
-scheduler state, a few hundred turn and agent documents) held the event loop for 50 to 85 ms
-once a second with the standard library's encoder, and every request in flight on that
-worker waited behind it: a share of the grant latency's P99. orjson encodes the same
-documents three to four times faster (a 23 ms pass in the same conditions).
+scheduler state, a few hundred turn and agent documents) holds the event loop once a
+second, and every request in flight on that worker waits behind it: a share of the grant
+latency's P99. orjson encodes the same documents three to four times faster than the
+standard library's encoder (the measurements: docs/architecture/decisions/read-model-saves.md).
 
 The text only has to be JSON that PostgreSQL casts to the same jsonb: key order, spacing
 and float spelling do not matter. Two differences from `json_text` do: orjson refuses

@@ -5,7 +5,8 @@ The leader folds the pool's inputs in log order through the pure core (decide) a
 appends the decisions to `pool-<name>` with the stream's expected version. The advisory
 lock makes a second leader unlikely; the expected version makes a double grant
 impossible even if two processes both believe they lead (e.g. a paused process whose
-session lock was lost): the loser's append fails and it steps down.
+session lock was lost): the loser's append fails and it steps down. The decision:
+docs/architecture/decisions/one-writer-per-pool.md.
 """
 from __future__ import annotations
 
