@@ -4,10 +4,10 @@ Three kinds of test:
 - properties: within budget by tiktoken's own count, pinned first, deterministic;
 - a reference model: the budget rules of the docstring written out plainly, compared with
   assemble_view on random states at budgets placed exactly on and next to the boundaries
-  where an item fits or not (random budgets almost never land there, which is why
-  off-by-one mutants survived the older property test);
+  where an item fits or not (random budgets almost never land there, so a property test
+  alone lets off-by-one mutants survive);
 - worked examples of the ranking helpers, with the expected order spelled out.
-See docs/mutation-testing-context.md for the score and the equivalent mutants.
+See docs/benchmarks/mutation-testing-context.md for the score and the equivalent mutants.
 """
 from __future__ import annotations
 

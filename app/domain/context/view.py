@@ -1,7 +1,7 @@
 """View assembly: the context an agent reads for its next call, within a token budget.
 
-Mutation-tested (docs/mutation-testing-context.md, ops/mutate_context_view.sh): this file
-holds assemble_view and its helpers only, so the mutants are exactly theirs.
+Mutation-tested (docs/benchmarks/mutation-testing-context.md, ops/mutate_context_view.sh):
+this file holds assemble_view and its helpers only, so the mutants are exactly theirs.
 """
 from __future__ import annotations
 
