@@ -118,9 +118,10 @@ MUTATIONS = {
                              lambda c: {"id": c.lease}, AGENT_ITSELF, needs_lease=True),
     "releaseResource": Row("mutation($id: ID!) { releaseResource(leaseId: $id) { id } }",
                            lambda c: {"id": c.lease}, SELF_OR_OPERATOR, needs_lease=True),
-    # A grant would switch default deny on for the whole session's server (docs/guides/resources-and-access.md), so
-    # the operator's row is an allowed call with a bad pattern, and a revoke of no grant: the
-    # answer shows the operator passed the authorization check and nothing else did.
+    # A grant would switch default deny on for the whole session's server
+    # (docs/guides/resources-and-access.md), so the operator's row is an allowed call with a
+    # bad pattern, and a revoke of no grant: the answer shows the operator passed the
+    # authorization check and nothing else did.
     "grantAccess": Row("mutation($a: ID!) { grantAccess(input: {agentId: $a, pattern: \" \"}) { id } }",
                        lambda c: {"a": c.agent}, {**OPERATOR_ONLY, "operator": "BAD_USER_INPUT"}),
     "revokeAccess": Row("mutation { revokeAccess(grantId: \"no-such-grant\") { id } }", lambda c: {},
