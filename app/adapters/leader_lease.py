@@ -23,7 +23,8 @@ batch. A batch it was in the middle of is fenced off by the pool stream's expect
 version: once the new leader has decided anything the stale append fails (and if it has
 not, the old leader's state was still the latest, so its decision is a correct one).
 
-Why one writer per pool, and how the lease is sized: docs/architecture/decisions/one-writer-per-pool.md.
+Why one writer per pool, and how the lease is sized:
+docs/architecture/decisions/one-writer-per-pool.md.
 """
 from __future__ import annotations
 

@@ -126,7 +126,8 @@ _ORDERS_MAX = 4096
 def _jsonb_order(keys: tuple[str, ...]) -> tuple[str, ...]:
     """`keys` in jsonb's order. The events of one type come with the same keys in the same
     order, so the order is sorted once per key tuple and remembered (sorting by encoded
-    keys each time would be most of read_back's cost); a log with more shapes than the bound starts over."""
+    keys each time would be most of read_back's cost); a log with more shapes than the
+    bound starts over."""
     order = _ORDERS.get(keys)
     if order is None:
         if len(_ORDERS) >= _ORDERS_MAX:

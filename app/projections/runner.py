@@ -256,8 +256,8 @@ class Projector:
         """Fold, letting the event loop run between slices of FOLD_SLICE events. A read of
         a thousand events folded in one go would hold a worker's loop for tens of
         milliseconds under load (a catch-up behind the other worker's appends), and every
-        request in flight would wait. Between two events the model is whole (its position is the last
-        event folded), so whatever runs meanwhile - a save, a reply, a waiter's check -
+        request in flight would wait. Between two events the model is whole (its position
+        is the last event folded), so whatever runs meanwhile - a save, a reply, a waiter's check -
         sees a state the log had; offer() folds nothing meanwhile, since the rest of this
         read holds the next positions."""
         folded = 0

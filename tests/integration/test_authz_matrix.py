@@ -254,7 +254,8 @@ async def test_mutations_against_every_role(server, operator):
             if role == "other" and got == "ok":
                 await check_other_sees_nothing_of_a(body, ctx, f"mutation {field}", failures)
             # Free A's lane for the next one: a new pool runs below its configured lanes at
-            # first (adaptive lanes: app/domain/concurrency.py), and every row's A holds one for an hour.
+            # first (adaptive lanes: app/domain/concurrency.py), and every row's A holds one
+            # for an hour.
             with contextlib.suppress(GraphQLError):
                 await operator("mutation($id: ID!) { cancelTurn(turnId: $id) { id } }", id=ctx.turn)
     assert not failures, "\n".join(failures)

@@ -46,7 +46,8 @@ async def test_events_cannot_be_updated_or_deleted(store):
 async def test_analyze_skips_the_jsonb_payloads_and_keeps_the_columns_plans_use(store):
     """Migration 0007: ANALYZE (autovacuum's too) gathers no statistics on events.data,
     events.metadata or read_models.doc, whose sampling would be most of its cost, and still
-    gathers them on the columns the log is read by (docs/architecture/decisions/read-model-saves.md)."""
+    gathers them on the columns the log is read by
+    (docs/architecture/decisions/read-model-saves.md)."""
     es, _ = store
     await es.append([NewEvent(f"thing-{i}", "Made", {"n": i, "text": "x" * 50}, {"correlation": str(i)})
                      for i in range(200)])
