@@ -19,9 +19,9 @@ rules.
 A document may also be a dataclass (an agent's context state): orjson encodes it natively,
 fields in their declared order and tuples as lists, the very text that encoding its
 ``dataclasses.asdict`` gives, without asdict's recursive deep copy. For an agent with 30k
-tokens of history that copy took 3-27 ms of the event loop at every save after the agent's
-appends, against 0.1 ms for the encoding; every append and view in flight on the worker
-waited behind it."""
+tokens of history that copy takes 3-27 ms of the event loop at every save after the agent's
+appends, against 0.1 ms for the encoding, and every append and view in flight on the worker
+would wait behind it."""
 from __future__ import annotations
 
 from dataclasses import asdict, is_dataclass
