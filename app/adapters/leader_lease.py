@@ -22,6 +22,9 @@ says the lease is over, and its lock session is gone), so it steps down before i
 batch. A batch it was in the middle of is fenced off by the pool stream's expected
 version: once the new leader has decided anything the stale append fails (and if it has
 not, the old leader's state was still the latest, so its decision is a correct one).
+
+Why one writer per pool, and how the lease is sized:
+docs/architecture/decisions/one-writer-per-pool.md.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Parse and validate each GraphQL document once.
 
 Clients send the same few documents over and over (requestTurn, heartbeat, completeTurn):
-parsing and validating them again took about 40% of the API's CPU under the live check's
-load. strawberry's ParserCache and ValidationCache keep LRU caches keyed by the document;
+parsing and validating them again would be a large share of the API's CPU under load.
+strawberry's ParserCache and ValidationCache keep LRU caches keyed by the document;
 any client can send new documents, so the caches are bounded in entries AND only take
 documents up to MAX_CACHED_DOCUMENT_CHARS: 256 small documents, never 256 huge ones. A
 larger document is parsed and validated as if there were no cache (strawberry does both

@@ -2,7 +2,8 @@
 
 Under `bench load` (1,000 agents) strawberry and graphql-core cost a worker more CPU than
 the service itself: an extension runner per request, an executor built per request, and
-strawberry's argument conversion (about 150 us per call, re-reading type annotations).
+strawberry's argument conversion (re-reading type annotations on every call). The
+measurements: docs/architecture/decisions/hot-documents.md.
 An agent sends the same few documents over and over (requestTurn, completeTurn,
 heartbeat, cancelTurn with a selection of the turn's scalar fields; appendContext with a
 selection of its stats, once per message it keeps), so each such document is compiled once into a plan that does only what the general executor would do

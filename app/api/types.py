@@ -244,7 +244,7 @@ class PoolInput:
     tokenizer: str | None = None
     upstream_base_url: str | None = None
     upstream_api_key: str | None = None
-    # The scheduling rules (README "Scheduling rules and defaults"); each left out takes its
+    # The scheduling rules (docs/reference/pool-settings.md); each left out takes its
     # default, and a bad value is refused with its reason (BAD_USER_INPUT), creating nothing.
     policy: SchedulingPolicy | None = strawberry.field(default=None, description=(
         "Grant order: DEADLINE (default), MLFQ or FIFO."))

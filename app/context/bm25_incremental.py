@@ -1,8 +1,7 @@
 """BM25 over one agent's messages that grows by appending, instead of being rebuilt.
 
 ``bm25s`` precomputes every (term, document) score, so one new message means rebuilding
-the whole index (~15-30 ms at 30k tokens, and the indexer did it for every agent that
-appended). Here the index keeps postings (term -> documents and term frequencies) and
+the whole index (~15-30 ms at 30k tokens, for every agent that appends). Here the index keeps postings (term -> documents and term frequencies) and
 document lengths, and scores a query's few terms at query time: an append costs its own
 tokens, a query a few hundred multiplications.
 

@@ -1,7 +1,7 @@
 """Token counts of view items, remembered between views.
 
 A view with a query tries every ranked message (stamped with its time) against the budget,
-and counting one with tiktoken costs ~50 us: at 30k tokens of history that was ~25 ms of a
+and counting one with tiktoken costs ~50 us: at 30k tokens of history that is ~25 ms of a
 view, the same counts every time. The count of a given (encoding, role, text) never
 changes, so they are kept here, least recently used out first, bounded by the characters
 the keys hold (a key keeps its text alive).

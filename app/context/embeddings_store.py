@@ -1,6 +1,6 @@
 """Stored message embeddings beside the log: ``context_vectors`` (one float32 vector per
-message, migration 0003). The older ``context_embeddings`` (cold chunks, migration 0002) is
-no longer written: retrieval ranks single messages.
+message, migration 0005). Migration 0002's ``context_embeddings`` (one vector per cold
+chunk) is not written: retrieval ranks single messages.
 
 Derived data, not in the log (re-embedding rebuilds it), so it has its own small adapter
 and the context service holds no SQL.

@@ -2,8 +2,8 @@
 propagation) and lexical (BM25 from ``bm25s``, Snowball-stemmed), fused by reciprocal rank.
 
 The retrieval unit is the single message (hot and cold alike). On conversations that no one
-here wrote it recalled more evidence per token than ~200-token chunks did, and a message
-already carries its own time; see the README's context section for the measurements.
+here wrote it recalls more evidence per token than ~200-token chunks, and a message
+already carries its own time; the measurements are in docs/benchmarks/context.md.
 
 Caches, both per agent and in process:
 - ``VectorCache``: the agent's message vectors as one float32 matrix, extended as the
@@ -39,10 +39,9 @@ NEIGHBOUR_WEIGHT = 0.3
 LEXICAL_NEIGHBOUR_WEIGHTS = (0.5, 0.25)
 # Each ranking's own best hits (plain cosine, plain BM25: no neighbours) lead the fused
 # order, two per ranking (ranking.heads_first). With the BM25 neighbour propagation the
-# lexical list holds nearly every message, and RRF then buried a paraphrased fact that the
-# dense ranking put first (planted work logs at 2k: 3 of the 5 probes missed). 1-5 heads
-# each brought those back and left LoCoMo's dev recall within 0.5 points at 1k, unchanged at
-# 2k and 4k; 2 was the one that raised it on both conversations (README).
+# lexical list holds nearly every message, and RRF alone buries a paraphrased fact that the
+# dense ranking puts first. The heads bring those back without costing LoCoMo's recall;
+# why two per ranking: docs/benchmarks/context.md (the ranking heads).
 RANKING_HEADS = 2
 # Words of a question that name no topic: interrogatives, auxiliaries, personal pronouns.
 # bm25s's English stopwords (Lucene's 33) keep them, so "What did she ..." matched, and

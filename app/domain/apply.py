@@ -261,8 +261,8 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
         # Karn: a backed-off deadline says nothing of the pool, so it is not sampled.
         # With the later failure rules on, it moves the mean only: the spread is what
         # separates a slow start from a hang, and a censored sample has no spread to tell.
-        # (Taken whole, each of the 2% of hangs widened the deadline by a fifth: 4 deviations
-        # over the mean, at gain 1/16.)
+        # (Taken whole, with 2% of calls hanging, each hang would widen the deadline by a
+        # fifth: 4 deviations over the mean, at gain 1/16.)
         state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens,
                             spread=state.settings.outage_after_silent_reaps == 0)
 

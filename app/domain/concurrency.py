@@ -17,7 +17,7 @@ The rule is Netflix concurrency-limits' Gradient2 (`Gradient2Limit`), in log spa
   provider starts calls about as fast as it usually does, below 1 when they queue. The floor
   is 0.8, not Gradient2's 0.5: a first chunk reports a queue only after the call waited in it,
   so "queue" samples keep coming for a round trip after the limit was cut; at 10% a sample
-  that late train halved the limit far below the knee, at 4% it stays near it;
+  that late train halves the limit far below the knee, at 4% it stays near it;
 - new = limit x gradient + QUEUE, smoothed: limit <- (1 - SMOOTHING) limit + SMOOTHING new.
   With gradient 1 the limit grows by SMOOTHING x QUEUE per sample; when calls queue it
   shrinks geometrically.

@@ -433,7 +433,7 @@ def _dispatch(step: _Step) -> None:
     if state.paused_until is not None and now < state.paused_until:
         return
     # The free lanes, lowest first, as free_lanes() lists them, found one at a time from
-    # `after` (a list of every free lane per pass was a scan of all of a big pool's lanes).
+    # `after` (a list of every free lane per pass would scan all of a big pool's lanes).
     after = 0
     order = ordering.GrantOrder(state)
     while (lane := _free_lane(state, after)) is not None and deadlines.grants_allowed(state) > 0:

@@ -141,9 +141,10 @@ def next_turn(state: PoolState) -> TurnState | None:
 class GrantOrder:
     """next_turn(), asked again and again by one granting pass (_dispatch in decide.py).
 
-    Asked once per grant, next_turn's scan made a pass that grants k turns from a queue of
-    q cost k x q deadlines: after a stall, a batch of a few hundred requests took the pool's
-    leader 100 ms and more to decide, and the decision's delay lengthened the stall. Within
+    Asked once per grant, next_turn's scan makes a pass that grants k turns from a queue of
+    q cost k x q deadlines: after a stall, a batch of a few hundred requests would take the
+    pool's leader 100 ms and more to decide, and the decision's delay would lengthen the
+    stall (`python -m agentrm_bench.decide_cost` measures both). Within
     a pass only `rate_bound` can move a queued turn's deadline: a grant spends the buckets
     and RateRecovered moves the factor, but nothing in a pass queues a turn or changes an
     agent's class, a run's attained service (it grows only on a completion) or a turn's

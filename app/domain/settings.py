@@ -1,6 +1,6 @@
 """Pool settings: one provider/model budget and its MLFQ parameters.
 
-Defaults and why (README "Scheduling rules" repeats them):
+Defaults and why (docs/reference/pool-settings.md lists them):
 - 3 levels. Interactive agents enter at 0, batch at 1, background at 2.
 - Allotment per level, in lane-seconds and in tokens, whichever runs out first: level 0
   30 s / 32k tokens, level 1 120 s / 128k tokens, the last level unbounded. An

@@ -53,8 +53,8 @@ def flat_dict(obj) -> dict:
     """asdict() of a dataclass whose fields are all plain values (str, numbers, None), as
     TurnState, AgentState and RunState are: the same dict, without asdict's recursion and
     deep copy of every value. A pool's state holds one of these per agent and per live
-    turn, and is serialised whole each time the read model is persisted (once a second):
-    asdict was half of that."""
+    turn, and is serialised whole each time the read model is persisted (once a second),
+    and asdict's recursion and copies would be half of that work."""
     names, getter = _FLAT.get(type(obj)) or _flat_fields(type(obj))
     return dict(zip(names, getter(obj)))
 

@@ -3,8 +3,8 @@ send, at orjson's speed wherever that is the same thing.
 
 Why: under load every worker decodes the data and metadata of every event it reads from the
 log, and encodes those of every event it appends. With the standard library on both sides
-that was about 12% of a worker's CPU (py-spy, a saturation phase of `bench load`: 9% decoding,
-3% encoding). orjson does either three to five times faster.
+that is a large share of a worker's CPU under load (the profile: the log's JSON in
+docs/benchmarks/performance-history.md); orjson does either three to five times faster.
 
 Reading (`loads`), where orjson's value differs from `json.loads`'s, and how each case is
 kept exact:

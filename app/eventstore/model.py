@@ -5,8 +5,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.domain.streams import category_of, stream_name  # noqa: F401  (re-exported)
-
 # Expected-version sentinels for `EventStore.append`.
 NO_STREAM = -1          # the stream must not exist yet
 ANY_VERSION = None      # no check

@@ -40,7 +40,8 @@ NOTIFY_CHANNEL = "agentrm_events"
 # lock is serialised appends: one group commit at a time. So the group is one statement
 # (the `agentrm_append` function, migration 0004): everything done under the lock is one
 # round trip, and concurrent requests share it (group commit, below). `agentrm bench
-# system` measures the ratio against raw inserts and COPY.
+# system` measures the ratio against raw inserts and COPY. The decision and its
+# measurements: docs/architecture/decisions/gapless-log.md.
 APPEND_LOCK_KEY = 0x4147454E54524D  # "AGENTRM"
 
 MAX_GROUP = 500  # requests per group-commit transaction
@@ -106,8 +107,8 @@ def read_back(value, text: str):
     event read back from the table. A
     flat dict of str keys to plain scalars (most events' data, every event's metadata)
     is copied in that order without decoding the text (floats round-trip through their
-    repr): one decode of two per appended event was a few percent of a worker's CPU
-    under load. Anything else (nested values, tuples, subclasses such as enums, non-str
+    repr): decoding it would add a decode per appended event, a few percent of a worker's
+    CPU under load. Anything else (nested values, tuples, subclasses such as enums, non-str
     keys) is decoded."""
     if type(value) is dict:
         for key, item in value.items():
@@ -125,7 +126,8 @@ _ORDERS_MAX = 4096
 def _jsonb_order(keys: tuple[str, ...]) -> tuple[str, ...]:
     """`keys` in jsonb's order. The events of one type come with the same keys in the same
     order, so the order is sorted once per key tuple and remembered (sorting by encoded
-    keys was most of read_back's cost); a log with more shapes than the bound starts over."""
+    keys each time would be most of read_back's cost); a log with more shapes than the
+    bound starts over."""
     order = _ORDERS.get(keys)
     if order is None:
         if len(_ORDERS) >= _ORDERS_MAX:

@@ -2,9 +2,9 @@
 
 Each follower of a worker reads the log on its own when a NOTIFY names new positions: the
 projector, the leading scheduler's inbox, the supervisor's watch for new pools, the
-resource manager's inbox, every live subscription. On a pool's leader under `bench load`
-that was four reads of the same few positions per wake-up, and 2.2 log reads per turn in
-all, each a round trip, a statement for PostgreSQL and a decode of the same rows.
+resource manager's inbox, every live subscription. Left to themselves, on a pool's leader
+they read the same few positions once each per wake-up, each read a round trip, a statement
+for PostgreSQL and a decode of the same rows.
 
 So the store keeps the tail it has seen, with its coverage: a range of positions (lo, hi]
 of which it holds every event that is or ever will be visible. Coverage grows two ways:
@@ -18,9 +18,9 @@ A whole commit that arrives ahead of the commit below it is held aside (at most 
 commits, within the byte bound) and joins the coverage as soon as hi reaches the position
 before it. With two workers this happens: a worker is handed its own commit as soon as it
 returns, while the NOTIFY of another worker's earlier commit may still be on its way, and
-each such crossing left a gap that only a read of the log could close. (Most of the reads
-that remain under load follow commits too large to carry, not crossings: see
-docs/performance-history.md, "Eighth round".)
+without the hold each such crossing would leave a gap that only a read of the log closes.
+(The reads that remain under load mostly follow commits too large for a NOTIFY to carry:
+docs/architecture/decisions/notify-carries-events.md.)
 A read whose whole range (after, up_to] is covered is answered from here, and only a read
 that names its `up_to` can be: without one, the caller asks for whatever is visible now,
 which only the log knows. Followers name it from their wake-ups (app/eventstore/wakeups.py).

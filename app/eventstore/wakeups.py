@@ -11,9 +11,10 @@ means every position up to P is visible or gone for good. A follower that has al
 everything up to P (an in-process append it was handed directly) need not read the log
 again; one that has not may read up to P without asking for the head first. Only a poke
 that names no position (the listener's periodic safety net, a reconnect) makes every
-follower read the log to learn what it missed. Before this, each follower of a worker (the
-projector, each leading scheduler's inbox, the pool watch, every live subscription) made
-one or two round trips per append of its own process and again per NOTIFY of it."""
+follower read the log to learn what it missed. Without the positions, each follower of a
+worker (the projector, each leading scheduler's inbox, the pool watch, every live
+subscription) would make one or two round trips per append of its own process and again
+per NOTIFY of it."""
 from __future__ import annotations
 
 import asyncio

@@ -1,10 +1,11 @@
 """How long the cyclic garbage collector holds the process, per generation.
 
-A collection stops the worker's event loop: every request in flight waits it out. At the
-old young-generation threshold (app/serving_gc.py) those pauses were 50-80 ms of CPU each
-and made the grant latency's P99 at half rate, without showing in any metric. This
-exports them as the histogram `agentrm_gc_pause_seconds{generation}` (wall time, which is
-what a waiting request sees), per process like the gateway's metrics.
+A collection stops the worker's event loop: every request in flight waits it out, so long
+pauses show in the grant latency's tail without showing in any other metric (the young
+generation's threshold that keeps them short: app/serving_gc.py and
+docs/architecture/decisions/gc-tuning.md). This exports them as the histogram
+`agentrm_gc_pause_seconds{generation}` (wall time, which is what a waiting request sees),
+per process like the gateway's metrics.
 
 The recorder runs inside `gc.callbacks`, that is, at whatever allocation triggered the
 collection, possibly while this very thread holds a lock of prometheus_client. So it takes

@@ -17,8 +17,8 @@ from app.domain import events as ev
 from app.domain import turn_history
 from app.domain.apply import fold_pool
 from app.domain.state import PoolState
-from app.domain.streams import id_of
-from app.eventstore.model import RecordedEvent, category_of
+from app.domain.streams import category_of, id_of
+from app.eventstore.model import RecordedEvent
 
 from .resources import ResourceModel
 

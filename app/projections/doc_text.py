@@ -2,10 +2,10 @@
 
 The save encodes every dirty document in one synchronous pass, so that what it writes is
 the model at one position; for a 1,000-agent pool under `bench load` that pass (the pool's
-scheduler state, a few hundred turn and agent documents) held the event loop for 50 to 85 ms
-once a second with the standard library's encoder, and every request in flight on that
-worker waited behind it: a share of the grant latency's P99. orjson encodes the same
-documents three to four times faster (a 23 ms pass in the same conditions).
+scheduler state, a few hundred turn and agent documents) holds the event loop once a
+second, and every request in flight on that worker waits behind it: a share of the grant
+latency's P99. orjson encodes the same documents three to four times faster than the
+standard library's encoder (the measurements: docs/architecture/decisions/read-model-saves.md).
 
 The text only has to be JSON that PostgreSQL casts to the same jsonb: key order, spacing
 and float spelling do not matter. Two differences from `json_text` do: orjson refuses
@@ -19,9 +19,9 @@ rules.
 A document may also be a dataclass (an agent's context state): orjson encodes it natively,
 fields in their declared order and tuples as lists, the very text that encoding its
 ``dataclasses.asdict`` gives, without asdict's recursive deep copy. For an agent with 30k
-tokens of history that copy took 3-27 ms of the event loop at every save after the agent's
-appends, against 0.1 ms for the encoding; every append and view in flight on the worker
-waited behind it."""
+tokens of history that copy takes 3-27 ms of the event loop at every save after the agent's
+appends, against 0.1 ms for the encoding, and every append and view in flight on the worker
+would wait behind it."""
 from __future__ import annotations
 
 from dataclasses import asdict, is_dataclass

@@ -34,12 +34,11 @@ async def load_docs(conn, projections: tuple[str, ...], *,
 
 
 # A paced save writes its documents SAVE_CHUNK_ROWS at a time, with SAVE_CHUNK_PAUSE_S
-# between the chunks, still in its one transaction. Written in one go, a save under `bench
-# load` (about 1,100 documents and 800 KB of JSON a second at 500 turns/s) kept a database
-# backend on one of the two cores for 55-90 ms, and the slowest 1% of grants fell in those
-# windows. Paced, the same work is spread over about half a second and leaves the cores to
-# the grants (docs/performance-history.md, "Twelfth round": chunks without the pause did
-# not help; 100 rows and 10 ms did).
+# between the chunks, still in its one transaction. Written in one go, a save under load
+# keeps a database backend busy on one core for tens of milliseconds, and the slowest
+# grants fall in those windows. Paced, the same work is spread over about half a second
+# and leaves the cores to the grants; it is the pause that does it, not the chunks alone.
+# The measurements behind the two values: docs/architecture/decisions/read-model-saves.md.
 SAVE_CHUNK_ROWS = 100
 SAVE_CHUNK_PAUSE_S = 0.01
 
@@ -114,8 +113,9 @@ class PostgresDocuments:
 class Projector:
     # The persisted documents only make a restart faster (it folds the log from their
     # checkpoint), yet each write serialises every dirty document - a busy pool's whole
-    # scheduler state. At 0.2 s that was 17% of the CPU of a 1,000-agent burst; a restart
-    # folding one more second of log costs nothing noticeable.
+    # scheduler state. A shorter interval costs a burst a large share of its CPU
+    # (docs/architecture/decisions/read-model-saves.md); a restart folding one more second
+    # of log costs nothing noticeable.
     PERSIST_INTERVAL_S = 1.0
     # Finished turns kept in memory beyond the persisted ones: a reply that reads a turn
     # right after its end finds it, and memory stays flat however many turns went by.
@@ -128,7 +128,7 @@ class Projector:
     # than an interval on a busy machine). The documents we left unwritten wait, tagged
     # with our position at the time, until the checkpoint passes that position: then the
     # other worker's save holds them (as of its later position), and until then eviction
-    # leaves their turns in memory. Under `bench load` two workers both saved every
+    # leaves their turns in memory. Without this, two workers would both save every
     # second: twice the encoding and twice the writes.
     SHARED_SAVES = True
     TAKEOVER_ROUNDS = 2
@@ -254,10 +254,10 @@ class Projector:
 
     async def _fold_in_slices(self, events: list[RecordedEvent]) -> int:
         """Fold, letting the event loop run between slices of FOLD_SLICE events. A read of
-        a thousand events folded in one go held a worker's loop up to 50-70 ms under
-        `bench load` (a catch-up behind the other worker's appends), and every request in
-        flight waited. Between two events the model is whole (its position is the last
-        event folded), so whatever runs meanwhile - a save, a reply, a waiter's check -
+        a thousand events folded in one go would hold a worker's loop for tens of
+        milliseconds under load (a catch-up behind the other worker's appends), and every
+        request in flight would wait. Between two events the model is whole (its position
+        is the last event folded), so whatever runs meanwhile - a save, a reply, a waiter's check -
         sees a state the log had; offer() folds nothing meanwhile, since the rest of this
         read holds the next positions."""
         folded = 0
@@ -362,8 +362,8 @@ class Projector:
             keys |= more
         # Snapshots taken now: the live documents keep changing while we await the write,
         # and what we write must be the state at `position`, no later. The snapshot is the
-        # JSON text the database stores (a deep copy, then encoding that copy, did the work
-        # twice: 6% of a worker's CPU under load), encoded by orjson (doc_text.py says why).
+        # JSON text the database stores (a deep copy, then encoding that copy, would do the
+        # work twice), encoded by orjson (doc_text.py says why).
         docs = {k: doc_text(doc) for k in keys if (doc := model.doc_to_save(*k)) is not None}
         try:
             saved = await self.documents.save(position, docs, paced=paced)

@@ -5,7 +5,8 @@ The leader folds the pool's inputs in log order through the pure core (decide) a
 appends the decisions to `pool-<name>` with the stream's expected version. The advisory
 lock makes a second leader unlikely; the expected version makes a double grant
 impossible even if two processes both believe they lead (e.g. a paused process whose
-session lock was lost): the loser's append fails and it steps down.
+session lock was lost): the loser's append fails and it steps down. The decision:
+docs/architecture/decisions/one-writer-per-pool.md.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import asyncio
 import logging
 import time
 
-from app.adapters.advisory_lock import AdvisoryLockLeadership, lock_key  # noqa: F401  (re-exported)
+from app.adapters.advisory_lock import AdvisoryLockLeadership
 from app.domain import events as ev
 from app.domain import pool_access
 from app.domain.access import AccessPolicy

@@ -620,8 +620,8 @@ STYLES = ("worklog", "chat", "ops")
 # filler and its own wording of every planted fact (HELDOUT_PARAPHRASES), and never part of
 # the "mixed" sessions. Each was measured once before the extractor saw it, then its misses
 # taught the extractor something general: the ticket thread terse "Label: value" lines,
-# the meeting transcript that a speaker's label is no subject. Neither is unseen any more
-# (README: the first-look numbers); a new style is needed for the next unseen check.
+# the meeting transcript that a speaker's label is no subject. So neither is an unseen check
+# (the first-look numbers: docs/benchmarks/context.md); the next unseen check needs a new style.
 HELDOUT_STYLES = ("ticket", "meeting")
 UNSEEN_STYLES: tuple[str, ...] = ()
 

@@ -1,6 +1,6 @@
 """What one decision batch costs the pool's leader, by batch size: the scheduling core alone
-(decide_many, pure, no I/O), against the core as it was before granting passes ordered the
-queue once (the reference below), in the same run.
+(decide_many, pure, no I/O), against a reference that scans the queue for every grant
+(below), in the same run.
 
     python -m agentrm_bench.decide_cost [--scenario idle|busy] [--batches 50,100,...] [--repeat 5]
 
@@ -11,9 +11,10 @@ Two scenarios, each a batch as the leader's inbox hands it over after a stall:
   queue (q = k), and one pass grants all k.
 - `busy`: 200 lanes, all held, and 800 turns queued behind them; k of the held turns complete
   together (k <= 200). One pass grants k turns from a queue of 800.
-The core before this change asked next_turn (a scan of the whole queue) before every grant,
-and counted an agent's queued turns by a scan of the queue for every request once the pool
-held more than the agent's cap (32): k x q work per batch. In both scenarios every queued
+The core orders the queue once per granting pass. The reference asks next_turn (a scan of
+the whole queue) before every grant, and counts an agent's queued turns by a scan of the
+queue for every request once the pool holds more than the agent's cap (32): k x q work per
+batch. In both scenarios every queued
 turn's deadline is its queue time (one class, no run or size terms), and rate_bound never
 flips. Each figure is the CPU time of decide_many on a fresh copy of the state, the median
 of `--repeat` runs with the min-max spread, and the reference's time over ours; both cores'

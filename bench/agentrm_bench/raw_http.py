@@ -3,7 +3,7 @@ requests written as pre-encoded bytes, responses framed by Content-Length.
 
 Why not httpx (or aiohttp): the driver shares two cores with the server and PostgreSQL,
 and every millisecond of CPU it spends per turn is taken from the server it measures.
-httpx cost the driver about as much CPU per turn as the whole server spent. A turn here is
+httpx costs the driver about as much CPU per turn as the whole server spends. A turn here is
 two POSTs whose bytes are known in advance but for the turn id, so the request is a
 `transport.write` of a prepared buffer and the response a search for the end of the head
 and a Content-Length: no header objects, no URL parsing, no connection pool. It speaks

@@ -24,7 +24,7 @@ from .policies.agentrm import MEASURED_CLIENT_DELAY_S, MEASURED_REPORT_DELAY_S
 from .scenarios import AGENTRM_DEFAULTS, SCENARIOS, Scenario
 from .workload import CLASSES, Trace, WorkloadParams, generate
 
-# The first benchmark's pool, kept for the live check (the `paper` scenario's pool).
+# The `paper` scenario's pool; the live check scales its own pool from it.
 DEFAULT_LANES = 64
 DEFAULT_RPM = 10_000
 DEFAULT_TPM = 12_000_000

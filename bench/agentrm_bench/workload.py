@@ -12,10 +12,10 @@ Three kinds of agent, after the classes the scheduler knows:
 A fraction of calls hang: the provider accepts them and never answers. The hang belongs to
 the first attempt of a call; a retry of it is answered, so every policy can finish the work.
 
-Why these defaults (they were recalibrated once; README "Benchmarks" keeps the history):
+Why these defaults (the results they give: docs/benchmarks/scheduler.md):
 - 30 simulated minutes: openclaw-lanes' last backstop against hung calls is a 630 s lane task
-  timeout. A 10-minute window ends before it can ever fire, which flatters AgentRM (the
-  `ten-minutes` scenario shows by how much); 30 minutes lets the baseline recycle zombies.
+  timeout. A 10-minute window ends before it can ever fire, which would flatter AgentRM;
+  30 minutes lets the baseline recycle zombies.
 - Tool time. The paper's pair of results (throughput +168% at equal lanes, lane waste -96%)
   pins its baseline's lane waste at about 63%: at equal lanes a scheduler that wastes w_a
   of its lanes can out-serve one that wastes w_b by at most (1 - w_a) / (1 - w_b). Tools
@@ -23,9 +23,9 @@ Why these defaults (they were recalibrated once; README "Benchmarks" keeps the h
   point a benchmark measures. Interactive tools (search, fetch, file edits): lognormal,
   median 4 s. Batch jobs are the tool-heavy class: their LLM calls follow each other with no
   human in between, but between them the agent runs builds, test suites and crawls (Pareto
-  from 8 s, shape 1.3: median 14 s, capped at 120 s). With the earlier, lighter model
-  (median 2 s, Pareto from 1 s) the baseline wastes about 45% and AgentRM's lead is about
-  2x; the benchmark reports that scenario beside the default.
+  from 8 s, shape 1.3: median 14 s, capped at 120 s). A lighter model (median 2 s, Pareto
+  from 1 s) would put the baseline's lane waste at about 45% and AgentRM's lead at about 2x,
+  far from the paper's operating point.
 
 `call_attempts(trace)` flattens a trace into per-agent sequences of calls, so that a live
 check can drive the same trace through the real service with real clients.

@@ -118,9 +118,10 @@ MUTATIONS = {
                              lambda c: {"id": c.lease}, AGENT_ITSELF, needs_lease=True),
     "releaseResource": Row("mutation($id: ID!) { releaseResource(leaseId: $id) { id } }",
                            lambda c: {"id": c.lease}, SELF_OR_OPERATOR, needs_lease=True),
-    # A grant would switch default deny on for the whole session's server (README, access), so
-    # the operator's row is an allowed call with a bad pattern, and a revoke of no grant: the
-    # answer shows the operator passed the authorization check and nothing else did.
+    # A grant would switch default deny on for the whole session's server
+    # (docs/guides/resources-and-access.md), so the operator's row is an allowed call with a
+    # bad pattern, and a revoke of no grant: the answer shows the operator passed the
+    # authorization check and nothing else did.
     "grantAccess": Row("mutation($a: ID!) { grantAccess(input: {agentId: $a, pattern: \" \"}) { id } }",
                        lambda c: {"a": c.agent}, {**OPERATOR_ONLY, "operator": "BAD_USER_INPUT"}),
     "revokeAccess": Row("mutation { revokeAccess(grantId: \"no-such-grant\") { id } }", lambda c: {},
@@ -253,7 +254,8 @@ async def test_mutations_against_every_role(server, operator):
             if role == "other" and got == "ok":
                 await check_other_sees_nothing_of_a(body, ctx, f"mutation {field}", failures)
             # Free A's lane for the next one: a new pool runs below its configured lanes at
-            # first (adaptive lanes, README), and every row's A holds one for an hour.
+            # first (adaptive lanes: app/domain/concurrency.py), and every row's A holds one
+            # for an hour.
             with contextlib.suppress(GraphQLError):
                 await operator("mutation($id: ID!) { cancelTurn(turnId: $id) { id } }", id=ctx.turn)
     assert not failures, "\n".join(failures)

@@ -45,8 +45,9 @@ async def test_events_cannot_be_updated_or_deleted(store):
 
 async def test_analyze_skips_the_jsonb_payloads_and_keeps_the_columns_plans_use(store):
     """Migration 0007: ANALYZE (autovacuum's too) gathers no statistics on events.data,
-    events.metadata or read_models.doc, whose sampling was most of its cost, and still
-    gathers them on the columns the log is read by."""
+    events.metadata or read_models.doc, whose sampling would be most of its cost, and still
+    gathers them on the columns the log is read by
+    (docs/architecture/decisions/read-model-saves.md)."""
     es, _ = store
     await es.append([NewEvent(f"thing-{i}", "Made", {"n": i, "text": "x" * 50}, {"correlation": str(i)})
                      for i in range(200)])
@@ -88,9 +89,9 @@ async def test_analyze_samples_3000_rows_of_the_log_and_the_read_models(store):
 
 
 async def test_a_read_model_update_can_be_hot_and_large_documents_are_lz4(store):
-    """Migration 0009: no index of `read_models` reads `doc` (such an index made every save's
+    """Migration 0009: no index of `read_models` reads `doc` (such an index makes every save's
     update of a document a non-HOT update), and a large document is stored lz4-compressed
-    where the server was built with lz4."""
+    where the server was built with lz4 (docs/architecture/decisions/read-model-saves.md)."""
     es, _ = store
     async with es.pool.acquire() as conn:
         definitions = [r["indexdef"] for r in await conn.fetch(

@@ -23,7 +23,9 @@ from app.replay import replay_check
 from app import runtime as runtime_module
 from app.runtime import Runtime
 from app.adapters import advisory_lock
-from app.scheduler.loop import LostLeadership, PoolScheduler, lock_key
+from app.adapters.advisory_lock import lock_key
+from app.scheduler.loop import PoolScheduler
+from app.scheduler.writer import LostLeadership
 from tests.client import COMPLETE, REQUEST, GraphQLClient, register, start_serve
 from tests.conftest import OPERATOR_TOKEN
 

@@ -47,9 +47,9 @@ async def test_followers_woken_by_another_process_share_one_read(two_processes):
                 # Every follower has read the first commit, so each has made its own first
                 # look at the log (the first wake-up after a start names no position).
                 reads = count_log_reads(ours)
-        # Four followers, four more commits of another process. Each follower alone read
-        # the log on each commit (sixteen reads); sharing, one read per commit; now at most
-        # the read that gives the cache its start, and each commit came with its NOTIFY.
+        # Four followers, four more commits of another process. Each follower alone would
+        # read the log on each commit (sixteen reads), sharing one read per commit; with
+        # each commit carried by its NOTIFY, at most the read that gives the cache its start.
         assert reads[0] <= 1
         queued = [[i.queue.get_nowait() for _ in range(i.queue.qsize())] for i in inboxes]
         assert [e.data["n"] for e in queued[0]] == [1, 2, 3, 4, 5]

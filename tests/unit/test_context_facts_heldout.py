@@ -2,11 +2,10 @@
 
 The set was written and committed before the extractor was improved, in phrasings of its
 own (paraphrased rules, work-log narration, chat idioms, tool output). The extractor was
-then improved by looking at what it got wrong there, so its scores on that set are now
+then improved by looking at what it got wrong there, so its scores on that set are
 optimistic. A second, smaller set (facts_fresh.jsonl) was written after the improvement
 and never used to change the extractor: its lower scores are the honest estimate of how
-the extractor does on text it was not written for. (Before the improvement, on the first
-set: precision 0.71, recall 0.41; supersession recall 0.07.)
+the extractor does on text it was not written for.
 
 Scoring, per message: the extractor's facts are matched one to one against the labelled
 facts, a match needing a kind the label accepts. A fact with no label is a false positive

@@ -4,10 +4,10 @@ Three kinds of test:
 - properties: within budget by tiktoken's own count, pinned first, deterministic;
 - a reference model: the budget rules of the docstring written out plainly, compared with
   assemble_view on random states at budgets placed exactly on and next to the boundaries
-  where an item fits or not (random budgets almost never land there, which is why
-  off-by-one mutants survived the older property test);
+  where an item fits or not (random budgets almost never land there, so a property test
+  alone lets off-by-one mutants survive);
 - worked examples of the ranking helpers, with the expected order spelled out.
-See docs/mutation-testing-context.md for the score and the equivalent mutants.
+See docs/benchmarks/mutation-testing-context.md for the score and the equivalent mutants.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app.context.tokens import count_message, count_text
 from app.domain import context as d
+from app.domain.context.view import _facts_block, _recency, _select_facts
 
 AGENT = "agent-v"
 S = d.ViewSettings()
@@ -61,7 +62,7 @@ def reference_view(state, budget, scores, now):
             else:
                 omitted.append(m.seq)
     live = [f for f in state.facts if f.superseded_by is None]
-    chosen, cost = d._select_facts(live, min(left, int(S.facts_share * budget)), count_message)
+    chosen, cost = _select_facts(live, min(left, int(S.facts_share * budget)), count_message)
     out_facts = []
     if chosen:
         chosen = sorted(chosen, key=lambda f: (f.source_seq, f.fact_id))
@@ -276,34 +277,34 @@ def test_fact_priority_order_spelled_out():
 
 
 def test_facts_block_reads_in_session_order():
-    block = d._facts_block([fact("x2", 9, text="Later."), fact("x1", 2, text="Earlier."), fact("x0", 9, text="Tie.")])
+    block = _facts_block([fact("x2", 9, text="Later."), fact("x1", 2, text="Earlier."), fact("x0", 9, text="Tie.")])
     assert block == d.FACTS_HEADER + "\n- Earlier.\n- Tie.\n- Later."
 
 
 def test_select_facts_edges():
-    assert d._select_facts([], 500, count_message) == ([], 0)
-    assert d._select_facts([fact("a", 1)], 0, count_message) == ([], 0)
+    assert _select_facts([], 500, count_message) == ([], 0)
+    assert _select_facts([fact("a", 1)], 0, count_message) == ([], 0)
     header = count_message("system", d.FACTS_HEADER + "\n")
-    assert d._select_facts([fact("a", 1)], header - 1, count_message) == ([], 0)
+    assert _select_facts([fact("a", 1)], header - 1, count_message) == ([], 0)
     one = fact("a", 1, text="Short rule.")
-    exact = count_message("system", d._facts_block([one]))
-    assert d._select_facts([one], exact, count_message) == ([one], exact)
-    assert d._select_facts([one], exact - 1, count_message) == ([], 0)
+    exact = count_message("system", _facts_block([one]))
+    assert _select_facts([one], exact, count_message) == ([one], exact)
+    assert _select_facts([one], exact - 1, count_message) == ([], 0)
 
 
 def test_select_facts_takes_every_fact_at_their_exact_cost_and_skips_only_what_does_not_fit():
     facts = [fact(f"s{i}", 20 - i, text=f"Short rule {i}.") for i in range(6)]
-    everything = count_message("system", d._facts_block(facts))
-    chosen, cost = d._select_facts(facts, everything, count_message)
+    everything = count_message("system", _facts_block(facts))
+    chosen, cost = _select_facts(facts, everything, count_message)
     assert sorted(f.fact_id for f in chosen) == sorted(f.fact_id for f in facts) and cost == everything
     # A longer fact in the middle of the ranking, which fits the cap on its own but not
     # after the three before it, is skipped; the shorter ones after it still go in.
     long = fact("long", 17, text="A longer rule " + "with words " * 8 + ".")
     header = count_message("system", d.FACTS_HEADER + "\n")
-    assert count_message("system", d._facts_block([long])) <= everything
-    assert count_message("system", d._facts_block(facts[:3] + [long])) > everything
+    assert count_message("system", _facts_block([long])) <= everything
+    assert count_message("system", _facts_block(facts[:3] + [long])) > everything
     ranked = facts[:3] + [long] + facts[3:]
-    chosen, cost = d._select_facts(ranked, everything, count_message)
+    chosen, cost = _select_facts(ranked, everything, count_message)
     assert chosen == facts and cost == everything and header < cost
 
 
@@ -311,19 +312,19 @@ def test_select_facts_shows_one_of_each_shape_before_repeats():
     errors = [fact(f"e{i}", 30 - i, kind="error", role="tool", text=f"AssertionError: assert {i} == {i + 1}",
                    shape="error:assertionerror") for i in range(6)]
     other = fact("p", 1, kind="path", role="tool", text="See /srv/app/config.yaml.", shape="path:x")
-    cap = count_message("system", d._facts_block([errors[0], other])) + 2
-    chosen, _ = d._select_facts(errors + [other], cap, count_message)
+    cap = count_message("system", _facts_block([errors[0], other])) + 2
+    chosen, _ = _select_facts(errors + [other], cap, count_message)
     assert chosen == [errors[0], other]        # by priority alone it would be e0, e1
     # near-duplicates (same words, other values) count as repeats too, within a kind
     twins = [fact(f"t{i}", 40 - i, kind="todo", role="tool", text=f"Backfill invoices for region {i} today.")
              for i in range(4)]
     lone = fact("z", 2, kind="todo", role="tool", text="Rotate the staging credentials.")
-    cap = count_message("system", d._facts_block(twins[:1] + [lone]))
-    chosen, _ = d._select_facts(twins + [lone], cap, count_message)
+    cap = count_message("system", _facts_block(twins[:1] + [lone]))
+    chosen, _ = _select_facts(twins + [lone], cap, count_message)
     assert chosen == [twins[0], lone]
     # case does not hide a near-duplicate
     shout = fact("u", 39, kind="todo", role="tool", text="BACKFILL INVOICES FOR REGION 9 TODAY.")
-    chosen, _ = d._select_facts([twins[0], shout, lone], cap, count_message)
+    chosen, _ = _select_facts([twins[0], shout, lone], cap, count_message)
     assert chosen == [twins[0], lone]
 
 
@@ -337,17 +338,17 @@ def test_select_facts_puts_first_of_each_sort_before_the_repeats():
     t1 = fact("t1", 39, kind="todo", role="tool", text="alpha beta gamma omega")         # Jaccard 3/5 = 0.6
     x = fact("x", 38, kind="todo", role="tool", text="alpha one two three four five six")  # 1/10 with t0
     q = fact("q", 37, kind="quantity", role="tool", text="alpha beta gamma delta")       # another kind
-    chosen, _ = d._select_facts([x, t1, q, e1, t0, e0], 10_000, count_message)
+    chosen, _ = _select_facts([x, t1, q, e1, t0, e0], 10_000, count_message)
     assert [f.fact_id for f in chosen] == ["e0", "t0", "x", "q", "e1", "t1"]
 
 
 def test_recency_halves_every_half_life_and_ignores_future_timestamps():
-    assert d._recency(0.0, 3600.0) == 1.0
-    assert d._recency(3600.0, 3600.0) == 0.5
-    assert d._recency(7200.0, 3600.0) == 0.25
-    assert d._recency(-50.0, 3600.0) == 1.0
-    assert d._recency(0.5, 1800.0) < 1.0
-    assert d._recency(100.0, 0.0) == 0.0 and d._recency(0.25, 0.5) == 0.5 ** 0.5
+    assert _recency(0.0, 3600.0) == 1.0
+    assert _recency(3600.0, 3600.0) == 0.5
+    assert _recency(7200.0, 3600.0) == 0.25
+    assert _recency(-50.0, 3600.0) == 1.0
+    assert _recency(0.5, 1800.0) < 1.0
+    assert _recency(100.0, 0.0) == 0.0 and _recency(0.25, 0.5) == 0.5 ** 0.5
 
 
 def test_view_serialisation_and_text():

@@ -100,8 +100,8 @@ def test_a_misspelt_field_fails_loudly():
 
 
 def test_a_decision_whose_field_was_renamed_is_not_folded_as_a_default():
-    """Before typed events, apply read `d.get("lane_seconds")` style fields: a renamed
-    field in a log folded silently as zero. Now the fold refuses the event."""
+    """A renamed field must not fold silently as its default (a `d.get("lane_seconds")`
+    style read would take it as zero): the fold refuses the event."""
     state = new_pool({"settings": PoolSettings(name="p").to_dict(), "at": 0.0})
     decide(state, ev.AGENT_REGISTERED, {"agent_id": "a", "name": "a", "priority_class": ev.INTERACTIVE}, 0.0)
     decide(state, ev.TURN_REQUESTED, {"turn_id": "t", "agent_id": "a", "estimated_tokens": 10}, 0.0)

@@ -132,8 +132,9 @@ class Ledger:
     runs: dict[str, dict] = field(default_factory=dict)       # service, live turns, last activity
 
     def deadline(self, t: dict, rate_bound: bool = False) -> float:
-        """Policy "deadline": queued_at + class slack + run slack + size slack (README); while
-        the rate budget binds, the output credit (negative) instead of the class slack."""
+        """Policy "deadline": queued_at + class slack + run slack + size slack
+        (app/domain/ordering.py); while the rate budget binds, the output credit (negative)
+        instead of the class slack."""
         s = self.settings
         if rate_bound:
             total = -min(s.output_credit_cap_seconds, s.output_credit_per_ktoken * t["max_output"] / 1000.0)

@@ -33,7 +33,8 @@ Modules
 - whole:       ``whole_history_view``, every message verbatim when they all fit.
 - stats:       the ContextStats of the public contract.
 The event names are in app.domain.events with all the others. This package re-exports
-what callers use, so ``from app.domain import context as ctx`` reaches all of it.
+the public names callers use, so ``from app.domain import context as ctx`` reaches them;
+a private helper is imported from the module that defines it.
 """
 from __future__ import annotations
 
@@ -52,8 +53,6 @@ from .stats import context_stats
 from .view import (FACTS_HEADER, NEAR_DUPLICATE_JACCARD, REPLY_PRIMING_TOKENS, ContextView, ViewItem,
                    ViewSettings, assemble_view, fact_priority)
 from .whole import whole_history_view
-# The view tests work these helpers out on their own, as ``ctx._select_facts`` and so on.
-from .view import _facts_block, _recency, _select_facts  # noqa: F401
 
 __all__ = [
     "ADAPTIVE", "COLD", "CONTEXT_APPENDED", "CONTEXT_COMPACTED", "CONTEXT_EVENTS", "DEFAULT_IDLE_SECONDS",

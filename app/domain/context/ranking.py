@@ -4,7 +4,7 @@ cosine from the embedding model, BM25 from the lexical index) and passes them in
 
 Why reciprocal rank (Cormack et al., SIGIR 2009): dense cosines and BM25 scores live on
 unrelated scales, and RRF needs no calibration between them, only each list's order.
-k = 60 is the paper's constant; it was not tuned here.
+k = 60 is the paper's constant; it is not tuned here.
 """
 from __future__ import annotations
 

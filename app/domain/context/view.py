@@ -1,7 +1,7 @@
 """View assembly: the context an agent reads for its next call, within a token budget.
 
-Mutation-tested (docs/mutation-testing-context.md, ops/mutate_context_view.sh): this file
-holds assemble_view and its helpers only, so the mutants are exactly theirs.
+Mutation-tested (docs/benchmarks/mutation-testing-context.md, ops/mutate_context_view.sh):
+this file holds assemble_view and its helpers only, so the mutants are exactly theirs.
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ class ViewSettings:
     # With a query (``ranking`` given) the view is relevance-first: pinned, then the key
     # facts whose source message ranks (<= query_facts_share), then the newest messages
     # (<= query_recent_share), then messages in ranking order while they fit. Both shares
-    # are caps that were measured (agentrm bench context, ablations); see the README.
+    # are caps chosen by measurement (agentrm bench context and its ablations:
+    # docs/benchmarks/context.md).
     query_facts_share: float = 0.0
     query_recent_share: float = 0.0
 
@@ -275,8 +276,9 @@ def _stamped(content: str, at: float, dated: bool) -> str:
 
     Every message carries its time (questions ask "when") and each line can be dated
     without reading further than the line above. The day costs ~8 tokens once per run of
-    same-day lines, inside the message; a separate header message per day cost ~14 (the
-    chat framing), and was what the stamps mostly cost (README, LoCoMo ablations).
+    same-day lines, inside the message; a separate header message per day would cost ~14
+    (the chat framing), most of what the stamps cost (docs/benchmarks/context.md, the
+    LoCoMo ablations).
     "13:56 " is 2 tokens in cl100k, "[13:56] " 4."""
     when = datetime.fromtimestamp(at, tz=timezone.utc)
     return f"{when.strftime('%a %d %b %Y %H:%M')} UTC {content}" if dated else f"{when.strftime('%H:%M')} {content}"
@@ -291,7 +293,8 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
     source message is in the ranking, in its order (<= query_facts_share), then the newest
     messages (<= query_recent_share), then ranked messages while they fit, skipping one
     that does not (a shorter one further down may). The unit is the single message: on
-    conversations it recalled more evidence per token than 200-token chunks (README).
+    conversations it recalls more evidence per token than 200-token chunks
+    (docs/benchmarks/context.md).
 
     Output: pinned, the facts block, then the chosen messages in chronological order, each
     stamped with its time (questions ask "when") and, when the line above is of another

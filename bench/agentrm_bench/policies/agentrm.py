@@ -24,9 +24,7 @@ from .base import Context, Cursor, Policy
 # - the provider's last byte -> the scheduler's decision: the completeTurn round trip, its
 #   append, the scheduler's pass.
 # Three such runs gave 7.4/6.8, 6.9/6.5 and 9.0/8.3 ms (the machine's load varies); the
-# benchmark takes the largest, rounded up to the millisecond. Before the API cached parsed
-# documents and woke only satisfied waiters they were 20 and 30 ms; the `slow-clients`
-# scenario keeps those.
+# benchmark takes the largest, rounded up to the millisecond.
 MEASURED_CLIENT_DELAY_S = 0.009
 MEASURED_REPORT_DELAY_S = 0.009
 
