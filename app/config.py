@@ -58,7 +58,7 @@ def number(low: float, high: float | None = None, *, above: bool = False, unit: 
     elif above:
         accepted = f"a number of {unit} above {_shown(low)}"
     else:
-        accepted = f"a number of {unit}, {_shown(low)} or more (inf: never)"
+        accepted = f"a number of {unit}, {_shown(low)} or more"
 
     def parse(raw: str) -> float:
         value = float(raw)
@@ -151,6 +151,8 @@ def setting(name: str, kind: Kind, default: Any, meaning: str, *, internal: bool
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting AgentRM reads; each field is one row of the table (``setting``)."""
+
     # -- the database and local state
     database_url: str | None = setting(
         "DATABASE_URL", TEXT, None,
@@ -199,7 +201,7 @@ class Settings:
         "how long a pool's leader may stay silent before a standby takes the pool over")
     hibernate_idle_seconds: float = setting(
         "AGENTRM_HIBERNATE_IDLE_SECONDS", number(0), 1800.0,
-        "how long an agent may stay idle before its context hibernates")
+        "how long an agent may stay idle before its context hibernates (inf: never)")
     token_encoding: str = setting(
         "AGENTRM_TOKEN_ENCODING", choice("cl100k_base", "o200k_base"), "cl100k_base",
         "the tokenizer used when neither the pool nor the agent chooses one")
@@ -234,8 +236,11 @@ class Settings:
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Settings:
         """Every variable of the table from `env`; ConfigError on the first bad value."""
-        return cls(**{field.name: field.metadata["variable"].parse(env.get(field.metadata["variable"].name))
-                      for field in dataclasses.fields(cls)})
+        values = {}
+        for field in dataclasses.fields(cls):
+            variable = field.metadata["variable"]
+            values[field.name] = variable.parse(env.get(variable.name))
+        return cls(**values)
 
 
 VARIABLES: tuple[Variable, ...] = tuple(field.metadata["variable"] for field in dataclasses.fields(Settings))
