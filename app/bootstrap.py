@@ -1,32 +1,45 @@
-"""The one reader of the environment, and the one place that wires adapters together.
+"""The one place that wires adapters together into a running application.
 
-Entry points (the CLI, the uvicorn factory, the benchmarks) ask this module for their
-settings and their runtime; nothing else in the package reads `os.environ` for
-configuration. (The tokenizer, summarizer and embedder read their own optional model
-switches, which belong to those adapters.)"""
+Entry points (the CLI, the uvicorn factory, the benchmarks, the tests) ask this module for
+the database, the operator token and a runtime. `Runtime` is the production wiring on
+PostgreSQL; `MemoryRuntime` the same application on the in-memory log, for application
+tests. What they are configured with comes from app/config.py, read when they start."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import secrets
-from dataclasses import dataclass
+import socket
+import time
 from pathlib import Path
 
+from app import config
+from app.adapters.leader_lease import LeaseLeadership
+from app.adapters.memory_leadership import AlwaysLeads
+from app.adapters.memory_log import MemoryLog
+from app.auth import OPERATOR
 from app.domain.settings import PoolSettings
-
-# Set by `agentrm serve` for its uvicorn workers, which are fresh processes.
-RESOLVED_DATABASE_URL = "AGENTRM_RESOLVED_DATABASE_URL"
-DEMO = "AGENTRM_DEMO"
+from app.errors import Conflict
+from app.eventstore.listener import LogListener
+from app.eventstore.store import EventStore, create_pool
+from app.projections.runner import Projector
+from app.resources.manager import ResourceManager
+from app.resources.service import ResourceService
+from app.scheduler.loop import SchedulerSupervisor
+from app.service import Service
 
 
 def data_dir() -> Path:
-    """Where the embedded cluster and local state live (AGENTRM_DATA_DIR, default .agentrm/)."""
-    path = Path(os.environ.get("AGENTRM_DATA_DIR", ".agentrm")).resolve()
+    """Where the embedded cluster and local state live (AGENTRM_DATA_DIR), created."""
+    path = Path(config.load().data_dir).resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def external_database_url() -> str | None:
-    return os.environ.get("DATABASE_URL") or None
+    """DATABASE_URL, when one is configured."""
+    return config.load().database_url
 
 
 def database_url(start_embedded: bool = True) -> str:
@@ -43,7 +56,7 @@ def database_url(start_embedded: bool = True) -> str:
 def operator_token() -> str:
     """The operator bearer token: AGENTRM_OPERATOR_TOKEN, else one generated once and kept
     in the data dir so that `agentrm token` and a restarted server agree on it."""
-    token = os.environ.get("AGENTRM_OPERATOR_TOKEN")
+    token = config.load().operator_token
     if token:
         return token
     path = data_dir() / "operator.token"
@@ -53,112 +66,136 @@ def operator_token() -> str:
     return path.read_text().strip()
 
 
-def default_pool_settings() -> PoolSettings:
-    """The `default` pool, from the environment (AGENTRM_DEFAULT_LANES, _RPM, _TPM,
-    _LEASE_SECONDS, _BOOST_SECONDS)."""
-    env = os.environ.get
-    return PoolSettings(
-        name="default",
-        lanes=int(env("AGENTRM_DEFAULT_LANES", "4")),
-        rpm=int(env("AGENTRM_DEFAULT_RPM", "600")),
-        tpm=int(env("AGENTRM_DEFAULT_TPM", "400000")),
-        lease_seconds=float(env("AGENTRM_DEFAULT_LEASE_SECONDS", "30")),
-        boost_seconds=float(env("AGENTRM_DEFAULT_BOOST_SECONDS", "60")),
-    )
-
-
-def introspection_enabled() -> bool:
-    """GraphQL introspection (AGENTRM_INTROSPECTION, default on; 0/false/off for production)."""
-    return os.environ.get("AGENTRM_INTROSPECTION", "1").strip().lower() not in ("0", "false", "off", "no")
-
-
-def hot_documents_enabled() -> bool:
-    """The compiled path for the turn documents (AGENTRM_HOT_DOCUMENTS, default on; 0 sends
-    every request through the general executor, to compare the two: app/api/hot_documents.py)."""
-    return os.environ.get("AGENTRM_HOT_DOCUMENTS", "1").strip().lower() not in ("0", "false", "off", "no")
-
-
-def max_queued_turns_per_agent() -> int:
-    """How many turns one agent may have queued at once (AGENTRM_MAX_QUEUED_PER_AGENT)."""
-    return int(os.environ.get("AGENTRM_MAX_QUEUED_PER_AGENT", "32"))
-
-
-def default_upstream() -> tuple[str | None, str | None]:
-    """The `default` pool's upstream for the gateway: AGENTRM_UPSTREAM_BASE_URL and
-    AGENTRM_UPSTREAM_API_KEY (other pools name theirs in createPool)."""
-    return (os.environ.get("AGENTRM_UPSTREAM_BASE_URL") or None,
-            os.environ.get("AGENTRM_UPSTREAM_API_KEY") or None)
-
-
 def use_demo_upstream(host: str, port: int) -> str | None:
     """With the demo and no upstream configured, the `default` pool's upstream is the demo
     server's own echo model (app/gateway/demo_upstream.py), so the gateway works offline.
-    Returns the URL it set, or None when an upstream was configured."""
-    if os.environ.get("AGENTRM_UPSTREAM_BASE_URL"):
+    Returns the URL it handed to the workers, or None when an upstream was configured."""
+    if config.load().upstream_base_url:
         return None
     local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url = f"http://{local}:{port}/demo-upstream/v1"
-    os.environ["AGENTRM_UPSTREAM_BASE_URL"] = url
+    config.export_for_workers(upstream_base_url=url)
     return url
-
-
-def hibernate_idle_seconds() -> float:
-    return float(os.environ.get("AGENTRM_HIBERNATE_IDLE_SECONDS", "1800"))
-
-
-def leader_lease_seconds() -> float:
-    """How long a pool's leader may stay silent before a standby ends its sessions and
-    takes the pool over (AGENTRM_LEADER_LEASE_SECONDS, default 5: long enough that a busy
-    event loop is not taken for a dead one, short enough that a stopped leader stalls its
-    pool for seconds, not for as long as its connection lives)."""
-    value = float(os.environ.get("AGENTRM_LEADER_LEASE_SECONDS", "5"))
-    if not 0.2 <= value <= 600:
-        raise SystemExit(f"AGENTRM_LEADER_LEASE_SECONDS must be between 0.2 and 600, got {value}")
-    return value
-
-
-def subscriber_send_timeout_seconds() -> float:
-    """How long a subscriber may leave its socket full before it is cut off and told to
-    resume (AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS, default 30)."""
-    value = float(os.environ.get("AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS", "30"))
-    if not 0.1 <= value <= 3600:
-        raise SystemExit(f"AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS must be between 0.1 and 3600, got {value}")
-    return value
 
 
 def worker_name() -> str:
     """This process's name in PostgreSQL (application_name, at most 63 bytes), unique per
     start: a standby ends the sessions of a silent worker by it."""
-    import socket
     return f"agentrm:{socket.gethostname()[:24]}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-@dataclass(frozen=True)
-class ServeSettings:
-    """What a uvicorn worker needs, handed over by `agentrm serve` through its environment."""
-    database_url: str
-    demo: bool
-
-    def export(self) -> None:
-        os.environ[RESOLVED_DATABASE_URL] = self.database_url
-        os.environ[DEMO] = "1" if self.demo else "0"
-
-    @classmethod
-    def from_env(cls) -> ServeSettings:
-        return cls(database_url=os.environ[RESOLVED_DATABASE_URL], demo=os.environ.get(DEMO, "1") == "1")
+def default_pool_settings(settings: config.Settings) -> PoolSettings:
+    """The `default` pool, created at the first start (AGENTRM_DEFAULT_*)."""
+    return PoolSettings(name="default", lanes=settings.default_lanes, rpm=settings.default_rpm,
+                        tpm=settings.default_tpm, lease_seconds=settings.default_lease_seconds,
+                        boost_seconds=settings.default_boost_seconds)
 
 
-# -- wiring ---------------------------------------------------------------------------
+async def _create_default_pool(service: Service, settings: PoolSettings | None) -> None:
+    if "default" not in service.model.pools:
+        with contextlib.suppress(Conflict):
+            await service.create_pool(OPERATOR, settings or default_pool_settings(config.load()))
+
+
+class Runtime:
+    """The production wiring: PostgreSQL event log, LISTEN/NOTIFY, advisory-lock leaders."""
+
+    def __init__(self, url: str, *, run_schedulers: bool = True, pool_size: int = 10,
+                 hibernate_idle_seconds: float | None = None, leader_lease_seconds: float | None = None):
+        self.settings = config.load()
+        self.url = url
+        self.worker = worker_name()
+        self.leader_lease_seconds = (self.settings.leader_lease_seconds if leader_lease_seconds is None
+                                     else leader_lease_seconds)
+        self.run_schedulers = run_schedulers
+        self.pool_size = pool_size
+        self.hibernate_idle_seconds = (self.settings.hibernate_idle_seconds if hibernate_idle_seconds is None
+                                       else hibernate_idle_seconds)
+
+    async def start(self, default_pool: PoolSettings | None = None) -> Runtime:
+        self.db = await create_pool(self.url, min_size=2, max_size=self.pool_size,
+                                    application_name=self.worker)
+        self.store = EventStore(self.db)
+        self.listener = LogListener(self.url)
+        self.store.use_wakeups(self.listener)
+        await self.listener.start()
+        self.projector = Projector(self.store, self.listener)
+        await self.projector.start()
+        self.store.on_append(self.projector.offer)
+        self.service = Service(self.store, self.projector,
+                               max_queued_per_agent=self.settings.max_queued_per_agent,
+                               timing_stamps=self.settings.timing_stamps)
+        self.resources = ResourceService(self.service)
+        self.service.pool_guard = self.resources.check_pool
+        self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)
+        await _create_default_pool(self.service, default_pool)
+        from app.context.service import ContextService
+        self.context = ContextService(self.service, hibernate_idle_seconds=self.hibernate_idle_seconds)
+        await self.context.start()
+        self.leadership = LeaseLeadership(self.url, lease_seconds=self.leader_lease_seconds,
+                                          worker=self.worker)
+        self.supervisor = SchedulerSupervisor(self.store, self.url, wakeups=self.listener,
+                                              leadership=self.leadership)
+        if self.run_schedulers:
+            await self.supervisor.start()
+            await self.resource_manager.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.context.stop()
+        await self.resource_manager.stop()
+        await self.supervisor.stop()
+        await self.projector.stop()
+        await self.listener.stop()
+        try:
+            await asyncio.wait_for(self.db.close(), 10)
+        except asyncio.TimeoutError:
+            self.db.terminate()   # an unresponsive database must not keep a worker from stopping
+
+
+class MemoryRuntime:
+    """No database: the in-memory log is its own wake-up source, the one process always
+    leads every pool, and the clock is injected. No context service (it stores embeddings
+    and archives in PostgreSQL)."""
+
+    def __init__(self, clock=None):
+        self.clock = clock if clock is not None else time.time
+
+    async def start(self, default_pool: PoolSettings | None = None) -> MemoryRuntime:
+        self.store = MemoryLog(self.clock)
+        self.listener = self.store
+        self.projector = Projector(self.store, self.store)
+        await self.projector.start()
+        self.store.on_append(self.projector.offer)
+        self.service = Service(self.store, self.projector, clock=self.clock,
+                               timing_stamps=config.load().timing_stamps)
+        self.resources = ResourceService(self.service)
+        self.service.pool_guard = self.resources.check_pool
+        self.resource_manager = ResourceManager(self.store, clock=self.clock, leadership=AlwaysLeads(),
+                                                wakeups=self.store)
+        await _create_default_pool(self.service, default_pool)
+        self.supervisor = SchedulerSupervisor(self.store, clock=self.clock,
+                                              leadership=AlwaysLeads(), wakeups=self.store)
+        if hasattr(self.clock, "on_advance"):
+            self.clock.on_advance(self.supervisor.tick)
+            self.clock.on_advance(self.resource_manager.tick)
+        await self.supervisor.start()
+        await self.resource_manager.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.resource_manager.stop()
+        await self.supervisor.stop()
+        await self.projector.stop()
+
 
 async def postgres_runtime(url: str, *, run_schedulers: bool = True, pool_size: int = 10,
-                           default_pool: PoolSettings | None = None):
-    """The production wiring: PostgreSQL event log, LISTEN/NOTIFY, advisory-lock leaders."""
-    from app.runtime import Runtime
+                           default_pool: PoolSettings | None = None) -> Runtime:
+    """The production wiring, started."""
     return await Runtime(url, run_schedulers=run_schedulers, pool_size=pool_size).start(default_pool)
 
 
-async def memory_runtime(clock=None, *, default_pool: PoolSettings | None = None):
+async def memory_runtime(clock=None, *, default_pool: PoolSettings | None = None) -> MemoryRuntime:
     """The application without a database: the in-memory log, a leader that always leads,
     and `clock` (a ManualClock in tests, whose moves wake the schedulers' timers)."""
-    from app.runtime import MemoryRuntime
     return await MemoryRuntime(clock).start(default_pool)

@@ -9,8 +9,9 @@ import logging
 import os
 import sys
 
-from app import bootstrap as config
+from app import bootstrap
 from app.bootstrap import database_url
+from app.config import ConfigError, export_for_workers, load
 
 BENCHMARKS = {
     "scheduler": "scheduling quality: every policy on the same seeded trace (simulated clock)",
@@ -31,21 +32,20 @@ def cmd_serve(args) -> int:
     url = database_url()
     if not args.no_migrate:
         upgrade(url)
-    demo_upstream = config.use_demo_upstream(args.host, args.port) if not args.no_demo else None
-    config.ServeSettings(database_url=url, demo=not args.no_demo).export()  # for the workers
-    token = config.operator_token()
+    demo_upstream = bootstrap.use_demo_upstream(args.host, args.port) if not args.no_demo else None
+    export_for_workers(database_url=url, demo=not args.no_demo)
+    token = bootstrap.operator_token()
     # The token rides in the URL fragment, which browsers never send to the server; the
     # console keeps it for the browser session only. Whoever runs `serve` is the operator anyway.
     base = f"http://{args.host}:{args.port}"
     print(f"AgentRM on {base}/  (GraphQL at /graphql, gateway at /v1, metrics at /metrics)\n"
           f"console:  {base}/#token={token}\n"
-          f"operator token: `agentrm token` (stored in {config.data_dir()})", flush=True)
+          f"operator token: `agentrm token` (stored in {bootstrap.data_dir()})", flush=True)
     if demo_upstream:
         print(f"default pool upstream: the demo echo model at {demo_upstream} "
               "(set AGENTRM_UPSTREAM_BASE_URL for a real provider)", flush=True)
     if args.workers > 1:   # its workers leave if it is killed outright (app/orphan_watch.py)
-        from app.orphan_watch import SUPERVISOR_ENV
-        os.environ[SUPERVISOR_ENV] = str(os.getpid())
+        export_for_workers(supervisor_pid=os.getpid())
     uvicorn.run("app.api.main:app_from_env", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, log_config=log_config, ws="websockets-sansio")
     return 0
@@ -57,10 +57,10 @@ def cmd_db(args) -> int:
     if args.action == "up":
         print(database_url())
     elif args.action == "down":
-        if config.external_database_url():
+        if bootstrap.external_database_url():
             print("DATABASE_URL is set: nothing embedded to stop")
         else:
-            EmbeddedPostgres(config.data_dir()).stop()
+            EmbeddedPostgres(bootstrap.data_dir()).stop()
             print("stopped")
     elif args.action == "migrate":
         upgrade(database_url())
@@ -71,7 +71,7 @@ def cmd_db(args) -> int:
 
 
 def cmd_token(_args) -> int:
-    print(config.operator_token())
+    print(bootstrap.operator_token())
     return 0
 
 
@@ -178,7 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognised arguments: {' '.join(unknown)}")
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    debug = args.debug or os.environ.get("AGENTRM_DEBUG") == "1"
+    try:
+        settings = load()   # every variable, so that a bad one stops any command at its start
+    except ConfigError as exc:
+        print(f"agentrm: error: {exc}", file=sys.stderr)
+        return 2
+    debug = args.debug or settings.debug
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -13,24 +13,22 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Mapping
+
+from app import config
 
 log = logging.getLogger(__name__)
 
-SUPERVISOR_ENV = "AGENTRM_SUPERVISOR_PID"
 CHECK_SECONDS = 1.0
 
 
-def supervisor_pid(env: dict | None = None) -> int | None:
-    """The supervisor this process should outlive by nothing, if it is one's worker."""
-    raw = (os.environ if env is None else env).get(SUPERVISOR_ENV, "")
-    try:
-        pid = int(raw)
-    except ValueError:
-        return None
+def supervisor_pid(env: Mapping[str, str] | None = None) -> int | None:
+    """The supervisor this process should outlive by nothing, if it is one's worker
+    (AGENTRM_SUPERVISOR_PID, which `serve` sets)."""
     # Not compared with getppid() here: the supervisor may already be gone by the time a
     # worker gets this far, and that worker must stop too. (Processes a worker starts
     # inherit the variable, but none of them serves the app.)
-    return pid if pid > 0 else None
+    return (config.load() if env is None else config.Settings.from_mapping(env)).supervisor_pid
 
 
 async def stop_when_orphaned(parent: int, interval: float = CHECK_SECONDS) -> None:

@@ -45,10 +45,6 @@ DECISION_TIMEOUT = 5.0      # how long a command waits for the scheduler's answe
 MAX_HEADERS = 100
 MAX_QUEUED_PER_AGENT = 32   # containment: turns one agent may have waiting at once
 MAX_RUN_ID = 200           # characters of a runId (a client's own name for its run)
-# Opt-in, off by default: each TurnRequested's metadata records the process id of the worker
-# that took it, so a grant's latency can be split by whether its request landed on the pool's
-# leader (bench/agentrm_bench/grant_timing.py sets it for its own server).
-_TIMING_STAMPS = os.environ.get("AGENTRM_TIMING_STAMPS") == "1"
 MAX_ATTEMPTS = 5           # a command with a request id, against concurrent appends to its turn
 
 
@@ -78,8 +74,13 @@ class Service:
     pool_guard = None
 
     def __init__(self, store: EventLog, projector: Projector, *, clock: Clock = time.time,
-                 ids: Ids = _new_id, max_queued_per_agent: int = MAX_QUEUED_PER_AGENT):
+                 ids: Ids = _new_id, max_queued_per_agent: int = MAX_QUEUED_PER_AGENT,
+                 timing_stamps: bool = False):
         self.max_queued_per_agent = max_queued_per_agent
+        # Opt-in (AGENTRM_TIMING_STAMPS): each TurnRequested's metadata records the process id
+        # of the worker that took it, so a grant's latency can be split by whether its request
+        # landed on the pool's leader (bench/agentrm_bench/grant_timing.py sets it for its server).
+        self.timing_stamps = timing_stamps
         # Requests of each agent appended by this process and not answered yet: they count
         # towards its cap before the scheduler has queued them.
         self._unanswered: dict[str, int] = {}
@@ -347,7 +348,7 @@ class Service:
             data["run_id"] = run_id   # the pool charges the run's attained service (ordering.py)
         agent_id = agent["agent_id"]
         meta = self._meta(principal, turn_id)
-        if _TIMING_STAMPS:
+        if self.timing_stamps:
             meta["worker_pid"] = os.getpid()   # which worker took it (bench grant_timing)
         # Wait for the scheduler's answer: queued at least, granted if the caller waits.
         async with self.replies.expect(turn_id, answers_request) as answered, \

@@ -16,14 +16,13 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app.auth import authenticate, parse_bearer
-from app.bootstrap import (default_upstream, hot_documents_enabled, introspection_enabled, operator_token,
-                           subscriber_send_timeout_seconds)
+from app import config
+from app.bootstrap import Runtime, operator_token
 from app.gateway.routes import routes as gateway_routes
 from app.gateway.upstreams import Upstreams
 from app.observability.http import routes as observability_routes
 from app.observability.metrics import AppMetrics
 from app.orphan_watch import stop_when_orphaned, supervisor_pid
-from app.runtime import Runtime
 from app.serving_gc import tune_for_serving
 
 from .schema import build_schema, schema
@@ -44,7 +43,8 @@ class AgentRMGraphQL(GraphQL):
         self.rt_holder = rt_holder
         self.hot_documents = self.schema.hot_documents if hot_documents else None
         self.graphql_transport_ws_handler_class = with_syntax_errors_as_messages(bounded_send_handler(
-            subscriber_send_timeout if subscriber_send_timeout is not None else subscriber_send_timeout_seconds()))
+            subscriber_send_timeout if subscriber_send_timeout is not None
+            else config.load().subscriber_send_timeout_seconds))
 
     async def get_context(self, request, response) -> dict:
         rt = self.rt_holder["runtime"]
@@ -95,16 +95,17 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                demo_upstream: bool | None = None, tune_gc: bool = False,
                hot_documents: bool | None = None) -> Starlette:
     holder: dict = {}
-    graphql = AgentRMGraphQL(holder, introspection=introspection_enabled() if introspection is None
+    settings = config.load()
+    graphql = AgentRMGraphQL(holder, introspection=settings.introspection if introspection is None
                              else introspection,
-                             hot_documents=hot_documents_enabled() if hot_documents is None else hot_documents)
+                             hot_documents=settings.hot_documents if hot_documents is None else hot_documents)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         rt = await Runtime(url, run_schedulers=run_schedulers).start()
         rt.operator_token = op_token or operator_token()
-        base_url, api_key = default_upstream()
-        holder["upstreams"] = Upstreams(rt, base_url, api_key)
+        upstream = config.load()
+        holder["upstreams"] = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key)
         holder["metrics"] = AppMetrics(rt)
         holder["runtime"] = rt
         if tune_gc:   # a serving worker's own process (app/serving_gc.py says why)

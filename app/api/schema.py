@@ -295,7 +295,7 @@ class AgentRMSchema(strawberry.Schema):
 
 def build_schema(*, introspection: bool = True) -> AgentRMSchema:
     """The schema with its limits (app/api/security.py); introspection can be switched off
-    for production (AGENTRM_INTROSPECTION=0, read by app/bootstrap.py)."""
+    for production (AGENTRM_INTROSPECTION=0, read by app/config.py)."""
     built = AgentRMSchema(query=Query, mutation=Mutation, subscription=Subscription,
                           extensions=[ErrorCodes, RefuseInvalidCredentials, *limit_extensions(introspection),
                                       SmallDocumentParserCache, SmallDocumentValidationCache, LearnHotDocuments])

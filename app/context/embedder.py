@@ -21,27 +21,22 @@ from __future__ import annotations
 import gc
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
 
+from app import config
+
 EMBEDDING_DIM = 384
 _BATCH_SIZE = 64
-DEFAULT_THREADS = 1
 
 
-def embedding_threads(env: dict | None = None) -> int:
-    raw = (os.environ if env is None else env).get("AGENTRM_EMBEDDING_THREADS", "")
-    if raw.strip() == "":
-        return DEFAULT_THREADS
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"AGENTRM_EMBEDDING_THREADS must be a whole number >= 1, not {raw!r}")
-    return n
+def embedding_threads(env: Mapping[str, str] | None = None) -> int:
+    """Torch's intra-op threads, AGENTRM_EMBEDDING_THREADS (default 1; ConfigError, a
+    ValueError, when bad)."""
+    return (config.load() if env is None else config.Settings.from_mapping(env)).embedding_threads
 
 
 class TextEmbedder(Protocol):
@@ -68,8 +63,7 @@ class MiniLMEmbedder:
         if self._model is None:
             with self._lock:
                 if self._model is None:  # double-checked: the first thread loads, others wait
-                    os.environ["HF_HUB_OFFLINE"] = "1"
-                    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+                    config.set_model_hub_offline()
                     import torch
                     from sentence_transformers import SentenceTransformer
 

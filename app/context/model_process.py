@@ -34,30 +34,23 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
+from app import config
+
 from .embedder import EMBEDDING_DIM, embedding_threads
 
-# Background work yields the cores to requests: nice 10 gets ~1/10 of a core's share
-# against a busy nice-0 thread, and all of an idle core. AGENTRM_EMBEDDING_NICE changes it
-# (0: the same priority as the server).
-DEFAULT_NICE = 10
 
+def background_nice(env: Mapping[str, str] | None = None) -> int:
+    """The child's niceness, AGENTRM_EMBEDDING_NICE (ConfigError, a ValueError, when bad).
 
-def background_nice(env: dict | None = None) -> int:
-    raw = (os.environ if env is None else env).get("AGENTRM_EMBEDDING_NICE", "")
-    if raw.strip() == "":
-        return DEFAULT_NICE
-    try:
-        n = int(raw)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 19:
-        raise ValueError(f"AGENTRM_EMBEDDING_NICE must be a whole number from 0 to 19, not {raw!r}")
-    return n
+    Background work yields the cores to requests: the default, nice 10, gets ~1/10 of a
+    core's share against a busy nice-0 thread, and all of an idle core (0: the same
+    priority as the server)."""
+    return (config.load() if env is None else config.Settings.from_mapping(env)).embedding_nice
 
 
 _ORPHAN_CHECK_SECONDS = 1.0
@@ -75,7 +68,7 @@ def _exit_when_orphaned(parent: int) -> None:
 
 
 def _start_child(nice: int, threads: int) -> None:
-    os.environ["AGENTRM_EMBEDDING_THREADS"] = str(threads)
+    config.export_embedding_threads(threads)
     if nice:
         os.nice(nice)
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), name="orphan-check",

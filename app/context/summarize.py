@@ -11,14 +11,15 @@ summarizer may drop detail without the instructions, ids and paths being lost.
 """
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 import httpx
 import numpy as np
 
+from app import config
 from app.context.embedder import TextEmbedder
 from app.context.facts import split_sentences
 
@@ -159,11 +160,11 @@ class OpenAICompatibleSummarizer:
         return Summary(text.strip(), self.name, cost)
 
 
-def llm_summarizer_from_env(env: dict | None = None) -> OpenAICompatibleSummarizer | None:
+def llm_summarizer_from_env(env: Mapping[str, str] | None = None) -> OpenAICompatibleSummarizer | None:
     """The LLM summarizer when AGENTRM_SUMMARIZER_URL and AGENTRM_SUMMARIZER_MODEL are both
     set; None otherwise."""
-    env = dict(os.environ if env is None else env)
-    url, model = env.get("AGENTRM_SUMMARIZER_URL"), env.get("AGENTRM_SUMMARIZER_MODEL")
-    if url and model:
-        return OpenAICompatibleSummarizer(url, model, env.get("AGENTRM_SUMMARIZER_API_KEY"))
+    settings = config.load() if env is None else config.Settings.from_mapping(env)
+    if settings.summarizer_url and settings.summarizer_model:
+        return OpenAICompatibleSummarizer(settings.summarizer_url, settings.summarizer_model,
+                                          settings.summarizer_api_key)
     return None

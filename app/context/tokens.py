@@ -34,12 +34,13 @@ import base64
 import gzip
 import hashlib
 import importlib.util
-import os
 import threading
 from functools import lru_cache
 from pathlib import Path
 
 import tiktoken
+
+from app import config
 
 DEFAULT_ENCODING = "cl100k_base"
 SUPPORTED_ENCODINGS = ("cl100k_base", "o200k_base")
@@ -221,6 +222,5 @@ def truncate_to_tokens(text: str, n: int, encoding: str | tiktoken.Encoding | No
 
 
 def default_encoding_name() -> str:
-    """Encoding used when a pool/agent does not choose one (env override for operators)."""
-    name = os.environ.get("AGENTRM_TOKEN_ENCODING", DEFAULT_ENCODING)
-    return name if name in SUPPORTED_ENCODINGS else DEFAULT_ENCODING
+    """Encoding used when a pool/agent does not choose one (AGENTRM_TOKEN_ENCODING)."""
+    return config.load().token_encoding

@@ -45,7 +45,6 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import socket
 import statistics
 import time
@@ -446,10 +445,11 @@ async def serve_api(database_url: str):
     import subprocess
     import sys
 
+    from app.config import child_environment
     from app.eventstore.store import EventStore, create_pool
     port = _free_port()
-    env = {**os.environ, "AGENTRM_RESOLVED_DATABASE_URL": database_url, "AGENTRM_DEMO": "0",
-           "AGENTRM_OPERATOR_TOKEN": OPERATOR_TOKEN}
+    env = child_environment(AGENTRM_RESOLVED_DATABASE_URL=database_url, AGENTRM_DEMO="0",
+                            AGENTRM_OPERATOR_TOKEN=OPERATOR_TOKEN)
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "app.api.main:app_from_env", "--factory", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"], env=env)

@@ -38,6 +38,8 @@ from pathlib import Path
 import httpx
 import orjson
 
+from app.config import child_environment
+
 from .raw_http import GraphQLConnection, HTTPError
 from .processes import stop_process
 from .system_bench import _raw_insert_rate, pct
@@ -331,7 +333,7 @@ class Driver:
 # -- the server and the fleet ------------------------------------------------------------
 async def _start_server(url: str, workers: int, token: str, tmp: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    env = {**os.environ, "DATABASE_URL": url, "AGENTRM_OPERATOR_TOKEN": token, "AGENTRM_DATA_DIR": str(tmp)}
+    env = child_environment(DATABASE_URL=url, AGENTRM_OPERATOR_TOKEN=token, AGENTRM_DATA_DIR=str(tmp))
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",
                              str(workers), "--no-demo", "--no-migrate"], cwd=root, env=env,
@@ -419,7 +421,7 @@ async def run_async(url: str, *, agents: int = 1000, workers: int = 2, seconds: 
         finally:
             stop_process(proc)
     verify = subprocess.run([sys.executable, "-m", "app.cli", "audit", "verify"], capture_output=True, text=True,
-                            env={**os.environ, "DATABASE_URL": url}, cwd=Path(__file__).resolve().parents[2])
+                            env=child_environment(DATABASE_URL=url), cwd=Path(__file__).resolve().parents[2])
     turns = _spread([r[0]["turns_per_s"] for r in runs])
     p50_half = _spread([r[1]["grant_p50_ms"] for r in runs])
     p99_half = _spread([r[1]["grant_p99_ms"] for r in runs])

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import httpx
 
+from app.config import child_environment
+
 from . import load_bench as lb
 from .cli import _bench_database
 
@@ -37,8 +39,8 @@ from .cli import _bench_database
 async def _start(root: Path, url: str, workers: int, token: str, tmp: Path,
                  extra_env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = lb._free_port()
-    env = {**os.environ, "DATABASE_URL": url, "AGENTRM_OPERATOR_TOKEN": token, "AGENTRM_DATA_DIR": str(tmp),
-           "PYTHONPATH": str(root), **(extra_env or {})}
+    env = child_environment({"DATABASE_URL": url, "AGENTRM_OPERATOR_TOKEN": token, "AGENTRM_DATA_DIR": str(tmp),
+                             "PYTHONPATH": str(root), **(extra_env or {})})
     # Each checkout's server migrates its own database: a tree's code runs on its own
     # schema (an append function of another tree's migrations would change what it measures).
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",

@@ -23,13 +23,13 @@ from pathlib import Path
 import asyncpg
 
 from app.auth import OPERATOR, Principal
+from app.bootstrap import Runtime
 from app.domain import events as ev
 from app.domain.settings import PoolSettings
 from app.eventstore.listener import follow
 from app.eventstore.model import NewEvent
 from app.eventstore.store import init_connection
 from app.replay import rebuild
-from app.runtime import Runtime
 
 
 def pct(values: list[float], q: float) -> float:

@@ -10,7 +10,7 @@ from app.domain.settings import PoolSettings
 from app.errors import Conflict
 from app.projections.runner import Projector
 from app.replay import replay_check
-from app.runtime import Runtime
+from app.bootstrap import Runtime
 
 KEEP = 3
 

@@ -20,8 +20,8 @@ from app.domain import events as ev
 from app.domain.settings import PoolSettings
 from app.eventstore.model import ConcurrencyError, NewEvent
 from app.replay import replay_check
-from app import runtime as runtime_module
-from app.runtime import Runtime
+from app import bootstrap
+from app.bootstrap import Runtime
 from app.adapters import advisory_lock
 from app.adapters.advisory_lock import lock_key
 from app.scheduler.loop import PoolScheduler
@@ -131,7 +131,7 @@ async def test_two_scheduler_loops_that_both_lead_never_double_grant(fresh_datab
     monkeypatch.setattr(advisory_lock, "lock_key", lambda _pool: next(keys))
     # The bare lock, without the lease: two leases of one pool would take the row from each
     # other, and this test is about what the expected version alone guarantees.
-    monkeypatch.setattr(runtime_module, "LeaseLeadership",
+    monkeypatch.setattr(bootstrap, "LeaseLeadership",
                         lambda url, **_kw: advisory_lock.AdvisoryLockLeadership(url))
     a = await Runtime(fresh_database).start(PoolSettings(lanes=2, lease_seconds=30))
     b = await Runtime(fresh_database).start()

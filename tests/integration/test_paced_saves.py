@@ -11,7 +11,7 @@ from app.auth import OPERATOR
 from app.domain.settings import PoolSettings
 from app.projections import runner
 from app.projections.runner import PostgresDocuments, Projector, save_checkpointed
-from app.runtime import Runtime
+from app.bootstrap import Runtime
 
 NAME = "paced-test"
 

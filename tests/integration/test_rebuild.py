@@ -12,7 +12,7 @@ from app.domain import events as ev
 from app.domain.settings import PoolSettings
 from app.errors import Conflict
 from app.replay import pool_state_at, replay_check
-from app.runtime import Runtime
+from app.bootstrap import Runtime
 
 
 # Long enough that a learned start deadline (a few times the first-chunk delay, which a

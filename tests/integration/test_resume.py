@@ -133,7 +133,7 @@ async def _checkpoint(url: str) -> int:
 
 async def test_the_demo_fleet_registers_and_is_granted_turns(fresh_database):
     from app.demo import FLEET, start_demo
-    from app.runtime import Runtime
+    from app.bootstrap import Runtime
     rt = await Runtime(fresh_database).start(PoolSettings(lanes=4))
     demo = start_demo(rt)
     try:

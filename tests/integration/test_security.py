@@ -12,7 +12,8 @@ from app.api import app as api_app
 from app.api import security
 from app.api.schema import build_schema
 from app.auth import OPERATOR, Principal, hash_token
-from app.bootstrap import introspection_enabled, postgres_runtime
+from app.bootstrap import postgres_runtime
+from app.config import load
 from app.domain import events as ev
 from app.domain.streams import turn_stream
 from tests.client import COMPLETE, REQUEST, GraphQLClient, GraphQLError, register
@@ -150,9 +151,9 @@ def test_introspection_can_be_switched_off(monkeypatch):
     assert build_schema(introspection=False).execute_sync("{ __typename }", context_value={}).data \
         == {"__typename": "Query"}
     monkeypatch.setenv("AGENTRM_INTROSPECTION", "0")
-    assert introspection_enabled() is False
+    assert load().introspection is False
     monkeypatch.setenv("AGENTRM_INTROSPECTION", "1")
-    assert introspection_enabled() is True
+    assert load().introspection is True
 
 
 async def test_an_unexpected_failure_shows_no_detail_to_the_client(server, operator, monkeypatch):

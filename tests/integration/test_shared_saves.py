@@ -15,7 +15,7 @@ from app.eventstore.store import json_text
 from app.projections.core import PROJECTIONS
 from app.projections.runner import CHECKPOINT, Projector, load_docs
 from app.replay import rebuild
-from app.runtime import Runtime
+from app.bootstrap import Runtime
 
 
 async def _no_periodic_saves(self) -> None:

@@ -19,12 +19,6 @@ import pytest
 
 PACKAGES = ("app", "agentrm_bench")
 
-# Each a group of modules that may still import each other, until its own change lands.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset({"app.bootstrap", "app.runtime"}),  # removed by the config change
-]
-
-
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
     return grimp.build_graph(*PACKAGES, include_external_packages=False, cache_dir=None)
@@ -114,7 +108,7 @@ def cycles(graph: grimp.ImportGraph) -> list[str]:
     edges = imports_of(graph)
     found = []
     for group in strongly_connected(edges):
-        if len(group) < 2 or frozenset(group) in KNOWN_CYCLES:
+        if len(group) < 2:
             continue
         members = set(group)
         first = group[0]
@@ -159,12 +153,6 @@ def test_no_module_takes_part_in_an_import_cycle(graph):
 def test_no_package_init_is_reentered_during_its_own_import(graph):
     found = package_reentries(graph)
     assert not found, "packages re-entered during their own import:\n\n" + "\n\n".join(found)
-
-
-def test_the_known_exceptions_are_still_cycles(graph):
-    """An exception that no longer holds is deleted, so it cannot hide a new cycle later."""
-    groups = {frozenset(g) for g in strongly_connected(imports_of(graph))}
-    assert all(known in groups for known in KNOWN_CYCLES), "a known cycle is gone: delete it from KNOWN_CYCLES"
 
 
 def test_the_checks_see_a_cycle_and_a_reentered_package():
