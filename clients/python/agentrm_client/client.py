@@ -58,7 +58,7 @@ def _rate_limit_of(exc: BaseException) -> tuple[float | None, dict[str, str]] | 
     headers: dict[str, str] = {k.lower(): v for k, v in (getattr(response, "headers", None) or {}).items()}
     picked = {k: v for k, v in headers.items() if k.startswith(RATE_HEADER_PREFIXES) or k == "retry-after"}
     retry: float | None = None
-    with contextlib.suppress(TypeError, ValueError):
+    with contextlib.suppress(KeyError, TypeError, ValueError):   # absent or not seconds: unknown
         retry = float(headers["retry-after"])
     return retry, picked
 
