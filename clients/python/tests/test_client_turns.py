@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+import agentrm_client.client
 from agentrm_client import AgentRM, QueueTimeout, RateLimited, Turn, TurnNotGranted
 from agentrm_fake import AGENT_TOKEN, FakeAgentRM
 
@@ -65,19 +66,20 @@ async def test_a_queued_turn_enters_when_the_subscription_says_granted(fake: Fak
     assert fake.connection_payloads == [{"authorization": f"Bearer {AGENT_TOKEN}"}]
 
 
-async def test_the_first_chunk_heartbeats_at_once_and_later_ones_every_lease_third(fake: FakeAgentRM):
-    fake.lease_seconds = 0.6
+async def test_the_first_chunk_heartbeats_at_once_and_later_ones_every_lease_third(
+        fake: FakeAgentRM, monkeypatch: pytest.MonkeyPatch):
+    clock = [100.0]     # the client's clock only, so the throttle is checked without sleeping
+    monkeypatch.setattr(agentrm_client.client, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     async with AgentRM(fake.base, AGENT_TOKEN) as rm:
-        async with rm.turn(estimated_tokens=10) as turn:
+        async with rm.turn(estimated_tokens=10) as turn:   # lease 30 s: a heartbeat per 10 s at most
             for _ in range(50):
                 turn.chunk()
             await until(lambda: len(fake.heartbeats) == 1)
-            await asyncio.sleep(0.05)
-            for _ in range(50):
-                turn.chunk()              # within lease/3 of the first: no second heartbeat
+            clock[0] = 109.9
+            turn.chunk()
             await asyncio.sleep(0.05)
             assert len(fake.heartbeats) == 1
-            await asyncio.sleep(0.25)
+            clock[0] = 110.1
             fake.delays["heartbeat"] = 0.2
             turn.chunk()
         # The block waited for the (slow) heartbeat it started before completing.
