@@ -28,7 +28,7 @@ def test_the_client_installs_alone_without_the_servers_dependencies(tmp_path):
     started = time.monotonic()
     # A copy: building in place would leave build/ and egg-info in the checkout.
     source = tmp_path / "agentrm-client"
-    shutil.copytree(CLIENT, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    shutil.copytree(CLIENT, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".*_cache"))
     venv = tmp_path / "venv"
     # This interpreter's pip drives the new environment (--python): seeding a pip into it
     # would double the test's time and install nothing the client needs.
