@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything AgentRM needs; idempotent and quick when nothing is missing.
-# - a virtualenv in .venv with the project and its test extras
+# - a virtualenv in .venv with the agent-side client (clients/python), then the project
+#   and its test extras: the server depends on agentrm-client, which no index serves
 # - torch pinned to the CPU build BEFORE sentence-transformers (an unpinned torch
 #   would pull a multi-GB CUDA build)
 # - PostgreSQL server binaries (Debian's package) when none are installed
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 STAMP=.venv/.agentrm-setup
-WANT="$(sha256sum pyproject.toml | cut -c1-16)"
+WANT="$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -c1-16)"
 
 have_pg() {
   command -v initdb >/dev/null 2>&1 && return 0
@@ -53,6 +54,7 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ./clients/python
 .venv/bin/python -m pip install -q -e ".[test,bench]"
 echo "$WANT" > "$STAMP"
 echo "setup: done"

@@ -1,4 +1,4 @@
-"""The agent-side client (app.client) against the real server, wrapping direct calls to a
+"""The agent-side client (agentrm_client) against the real server, wrapping direct calls to a
 fake provider on loopback with the official openai SDK."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import asyncio
 import openai
 import pytest
 import pytest_asyncio
+from agentrm_client import AgentRM, QueueTimeout, RateLimited, SyncAgentRM
 
-from app.client import AgentRM, QueueTimeout, RateLimited, SyncAgentRM
 from app.domain import events as ev
 from tests.fake_upstream import FakeUpstream
 from tests.integration.test_gateway import MESSAGES, REPLY, events_of, make_agent, make_pool, wait_model

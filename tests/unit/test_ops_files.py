@@ -49,6 +49,25 @@ def rule_exprs() -> list[str]:
     return [r["expr"] for g in rules["groups"] for r in g["rules"]]
 
 
+def dockerfile_stages() -> dict[str, list[str]]:
+    """The Dockerfile's instructions (continuation lines joined) by stage name (FROM ... AS name)."""
+    text = (OPS / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("FROM "):
+            current = stages.setdefault(line.split()[-1], [])
+        if line and not line.startswith("#"):
+            current.append(line)
+    return stages
+
+
+def index_of(lines: list[str], pattern: str) -> int:
+    """The position of the first instruction matching `pattern`."""
+    return next(i for i, line in enumerate(lines) if re.search(pattern, line))
+
+
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(OPS)))
 def test_every_yaml_file_parses(path):
     assert documents(path)
@@ -138,3 +157,35 @@ def test_probes_and_scrapes_point_at_real_paths():
     for args in (container["args"], deployment["spec"]["template"]["spec"]["initContainers"][0]["command"]):
         assert args[0] == "agentrm" and args[1] in commands
         build_parser().parse_args(args[1:])
+
+
+def test_the_image_builds_the_console_and_serves_it_where_the_app_looks():
+    """A Node stage runs `npm ci` and `npm run build` in frontend/, and the final stage holds
+    its dist/ where app/api/app.py finds the console: frontend/dist beside the app package."""
+    from app.api.app import CONSOLE
+    stages = dockerfile_stages()
+    console = next(name for name, lines in stages.items() if re.match(r"FROM node:(\d+)", lines[0]))
+    lines = stages[console]
+    assert int(re.match(r"FROM node:(\d+)", lines[0])[1]) >= 20     # vite 8 wants node 20.19 or later
+    workdir = next(line.split()[1] for line in lines if line.startswith("WORKDIR "))
+    assert workdir.endswith("/frontend")
+    assert index_of(lines, r"^COPY frontend/package\.json frontend/package-lock\.json ") \
+        < index_of(lines, r"^RUN npm ci\b") < index_of(lines, r"^COPY frontend/src ") \
+        < index_of(lines, r"^RUN npm run build\b")
+    final = list(stages.values())[-1]
+    home = [line.split()[1] for line in final if line.startswith("WORKDIR ")][-1]
+    assert f"PYTHONPATH={home}" in " ".join(final)
+    assert any(re.fullmatch(rf"COPY --from=\w+ /src/app \./app", line) for line in final)
+    dist = CONSOLE.relative_to(Path(__file__).resolve().parents[2])     # frontend/dist
+    assert f"COPY --from={console} {workdir}/dist ./{dist.as_posix()}" in final
+
+
+def test_the_image_installs_the_client_before_the_server():
+    build = dockerfile_stages()["build"]
+    torch = index_of(build, r'^RUN pip install "torch==')
+    client = index_of(build, r"^RUN pip install \./clients/python$")
+    server = index_of(build, r"^RUN pip install \.$")
+    assert torch < client < server
+    assert index_of(build, r"^COPY clients/python \./clients/python$") < client
+    # The server's metadata names LICENSE (license-files): it must be there to build.
+    assert re.search(r"\bLICENSE\b", build[index_of(build, r"^COPY pyproject\.toml ")])

@@ -1,4 +1,4 @@
-"""The agent-side client of AgentRM: `from app.client import AgentRM, SyncAgentRM`.
+"""The agent-side client of AgentRM: `from agentrm_client import AgentRM, SyncAgentRM`.
 
 One turn per LLM call (`rm.turn(...)`), heartbeats from the stream (`turn.chunk()`),
 completion with real usage and outcome, and the agent's context (`append`, `view`).
@@ -23,7 +23,7 @@ def register_agent(url: str, operator_token: str, name: str, *, pool: str = "def
     if body.get("errors"):
         first = body["errors"][0]
         raise AgentRMError(first.get("message", "error"), (first.get("extensions") or {}).get("code"))
-    return body["data"]["registerAgent"]["token"]
+    return str(body["data"]["registerAgent"]["token"])
 
 
 __all__ = ["AgentRM", "AgentRMError", "QueueTimeout", "RateLimited", "SyncAgentRM", "SyncTurn", "Turn",

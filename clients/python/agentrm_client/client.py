@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
-from .transport import AgentRMError, Transport
+from .transport import AgentRMError, Data, Transport
 
 TURN_FIELDS = "id status lane level leaseExpiresAt grantedAt finishedAt outcome reason"
 RATE_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
@@ -39,13 +41,13 @@ class QueueTimeout(AgentRMError):
 class RateLimited(Exception):
     """Raise inside a turn when a provider answered 429 and no SDK exception says so."""
 
-    def __init__(self, retry_after: float | None = None, headers: dict | None = None):
+    def __init__(self, retry_after: float | None = None, headers: dict[str, Any] | None = None):
         super().__init__(f"rate limited (retry after {retry_after}s)")
         self.retry_after = retry_after
         self.headers = headers or {}
 
 
-def _rate_limit_of(exc: BaseException) -> tuple[float | None, dict] | None:
+def _rate_limit_of(exc: BaseException) -> tuple[float | None, dict[str, str]] | None:
     """(retry-after seconds, rate-limit headers) when `exc` is a 429, else None."""
     if isinstance(exc, RateLimited):
         return exc.retry_after, {k.lower(): str(v) for k, v in exc.headers.items()}
@@ -53,10 +55,10 @@ def _rate_limit_of(exc: BaseException) -> tuple[float | None, dict] | None:
     status = getattr(exc, "status_code", None) or getattr(response, "status_code", None)
     if status != 429:
         return None
-    headers = {k.lower(): v for k, v in (getattr(response, "headers", None) or {}).items()}
+    headers: dict[str, str] = {k.lower(): v for k, v in (getattr(response, "headers", None) or {}).items()}
     picked = {k: v for k, v in headers.items() if k.startswith(RATE_HEADER_PREFIXES) or k == "retry-after"}
-    retry = None
-    with contextlib.suppress(TypeError, ValueError):
+    retry: float | None = None
+    with contextlib.suppress(KeyError, TypeError, ValueError):   # absent or not seconds: unknown
         retry = float(headers["retry-after"])
     return retry, picked
 
@@ -64,7 +66,7 @@ def _rate_limit_of(exc: BaseException) -> tuple[float | None, dict] | None:
 def _usage_of(usage: Any) -> tuple[int | None, int | None]:
     """Prompt and completion tokens from an SDK's usage object or a plain dict (OpenAI's
     prompt/completion_tokens, Anthropic's input/output_tokens)."""
-    get = usage.get if isinstance(usage, dict) else lambda k: getattr(usage, k, None)
+    get: Callable[[str], Any] = usage.get if isinstance(usage, dict) else lambda k: getattr(usage, k, None)
     prompt = get("prompt_tokens")
     completion = get("completion_tokens")
     if prompt is None and completion is None:
@@ -79,12 +81,12 @@ class Turn:
     lane: int | None
     level: int | None
     lease_seconds: float
-    _rm: "AgentRM" = field(repr=False)
+    _rm: AgentRM = field(repr=False)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    headers: dict = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
     _last_beat: float | None = None
-    _beat: asyncio.Task | None = field(default=None, repr=False)
+    _beat: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def chunk(self) -> None:
         """Call from the code that reads the answer, for every chunk: the first one
@@ -99,7 +101,7 @@ class Turn:
         self._beat = asyncio.get_running_loop().create_task(self._rm._heartbeat(self.id))
 
     def report(self, usage: Any = None, *, prompt_tokens: int | None = None,
-               completion_tokens: int | None = None, headers: dict | None = None) -> None:
+               completion_tokens: int | None = None, headers: dict[str, Any] | None = None) -> None:
         """The call's real usage (an SDK usage object, or the counts) and, optionally, the
         provider's rate-limit headers; sent when the block ends."""
         if usage is not None:
@@ -114,7 +116,7 @@ class Turn:
 
 
 class _TurnBlock:
-    def __init__(self, rm: "AgentRM", estimated_tokens: int, max_output_tokens: int | None,
+    def __init__(self, rm: AgentRM, estimated_tokens: int, max_output_tokens: int | None,
                  run_id: str | None, streams: bool, max_wait: float | None):
         self.rm, self.args = rm, (estimated_tokens, max_output_tokens, run_id, streams, max_wait)
         self.turn: Turn | None = None
@@ -122,7 +124,7 @@ class _TurnBlock:
 
     async def __aenter__(self) -> Turn:
         estimated, max_out, run_id, streams, max_wait = self.args
-        variables = {"estimatedTokens": estimated, "maxOutputTokens": max_out, "streams": streams}
+        variables: Data = {"estimatedTokens": estimated, "maxOutputTokens": max_out, "streams": streams}
         if run_id is not None:
             variables["runId"] = run_id
         data = await self.rm.transport.query(
@@ -133,7 +135,7 @@ class _TurnBlock:
             if doc["status"] == "QUEUED":
                 doc = await asyncio.wait_for(self._granted(), max_wait) if max_wait is not None \
                     else await self._granted()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await asyncio.shield(self.rm._cancel(self.turn_id))
             raise QueueTimeout(f"turn {self.turn_id} still queued after {max_wait}s", "QUEUE_TIMEOUT") from None
         except asyncio.CancelledError:
@@ -145,23 +147,26 @@ class _TurnBlock:
         self.turn = Turn(doc["id"], doc["lane"], doc["level"], await self.rm.lease_seconds(), self.rm)
         return self.turn
 
-    async def _granted(self) -> dict:
+    async def _granted(self) -> Data:
         """Wait for the grant on the `turn` subscription: its first answer is the turn as
         it is now, so a grant that came before we subscribed is not missed."""
         async for data in self.rm.transport.subscribe(
                 f"subscription($t: ID!) {{ turn(turnId: $t) {{ {TURN_FIELDS} }} }}", t=self.turn_id):
-            doc = data["turn"]
+            doc: Data = data["turn"]
             if doc["status"] != "QUEUED":
                 return doc
         raise TurnNotGranted(f"turn {self.turn_id}: the subscription ended before a grant", "UNAVAILABLE")
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool:
         turn = self.turn
+        assert turn is not None, "__aexit__ runs only after __aenter__ returned the turn"
         if turn._beat is not None and not turn._beat.done():
             with contextlib.suppress(Exception):
                 await turn._beat
         estimated = self.args[0]
         limited = _rate_limit_of(exc) if exc is not None else None
+        fields: Data
         if limited is not None:
             retry, headers = limited
             fields = {"outcome": "RATE_LIMITED", "promptTokens": 0, "completionTokens": 0,
@@ -183,10 +188,10 @@ class AgentRM:
         self.transport = Transport(url, token, timeout=timeout)
         self._lease: float | None = None
 
-    async def __aenter__(self) -> "AgentRM":
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -209,7 +214,7 @@ class AgentRM:
         with contextlib.suppress(AgentRMError):  # reaped meanwhile: the completion will say so
             await self.transport.query("mutation($t: ID!) { heartbeat(turnId: $t) { id } }", t=turn_id)
 
-    async def _complete(self, turn_id: str, fields: dict) -> None:
+    async def _complete(self, turn_id: str, fields: Data) -> None:
         fields = {k: v for k, v in fields.items() if v is not None}
         try:
             await self.transport.query("mutation($i: CompleteTurnInput!) { completeTurn(input: $i) { id } }",
@@ -223,17 +228,19 @@ class AgentRM:
             await self.transport.query("mutation($t: ID!) { cancelTurn(turnId: $t) { id } }", t=turn_id)
 
     # -- context ------------------------------------------------------------------------
-    async def append(self, content: str, role: str = "user", *, pinned: bool = False) -> dict:
+    async def append(self, content: str, role: str = "user", *, pinned: bool = False) -> Data:
         """Append one message to this agent's context; returns its ContextStats."""
         data = await self.transport.query(
             "mutation($i: AppendContextInput!) { appendContext(input: $i) "
             "{ agentId hotTokens warmTokens coldTokens messages } }",
             i={"role": role, "content": content, "pinned": pinned})
-        return data["appendContext"]
+        stats: Data = data["appendContext"]
+        return stats
 
-    async def view(self, budget: int, query: str | None = None) -> dict:
+    async def view(self, budget: int, query: str | None = None) -> Data:
         """This agent's context within `budget` tokens (pinned facts first), ranked for `query`."""
         data = await self.transport.query(
             "query($b: Int!, $q: String) { context(budgetTokens: $b, query: $q) "
             "{ agentId tokens pinned items { tier role content tokens } } }", b=budget, q=query)
-        return data["context"]
+        view: Data = data["context"]
+        return view
