@@ -8,7 +8,7 @@ run: setup
 	.venv/bin/agentrm serve --host 127.0.0.1 --port 8000
 
 test: setup
-	.venv/bin/python -m pytest -q -p no:cacheprovider tests
+	.venv/bin/python -m pytest -q -p no:cacheprovider
 
 bench: setup
 	.venv/bin/agentrm bench all

@@ -303,9 +303,10 @@ def reference_markdown() -> str:
     lines = [
         "# Configuration",
         "",
-        "AgentRM reads these environment variables when it starts. This page is generated from",
-        "`app/config.py` and a test checks that it matches; regenerate it with",
-        "`python -m app.config > docs/reference/configuration.md`.",
+        "Generated from the table in `app/config.py` by `docs/generate.py`; "
+        "`tests/unit/test_reference_docs.py` fails when it drifts (regenerate with `python docs/generate.py`).",
+        "",
+        "AgentRM reads these environment variables when it starts.",
         "",
         "An unset or empty variable takes its default. A value outside what is accepted stops",
         "the start with one line naming the variable, the value and what is accepted (`agentrm`",

@@ -79,6 +79,8 @@ def prose(text: str | None) -> list[str]:
 def source_path(module_name: str) -> str:
     """A module's file relative to the checkout (never a machine path); a library's module
     by its name."""
+    if module_name.split(".")[0] not in ("app", "agentrm_bench", "agentrm_client"):
+        return module_name   # a library's, wherever its virtualenv lies (often inside the checkout)
     path = Path(importlib.import_module(module_name).__file__).resolve()
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else module_name
 
@@ -730,7 +732,6 @@ def metrics_page() -> str:
 def event_registry() -> dict[str, type]:
     """Event type name -> its class: the one place that reads the registry."""
     from app.domain import events
-    from app.domain import resource_events  # noqa: F401  (its import registers the resource events)
     return events.registered()
 
 
@@ -807,6 +808,12 @@ def events_page() -> str:
 
 # == the pages =============================================================================
 
+def configuration_page() -> str:
+    """Every environment variable, from the one table in app/config.py that also parses them."""
+    from app.config import reference_markdown
+    return reference_markdown()
+
+
 PAGES = {
     "cli.md": cli_page,
     "graphql.md": graphql_page,
@@ -814,7 +821,7 @@ PAGES = {
     "pool-settings.md": pool_settings_page,
     "metrics.md": metrics_page,
     "events.md": events_page,
-    # configuration.md: app.config.reference_markdown()
+    "configuration.md": configuration_page,
 }
 
 

@@ -16,7 +16,7 @@ from app import config
 from app.config import VARIABLES, ConfigError, Settings, reference_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
-REGENERATE = "python -m app.config > docs/reference/configuration.md"
+REGENERATE = "python docs/generate.py"
 
 # A value outside what each numeric or boolean variable accepts.
 BAD = {"number": ("abc", "nan", "-1e9", "1e12"), "whole number": ("abc", "1.5", "-100000", "99999999999"),
