@@ -317,7 +317,7 @@ def add_commands(subparsers) -> None:
     whatif.add_argument("--levels", type=int, help="MLFQ levels")
     whatif.add_argument("--boost", type=float, help="boost period in seconds")
     whatif.add_argument("--allotment-seconds", help="comma-separated lane-seconds per level, e.g. 10,60")
-    # The deadline order's terms (README "Scheduling rules"); they apply under --policy deadline.
+    # The deadline order's terms (docs/concepts/grant-order.md); they apply under --policy deadline.
     whatif.add_argument("--class-slack", help="seconds of slack for interactive,batch,background, e.g. 0,6,12")
     whatif.add_argument("--run-slack", type=float, help="seconds of slack per lane-second the run has used")
     whatif.add_argument("--run-slack-cap", type=float, help="the most run slack, in seconds")

@@ -10,10 +10,10 @@ Loading costs several seconds and ~100 MB, so it happens once per process, on fi
 under a lock (two request threads must not both load it).
 
 Torch runs the model on one intra-op thread by default (``AGENTRM_EMBEDDING_THREADS``): the
-server shares its cores with PostgreSQL and its own event loop, and with two threads on a
-busy two-core machine one query's embedding took 600-1,000 ms of wall time and ~250 ms of
-CPU (the threads spin waiting for each other), against ~55 ms and ~17 ms with one; on an
-idle machine two threads save ~3 ms a query. Calls are serialised by the embedding lane
+server shares its cores with PostgreSQL and its own event loop, and on a busy two-core
+machine two threads spin waiting for each other, so a query's embedding takes many times
+longer in wall time and in CPU than with one (docs/benchmarks/context.md), while on an idle
+machine a second thread saves a few milliseconds. Calls are serialised by the embedding lane
 anyway, so a second thread would only ever help one call at a time.
 """
 from __future__ import annotations

@@ -3,8 +3,8 @@ server's background work runs (the indexer's messages, and whole compactions: ke
 the summary and its sentences' embeddings, the cold chunks and their token counts).
 
 Why a process: that work is most of the server's CPU (~30 ms per message on one core), and
-in a thread of the server it held the server's GIL for the model's Python glue, so every
-request the event loop served meanwhile waited for the interpreter as well as for a core.
+in a thread of the server it would hold the server's GIL for the model's Python glue, so every
+request the event loop served meanwhile would wait for the interpreter as well as for a core.
 In a child it shares no interpreter with the request path, and the child's ``nice`` makes
 the kernel give a core to the requests (and to PostgreSQL) first: background work takes
 what they leave. Queries stay in the server process (app.context.embedding_lane): a view

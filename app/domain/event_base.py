@@ -71,7 +71,8 @@ class Event:
         # What the dataclass's __init__ would build (every field its value or its default,
         # no __post_init__: _seal checks), without a frozen __init__'s object.__setattr__
         # per field: every event read from the log is built this way, several times over
-        # (the projector, the scheduler, the replies), and that was 3-6% of a worker's CPU.
+        # (the projector, the scheduler, the replies), so the setattr calls are a measurable share
+        # of a worker's CPU (docs/benchmarks/performance-history.md).
         event = object.__new__(cls)
         event.__dict__.update(values)
         return event

@@ -96,7 +96,7 @@ class LiveSettings:
     start_timeout_floor_seconds: float = 2.0   # the core's default (simulated seconds)
     # ...but never below this much wall time: the first heartbeat's own path (client -> API ->
     # log -> scheduler, ~25 ms mean and 100+ ms tails on a loaded 2-core machine) does not
-    # compress (at 0.5 s about 1% of live calls were still cut on this machine, 0.1 s cut 9%).
+    # compress (shorter floors cut live calls: docs/benchmarks/live-check.md).
     min_start_floor_wall_s: float = 1.0
 
     def resolved(self) -> "LiveSettings":

@@ -6,8 +6,8 @@ little CPU per request as possible and must not add processes of its own; locust
 greenlet per user, and its open-loop pacing (`constant_throughput`) is per user, where this
 benchmark needs one Poisson arrival process for the whole fleet. One event loop with a
 keep-alive connection per agent does both. Its HTTP client is `raw_http` (pre-encoded
-requests, Content-Length framing: see there why), `--client httpx` the general-purpose one
-it replaced, kept to compare. The driver's own CPU is measured and reported beside the
+requests, Content-Length framing: see there why), `--client httpx` a general-purpose client,
+for comparison. The driver's own CPU is measured and reported beside the
 server's, so a reader can see when the driver was the bottleneck.
 
 Phases, each `--seconds` long, repeated `--repeat` times on the same server:
