@@ -15,6 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Bucket:
             return float("inf")
         return (amount - have) * 60.0 / (self.limit_per_minute * factor)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"limit_per_minute": self.limit_per_minute, "level": self.level,
                 "updated_at": self.updated_at}
 
@@ -79,7 +80,7 @@ class RateObservation:
     def empty(self) -> bool:
         return all(v is None for v in self.__dict__.values())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
@@ -125,7 +126,7 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) and number >= 0 else None
 
 
-def parse_rate_headers(headers: dict, now: float) -> RateObservation:
+def parse_rate_headers(headers: dict[str, Any], now: float) -> RateObservation:
     """Read OpenAI `x-ratelimit-*`, Anthropic `anthropic-ratelimit-*` and `retry-after`.
     Unknown or malformed values are ignored rather than trusted."""
     h = {str(k).lower(): str(v) for k, v in (headers or {}).items()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Any
 
 from . import events as ev
 from .admission import aimd_factor
@@ -15,7 +16,7 @@ from .settings import PoolSettings
 from .state import AgentState, PoolState, RunState, TurnState
 
 
-def new_pool(data: dict | ev.PoolCreated) -> PoolState:
+def new_pool(data: dict[str, Any] | ev.PoolCreated) -> PoolState:
     created = data if isinstance(data, ev.PoolCreated) else ev.PoolCreated.from_dict(data)
     return PoolState.new(PoolSettings.from_dict(created.settings), created.at)
 
@@ -109,7 +110,7 @@ def _forget_idle_runs(state: PoolState, at: float) -> None:
         del state.runs[run_id]
 
 
-def apply(state: PoolState, type_: str, data: dict) -> PoolState:
+def apply(state: PoolState, type_: str, data: dict[str, Any]) -> PoolState:
     """Fold one logged decision (type and data, as the log stores it); other types are not
     the scheduler's and change nothing."""
     if type_ not in _HANDLERS:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from . import deadlines
 from . import events as ev
@@ -42,7 +43,7 @@ from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_header
 from .apply import apply_event
 from .state import PoolState, TurnState
 
-Decision = tuple[str, dict]   # (type, data): a decision as the log stores it
+Decision = tuple[str, dict[str, Any]]   # (type, data): a decision as the log stores it
 
 # A lease or start deadline is enforced this long after it passes. An input stamped before
 # the deadline (a heartbeat, a completion) may still be on its way through the log (append,
@@ -67,17 +68,17 @@ def _as_logged(decisions: list[ev.Decided]) -> list[Decision]:
     return [(d.TYPE, d.to_dict()) for d in decisions]
 
 
-def _input(type_: str, data: dict | None) -> ev.Event | None:
+def _input(type_: str, data: dict[str, Any] | None) -> ev.Event | None:
     """The typed input decide answers, or None for a type it does not answer."""
     return ev.parse(type_, data or {}) if type_ in _INPUT_HANDLERS else None
 
 
-def decide(state: PoolState, input_type: str | None, data: dict | None, now: float,
+def decide(state: PoolState, input_type: str | None, data: dict[str, Any] | None, now: float,
            cause: int | None = None) -> list[Decision]:
     return _as_logged(decide_events(state, input_type, data, now, cause))
 
 
-def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float,
+def decide_many(state: PoolState, inputs: list[tuple[str, dict[str, Any], int | None]], now: float,
                 access: AccessPolicy | None = None) -> list[Decision]:
     """decide() for a batch of inputs that arrived together: timers fire once, each input is
     answered in order, and granting runs once at the end (its decisions cite the last
@@ -88,7 +89,7 @@ def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], no
     return _as_logged(decide_many_events(state, inputs, now, access))
 
 
-def decide_events(state: PoolState, input_type: str | None, data: dict | None, now: float,
+def decide_events(state: PoolState, input_type: str | None, data: dict[str, Any] | None, now: float,
                   cause: int | None = None) -> list[ev.Decided]:
     """decide(), with the decisions as typed events (for readers in the same process)."""
     now = max(now, state.clock)  # time never runs backwards, even across failover
@@ -101,7 +102,7 @@ def decide_events(state: PoolState, input_type: str | None, data: dict | None, n
     return step.out
 
 
-def decide_many_events(state: PoolState, inputs: list[tuple[str, dict, int | None]],
+def decide_many_events(state: PoolState, inputs: list[tuple[str, dict[str, Any], int | None]],
                        now: float, access: AccessPolicy | None = None) -> list[ev.Decided]:
     """decide_many(), with the decisions as typed events."""
     now = max(now, state.clock)
@@ -384,7 +385,7 @@ def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
     _after_usage(step, turn.agent_id)
 
 
-def _aged_observation(observation, age: float, granted_since: tuple[float, float], settings) -> dict:
+def _aged_observation(observation, age: float, granted_since: tuple[float, float], settings) -> dict[str, Any]:
     """The provider computed `remaining` when it admitted the call, about when we granted
     it; the report reaches us `age` seconds later. Bring it to now: add what the provider
     refilled since, subtract what we granted since (it admitted those after this one).

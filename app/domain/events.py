@@ -70,7 +70,7 @@ PRIORITY_CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 class EventError(ValueError):
@@ -87,7 +87,7 @@ class Event:
     _DEFAULTS: ClassVar[dict[str, Any]] = {}
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("TYPE"):
             _REGISTRY[cls.TYPE] = cls
@@ -141,7 +141,10 @@ class Event:
         return event
 
 
-def _seal(cls):
+_E = TypeVar("_E", bound=Event)
+
+
+def _seal(cls: type[_E]) -> type[_E]:
     """Record a registered class's field names, required and optional, once."""
     fields = [f for f in dataclasses.fields(cls) if f.name != "extra"]
     names = tuple(f.name for f in fields)
@@ -161,7 +164,7 @@ def _seal(cls):
 _REGISTRY: dict[str, type[Event]] = {}
 
 
-def event(cls):
+def event(cls: type[_E]) -> type[_E]:
     return _seal(dataclass(frozen=True, kw_only=True)(cls))
 
 
@@ -196,7 +199,7 @@ def registered() -> dict[str, type[Event]]:
 @event
 class PoolCreated(Event):
     TYPE = POOL_CREATED
-    settings: dict
+    settings: dict[str, Any]
     at: float
     upstream_api_key_fingerprint: str | None = None
 
@@ -227,7 +230,7 @@ class AgentHibernated(Event):
     agent_id: str
     pool: str | None = None
     at: float | None = None
-    resume_point: dict | None = None
+    resume_point: dict[str, Any] | None = None
     reason: str | None = None
 
 
@@ -291,7 +294,7 @@ class CompletionReported(Event):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     retry_after_seconds: float | None = None
-    rate_limit_headers: dict | None = None
+    rate_limit_headers: dict[str, Any] | None = None
     request_id: str | None = None
 
 
@@ -560,9 +563,9 @@ class ContextCompacted(Event):
     summary: str
     summary_tokens: int
     at: float
-    facts: list | None = None          # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
-    superseded: list | None = None     # [{fact_id, by}]
-    chunks: list | None = None         # [{chunk_id, from_seq, to_seq, text, tokens}]
+    facts: list[dict[str, Any]] | None = None      # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
+    superseded: list[dict[str, Any]] | None = None # [{fact_id, by}]
+    chunks: list[dict[str, Any]] | None = None     # [{chunk_id, from_seq, to_seq, text, tokens}]
     budget_tokens: int | None = None
     tokens_before: int | None = None
     tokens_after: int | None = None
@@ -573,7 +576,7 @@ class ContextCompacted(Event):
     # The summarizer's cost: {cpu_seconds, sentences} for the extractive one (the CPU of the
     # process that ran it, the background model's since this round, embedding included), or
     # {prompt_tokens, completion_tokens} for an LLM.
-    cost: dict | None = None
+    cost: dict[str, Any] | None = None
 
 
 # The resource and access managers' events register themselves on import; imported here so

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from . import resource_events as rev
 from .access import AccessPolicy
@@ -128,14 +129,14 @@ class ResourceState:
         return all(x.mode == rev.SHARED for x in held) and len(held) < self.resources[name].capacity
 
     # -- canonical serialisation --------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"resources": {k: asdict(v) for k, v in sorted(self.resources.items())},
                 "leases": {k: asdict(v) for k, v in sorted(self.leases.items())},
                 "policy": self.policy.to_dict(), "next_seq": self.next_seq, "clock": self.clock,
                 "inputs_through": self.inputs_through, "version": self.version}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ResourceState":
+    def from_dict(cls, d: dict[str, Any]) -> "ResourceState":
         state = cls(resources={k: ResourceDef(**v) for k, v in d["resources"].items()},
                     policy=AccessPolicy.from_dict(d["policy"]), next_seq=d["next_seq"], clock=d["clock"],
                     inputs_through=d["inputs_through"], version=d["version"])
@@ -149,7 +150,7 @@ class ResourceState:
 
 # -- apply: the only way the state changes ---------------------------------------------
 
-def apply(state: ResourceState, type_: str, data: dict) -> ResourceState:
+def apply(state: ResourceState, type_: str, data: dict[str, Any]) -> ResourceState:
     """Fold one logged event (an input the manager folds, or a decision); other types
     change nothing."""
     if type_ in FOLDED:
@@ -248,7 +249,7 @@ class _WaitsFor:
         return edges or list(default)
 
 
-def find_cycle(graph: dict[str, list[tuple[str, str]]], start: str) -> list[dict] | None:
+def find_cycle(graph: dict[str, list[tuple[str, str]]], start: str) -> list[dict[str, Any]] | None:
     """A cycle through `start` as [{agent_id, waits_for, resource}], or None. Depth-first,
     with an explicit stack (a chain of waiting agents may be longer than Python's recursion
     limit); each agent is expanded once."""
@@ -277,7 +278,7 @@ def find_cycle(graph: dict[str, list[tuple[str, str]]], start: str) -> list[dict
     return None
 
 
-def describe_cycle(cycle: list[dict], names: dict[str, str] | None = None) -> str:
+def describe_cycle(cycle: list[dict[str, Any]], names: dict[str, str] | None = None) -> str:
     names = names or {}
 
     def who(agent_id: str) -> str:
@@ -299,7 +300,7 @@ class _Step:
         self.out.append(e)
 
 
-def decide(state: ResourceState, inputs: Iterable[tuple[str, dict, int | None]], now: float) -> list:
+def decide(state: ResourceState, inputs: Iterable[tuple[str, dict[str, Any], int | None]], now: float) -> list:
     """The decisions (typed events) for a batch of inputs that arrived together, in order:
     first the leases due to be reaped, then each input, then every grant that now fits.
     `state` is advanced as the decisions are made (pass a copy to keep it)."""
@@ -321,7 +322,7 @@ def decide(state: ResourceState, inputs: Iterable[tuple[str, dict, int | None]],
     return step.out
 
 
-def _typed(type_: str | None, data: dict | None):
+def _typed(type_: str | None, data: dict[str, Any] | None):
     """The typed input, or None for a type the manager does not answer or data that is not
     that type (a forged input must not wedge the writer: it changes nothing)."""
     if type_ not in rev.RESOURCE_INPUTS:

@@ -9,7 +9,7 @@ import bisect
 import math
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .limits import validate_budget
 from .state import (COLD, FACT_KIND_PRIORITY, HOT, WARM, AgentContext, ColdChunk, ContextStateError, KeyFact,
@@ -54,7 +54,7 @@ class ViewItem:
     tokens: int      # count_message(role, content)
     ref: str         # seq, segment id, chunk id, or the fact ids of the facts block
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -70,7 +70,7 @@ class ContextView:
     def pinned(self) -> tuple[str, ...]:
         return tuple(i.content for i in self.items if i.kind == "pinned")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"agent_id": self.agent_id, "budget_tokens": self.budget_tokens, "tokens": self.tokens,
                 "items": [i.to_dict() for i in self.items], "omitted_pinned": list(self.omitted_pinned)}
 
