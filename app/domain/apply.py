@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from . import events as ev
 from .admission import aimd_factor
@@ -122,6 +123,7 @@ def apply_event(state: PoolState, event: ev.Event) -> PoolState:
     handler = _HANDLERS.get(event.TYPE)
     if handler is None:
         return state
+    event = cast(ev.Decided, event)   # every type _HANDLERS names is a decision
     _advance(state, event.at)
     handler(state, event)
     cause = event.cause
@@ -264,7 +266,8 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
         # separates a slow start from a hang, and a censored sample has no spread to tell.
         # (Taken whole, each of the 2% of hangs widened the deadline by a fifth: 4 deviations
         # over the mean, at gain 1/16.)
-        state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens,
+        expires_at = cast(float, turn.lease_expires_at)   # a granted turn holds a lease
+        state.start.observe(expires_at - turn.granted_at, turn.estimated_tokens,
                             spread=state.settings.outage_after_silent_reaps == 0)
 
 
@@ -289,8 +292,8 @@ def _levels_boosted(state: PoolState, d: ev.LevelsBoosted) -> None:
     for turn in queued:
         # Aging through the boost: a turn that has waited a whole period goes to the top
         # level, so under MLFQ every queued turn is granted eventually.
-        agent = state.agents.get(turn.agent_id)
-        entry = agent.level if agent else s.levels - 1
+        owner = state.agents.get(turn.agent_id)
+        entry = owner.level if owner else s.levels - 1
         turn.level = 0 if d.at - turn.queued_at >= s.boost_seconds else entry
         state.queues[turn.level].append(turn.turn_id)
     state.last_boost_at = d.at
@@ -347,7 +350,9 @@ def _rate_recovered(state: PoolState, d: ev.RateRecovered) -> None:
     """Nothing beyond moving the clock (apply_event's _advance), which grows the factor."""
 
 
-_HANDLERS = {
+# Each handler takes its own event class: the table can only say "some event" (Any), the
+# handler's signature says which.
+_HANDLERS: dict[str, Callable[[PoolState, Any], None]] = {
     ev.AGENT_ADMITTED: _agent_admitted,
     ev.QUARANTINE_LIFTED: _quarantine_lifted,
     ev.TURN_QUEUED: _turn_queued,

@@ -70,7 +70,7 @@ PRIORITY_CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 
 class EventError(ValueError):
@@ -112,7 +112,7 @@ class Event:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> "Event":
+    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> Self:
         """`partial` is for checkers that read forged or hand-written logs and judge each
         field themselves (the audit's verify and rate oracle): a required field that is
         missing reads as None instead of refusing the event. Never fold such an event."""

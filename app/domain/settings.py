@@ -229,5 +229,5 @@ DEFAULTED: dict[str, Any] = {key: PoolSettings.__dataclass_fields__[key].default
                                "output_credit_cap_seconds")}
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 from .limits import validate_budget
-from .state import (COLD, FACT_KIND_PRIORITY, HOT, WARM, AgentContext, ColdChunk, ContextStateError, KeyFact,
-                    WarmSegment, canonical_json)
+from .state import (COLD, FACT_KIND_PRIORITY, HOT, WARM, AgentContext, ColdChunk, ContextMessage, ContextStateError,
+                    KeyFact, WarmSegment, canonical_json)
 
 
 # Mirrors app.context.tokens.REPLY_PRIMING_TOKENS; repeated so the domain imports no
@@ -87,7 +87,7 @@ FACTS_HEADER = "Key facts from earlier in this session (newer facts replace olde
 _ROLE_RANK = {"system": 0, "user": 0, "assistant": 1, "tool": 2}
 
 
-def fact_priority(fact: KeyFact) -> tuple:
+def fact_priority(fact: KeyFact) -> tuple[int, int, int, int, str]:
     """Ranking under a tight budget. What the user (or system) stated comes first, of any
     kind: those are the instructions and ids that "amnesia" loses. Then the rest by kind,
     then assistant before tool, then newest first. Kind before role for the rest because
@@ -334,7 +334,7 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
             stamped_costs[key] = count_message(m.role, _stamped(m.content, m.at, with_day))
         return stamped_costs[key]
 
-    def take(m, limit: int) -> int | None:
+    def take(m: ContextMessage, limit: int) -> int | None:
         """Adds ``m`` if it fits ``limit`` with the restamping of the line after it;
         returns what it cost, or None if it did not fit."""
         at = bisect.bisect_left(chosen, m.seq)
