@@ -32,7 +32,7 @@ import json
 from collections import OrderedDict
 from dataclasses import MISSING, dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphql import (
     DocumentNode,
@@ -59,9 +59,12 @@ from strawberry.types.lazy_type import LazyType
 from strawberry.types.unset import UNSET
 from strawberry.utils.await_maybe import await_maybe
 
-from .context import principal_of
+from .context import GraphQLContext, principal_of
 from .document_cache import DOCUMENT_CACHE_SIZE, MAX_CACHED_DOCUMENT_CHARS
 from .errors import assign_codes
+
+if TYPE_CHECKING:   # for the annotations only: the runtime imports the API's modules
+    from app.runtime import Runtime
 
 HOT_FIELDS = ("requestTurn", "completeTurn", "heartbeat", "cancelTurn", "appendContext")
 _BODY_KEYS = frozenset({"query", "variables", "operationName"})
@@ -215,7 +218,7 @@ class HotDocuments:
         if len(self.plans) > self.maxsize:
             self.plans.popitem(last=False)
 
-    async def answer(self, view, request, body: bytes, runtime) -> bytes | None:
+    async def answer(self, view, request, body: bytes, runtime: Runtime) -> bytes | None:
         """The response body for this request on its document's plan, or None: take
         the general way (nothing has run)."""
         if len(body) > MAX_BODY:
@@ -237,7 +240,7 @@ class HotDocuments:
             return None
         if not self._plain_json(view, request.headers):
             return None   # strawberry refuses the content type, or streams the answer
-        context = {"request": request, "response": None, "runtime": runtime}
+        context: GraphQLContext = {"request": request, "response": None, "runtime": runtime}
         try:
             if principal_of(context) is None:
                 return None

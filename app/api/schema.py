@@ -266,6 +266,8 @@ class Subscription:
 
 
 class AgentRMSchema(strawberry.Schema):
+    hot_documents: HotDocuments   # set by build_schema
+
     def process_errors(self, errors, execution_context=None) -> None:
         # A client's mistake is an answer, not a server fault: log only the unexpected.
         unexpected = [e for e in errors if e.original_error is not None and not is_input_error(e)

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from app.api.holder import RuntimeHolder
 from app.auth import authenticate
 
 from .proxy import GatewayEndpoint
@@ -16,7 +17,7 @@ from .wire import ANTHROPIC, OPENAI
 MODELS_CACHE_S = 60.0
 
 
-def routes(holder: dict) -> list[Route]:
+def routes(holder: RuntimeHolder) -> list[Route]:
     models_cache: dict[str, tuple[float, list[dict]]] = {}
 
     async def upstream_models(pool: str) -> list[dict]:
@@ -26,7 +27,9 @@ def routes(holder: dict) -> list[Route]:
             return cached[1]
         found: list[dict] = []
         try:
-            upstream = await holder["upstreams"].for_pool(pool)
+            if holder.upstreams is None:
+                raise LookupError("no upstreams yet: the application is starting")
+            upstream = await holder.upstreams.for_pool(pool)
             headers = {"authorization": f"Bearer {upstream.api_key}", "x-api-key": upstream.api_key} \
                 if upstream.api_key else {}
             answer = await upstream.client.get(upstream.url("/v1/models"), headers=headers, timeout=10.0)
@@ -46,7 +49,7 @@ def routes(holder: dict) -> list[Route]:
         return found
 
     async def models(request: Request):
-        rt = holder.get("runtime")
+        rt = holder.runtime
         token = OPENAI.api_key(request.headers) or ANTHROPIC.api_key(request.headers)
         principal = authenticate(token, rt.operator_token, rt.projector.model.token_index) if rt else None
         if principal is None and rt is not None and token:
