@@ -38,6 +38,7 @@ from graphql import (
     DocumentNode,
     FieldNode,
     GraphQLEnumType,
+    GraphQLError,
     GraphQLNonNull,
     GraphQLScalarType,
     OperationDefinitionNode,
@@ -277,7 +278,7 @@ class HotDocuments:
         return not streams
 
     def _arguments(self, plan: Plan, variables: dict) -> dict | None:
-        problems = []
+        problems: list[GraphQLError] = []
         coerced = coerce_variable_values(self.schema._schema, plan.operation.variable_definitions or (),
                                          variables, problems.append)
         if problems or isinstance(coerced, list):

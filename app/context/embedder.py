@@ -22,9 +22,12 @@ import gc
 import os
 import threading
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:   # imported lazily at run time (torch is slow to import)
+    from sentence_transformers import SentenceTransformer
 
 EMBEDDING_DIM = 384
 _BATCH_SIZE = 64
@@ -61,10 +64,10 @@ class MiniLMEmbedder:
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
-        self._model = None
+        self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
 
-    def _load(self):
+    def _load(self) -> SentenceTransformer:
         if self._model is None:
             with self._lock:
                 if self._model is None:  # double-checked: the first thread loads, others wait

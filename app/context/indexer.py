@@ -100,7 +100,8 @@ class MessageIndexer:
     def _fill(self, states: list[ctx.AgentContext]) -> tuple[list[ctx.AgentContext], list[ctx.AgentContext]]:
         """The next agents whose backlog (as far as this process knows) fits one batch
         (at least one agent, however large its backlog: it is embedded in pieces)."""
-        group, total = [], 0
+        group: list[ctx.AgentContext] = []
+        total = 0
         for i, state in enumerate(states):
             waiting = len(messages_after(state, self.stored.get(state.agent_id, 0)))
             if group and total + waiting > self.batch:

@@ -295,7 +295,7 @@ class _Step:
 
     def __init__(self, state: ResourceState, now: float):
         self.state, self.now, self.cause = state, now, None
-        self.out: list[Event] = []
+        self.out: list[Decided] = []
 
     def emit(self, kind: type[Decided], **fields: Any) -> None:
         e = kind(**fields, at=self.now, cause=self.cause)
@@ -303,7 +303,7 @@ class _Step:
         self.out.append(e)
 
 
-def decide(state: ResourceState, inputs: Iterable[tuple[str, dict[str, Any], int | None]], now: float) -> list[Event]:
+def decide(state: ResourceState, inputs: Iterable[tuple[str, dict[str, Any], int | None]], now: float) -> list[Decided]:
     """The decisions (typed events) for a batch of inputs that arrived together, in order:
     first the leases due to be reaped, then each input, then every grant that now fits.
     `state` is advanced as the decisions are made (pass a copy to keep it)."""
