@@ -230,7 +230,7 @@ class HotDocuments:
             return None
         if type(data) is not dict or not data.keys() <= _BODY_KEYS:
             return None
-        plan = self.plans.get(data.get("query"))
+        plan = self.plans.get(data.get("query"))  # type: ignore[arg-type]  # no query: None
         if plan is None:
             return None
         name = data.get("operationName")
@@ -296,7 +296,7 @@ class HotDocuments:
         would do anything but plain serialization (an error, a null in a non-null field)."""
         if not isinstance(value, plan.result_class):
             return None
-        out = {}
+        out: dict[str, Any] = {}
         try:
             for leaf in plan.leaves:
                 if leaf.resolve is None:
@@ -329,7 +329,7 @@ class HotDocuments:
         result = await await_maybe(execute(self.schema._schema, plan.document, context_value=context,
                                            variable_values=variables, operation_name=name,
                                            middleware=MiddlewareManager(precomputed),
-                                           is_awaitable=optimized_is_awaitable))
+                                           is_awaitable=optimized_is_awaitable))  # type: ignore[arg-type]  # a TypeGuard in spirit
         if result.errors:
             self.schema.process_errors(result.errors, None)
             assign_codes(result.errors)

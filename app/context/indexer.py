@@ -115,8 +115,8 @@ class MessageIndexer:
         agents get the rows themselves, the others only the seq they reach. The vector
         cache is filled by views, never by the indexer: a pass over a fleet larger than
         the cache would otherwise evict and reload agents on every pass."""
-        cached = {s.agent_id: self.vectors.get(s.agent_id).through for s in group
-                  if self.vectors.get(s.agent_id) is not None}
+        cached = {s.agent_id: vectors.through for s in group
+                  if (vectors := self.vectors.get(s.agent_id)) is not None}
         for agent_id, rows in (await self.embeddings.vectors_after_many(cached)).items():
             self.stored[agent_id] = max(self.stored.get(agent_id, 0), self._top_up(agent_id, rows).through)
         for agent_id, through in cached.items():
@@ -155,7 +155,9 @@ class MessageIndexer:
         held = [(a, msgs) for a, msgs in held if self.lexical.missing(a, msgs)]
         if not held:
             return
-        await asyncio.to_thread(lambda: [self.lexical.tokenize_new(a, msgs) for a, msgs in held])
+        # (the list is only the calls' vehicle: tokenize_new returns nothing)
+        await asyncio.to_thread(
+            lambda: [self.lexical.tokenize_new(a, msgs) for a, msgs in held])  # type: ignore[func-returns-value]
         for agent_id, msgs in held:
             self.lexical.index_of(agent_id, msgs)
 
