@@ -9,7 +9,7 @@ from strawberry.types import Info
 from app.auth import Principal, authenticate, parse_bearer
 from app.errors import Unauthenticated
 
-if TYPE_CHECKING:   # for the annotations only: the runtime imports the API's modules
+if TYPE_CHECKING:   # for the annotations only: at run time the context carries the runtime
     from app.runtime import Runtime
 
 _INVALID = object()  # cached: a credential was presented and it is not valid

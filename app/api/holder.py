@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:   # imported for the annotations only: these modules import the API's
+if TYPE_CHECKING:   # for the annotations only: at run time the holder needs none of them
     from app.gateway.upstreams import Upstreams
     from app.observability.metrics import AppMetrics
     from app.runtime import Runtime

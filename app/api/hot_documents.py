@@ -64,7 +64,7 @@ from .context import GraphQLContext, principal_of
 from .document_cache import DOCUMENT_CACHE_SIZE, MAX_CACHED_DOCUMENT_CHARS
 from .errors import assign_codes
 
-if TYPE_CHECKING:   # for the annotations only: the runtime imports the API's modules
+if TYPE_CHECKING:   # for the annotations only: at run time the context carries the runtime
     from app.runtime import Runtime
 
 HOT_FIELDS = ("requestTurn", "completeTurn", "heartbeat", "cancelTurn", "appendContext")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, cast
 
 import httpx
 from starlette.requests import Request
@@ -13,6 +14,9 @@ from app.auth import authenticate
 
 from .proxy import GatewayEndpoint
 from .wire import ANTHROPIC, OPENAI
+
+if TYPE_CHECKING:   # for the annotations only: at run time the routes reach it through the holder
+    from app.runtime import Runtime
 
 MODELS_CACHE_S = 60.0
 
@@ -57,8 +61,9 @@ def routes(holder: RuntimeHolder) -> list[Route]:
             principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
         if principal is None:
             return JSONResponse(OPENAI.error_body(401, "invalid or missing AgentRM token"), status_code=401)
+        rt = cast("Runtime", rt)   # a principal was found: there is a runtime
         pools = sorted(rt.projector.model.pools) if principal.is_operator else \
-            [rt.service.agent_view(principal.agent_id)["pool"]]
+            [rt.service.agent_view(cast(str, principal.agent_id))["pool"]]
         data = []
         for pool in pools:
             data.extend(await upstream_models(pool))
