@@ -70,7 +70,7 @@ PRIORITY_CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 
 class EventError(ValueError):
@@ -164,6 +164,7 @@ def _seal(cls: type[_E]) -> type[_E]:
 _REGISTRY: dict[str, type[Event]] = {}
 
 
+@dataclass_transform(frozen_default=True, kw_only_default=True)   # so checkers see each event's fields
 def event(cls: type[_E]) -> type[_E]:
     return _seal(dataclass(frozen=True, kw_only=True)(cls))
 
