@@ -178,7 +178,7 @@ def run(directory: pathlib.Path, variants: dict[str, dict[str, Any]] | None = No
                         raise AssertionError(f"{name} built a {view.tokens}-token view for {budget}")
                     score(name, budget, view.text(), view.tokens)
     names = list(BASELINES) + list(REFERENCES) + list(variants)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
         for budget in BUDGETS:
             rows.append({
