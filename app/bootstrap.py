@@ -100,6 +100,9 @@ async def _create_default_pool(service: Service, settings: PoolSettings | None) 
 class Runtime:
     """The production wiring: PostgreSQL event log, LISTEN/NOTIFY, advisory-lock leaders."""
 
+    # Set by the application that serves this runtime; empty matches no token (app/auth.py).
+    operator_token: str = ""
+
     def __init__(self, url: str, *, run_schedulers: bool = True, pool_size: int = 10,
                  hibernate_idle_seconds: float | None = None, leader_lease_seconds: float | None = None):
         self.settings = config.load()
@@ -157,6 +160,8 @@ class MemoryRuntime:
     """No database: the in-memory log is its own wake-up source, the one process always
     leads every pool, and the clock is injected. No context service (it stores embeddings
     and archives in PostgreSQL)."""
+
+    operator_token: str = ""
 
     def __init__(self, clock=None):
         self.clock = clock if clock is not None else time.time

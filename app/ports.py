@@ -18,8 +18,13 @@ class Wakeups(Protocol):
     read the log, and if nothing new was found `await wait(generation)`: it returns at once
     when anything arrived in between, so no append falls between the read and the wait."""
 
-    generation: int
-    blind: int   # wake-ups that named no position; a follower notes it at each read
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def blind(self) -> int:
+        """Wake-ups that named no position; a follower notes it at each read."""
+        ...
 
     def known_head(self, blind_seen: int | None) -> int | None:
         """How far the log has grown, if every wake-up since the read at which the follower

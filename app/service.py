@@ -15,7 +15,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app.auth import (
@@ -71,7 +71,7 @@ def _new_id() -> str:
 class Service:
     # The access manager's pool check of a turn request (set by the runtime): an async
     # callable (principal, agent view) that records a refusal and raises Forbidden.
-    pool_guard = None
+    pool_guard: Callable[[Principal, dict[str, Any]], Awaitable[None]] | None = None
 
     def __init__(self, store: EventLog, projector: Projector, *, clock: Clock = time.time,
                  ids: Ids = _new_id, max_queued_per_agent: int = MAX_QUEUED_PER_AGENT,

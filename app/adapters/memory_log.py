@@ -61,7 +61,7 @@ class MemoryLog:
         prepared = [(e, _copy(e.data), _copy(e.metadata)) for e in events]
         recorded_at = datetime.fromtimestamp(self.clock(), UTC)
         versions = dict(self._versions)
-        recorded = []
+        recorded: list[RecordedEvent] = []
         for event, data, metadata in prepared:
             versions[event.stream] = versions.get(event.stream, -1) + 1
             recorded.append(RecordedEvent(position=len(self._events) + len(recorded) + 1,

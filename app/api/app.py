@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 from pathlib import Path
+from typing import cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,6 +26,8 @@ from app.observability.metrics import AppMetrics
 from app.orphan_watch import stop_when_orphaned, supervisor_pid
 from app.serving_gc import tune_for_serving
 
+from .context import GraphQLContext
+from .holder import RuntimeHolder
 from .schema import build_schema, schema
 from .security import MAX_BODY_BYTES
 from .slow_subscribers import bounded_send_handler
@@ -34,21 +37,21 @@ from .ws_errors import with_syntax_errors_as_messages
 CONSOLE = Path(__file__).resolve().parents[2] / "frontend" / "dist"
 
 
-class AgentRMGraphQL(GraphQL):
-    def __init__(self, rt_holder: dict, *, introspection: bool = True,
+class AgentRMGraphQL(GraphQL[GraphQLContext, None]):
+    def __init__(self, rt_holder: RuntimeHolder, *, introspection: bool = True,
                  subscriber_send_timeout: float | None = None, hot_documents: bool = True):
-        super().__init__(schema if introspection else build_schema(introspection=False),
-                         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+        served = schema if introspection else build_schema(introspection=False)
+        super().__init__(served, subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
                          keep_alive=True, keep_alive_interval=15)
         self.rt_holder = rt_holder
-        self.hot_documents = self.schema.hot_documents if hot_documents else None
+        self.hot_documents = served.hot_documents if hot_documents else None
         self.graphql_transport_ws_handler_class = with_syntax_errors_as_messages(bounded_send_handler(
             subscriber_send_timeout if subscriber_send_timeout is not None
             else config.load().subscriber_send_timeout_seconds))
 
-    async def get_context(self, request, response) -> dict:
-        rt = self.rt_holder["runtime"]
-        context = {"request": request, "response": response, "runtime": rt}
+    async def get_context(self, request, response) -> GraphQLContext:
+        rt = cast(Runtime, self.rt_holder.runtime)   # requests are served once the lifespan set it
+        context: GraphQLContext = {"request": request, "response": response, "runtime": rt}
         token = parse_bearer(request.headers.get("authorization")) if hasattr(request, "headers") else None
         if token and authenticate(token, rt.operator_token, rt.projector.model.token_index) is None:
             await rt.projector.catch_up()  # an agent registered a moment ago on another worker
@@ -62,7 +65,8 @@ class AgentRMGraphQL(GraphQL):
                 return JSONResponse({"errors": [{"message": f"request body is over {MAX_BODY_BYTES} bytes",
                                                  "extensions": {"code": "LIMIT_EXCEEDED"}}]}, status_code=413)
             if self.hot_documents is not None:
-                answer = await self.hot_documents.answer(self, request, body, self.rt_holder["runtime"])
+                rt = cast(Runtime, self.rt_holder.runtime)   # requests are served once the lifespan set it
+                answer = await self.hot_documents.answer(self, request, body, rt)
                 if answer is not None:   # as strawberry's create_response makes it
                     return Response(answer, status_code=200, media_type="application/json")
             try:
@@ -94,7 +98,7 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                op_token: str | None = None, introspection: bool | None = None,
                demo_upstream: bool | None = None, tune_gc: bool = False,
                hot_documents: bool | None = None) -> Starlette:
-    holder: dict = {}
+    holder = RuntimeHolder()
     settings = config.load()
     graphql = AgentRMGraphQL(holder, introspection=settings.introspection if introspection is None
                              else introspection,
@@ -105,9 +109,9 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         rt = await Runtime(url, run_schedulers=run_schedulers).start()
         rt.operator_token = op_token or operator_token()
         upstream = config.load()
-        holder["upstreams"] = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key)
-        holder["metrics"] = AppMetrics(rt)
-        holder["runtime"] = rt
+        upstreams = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key)
+        metrics = AppMetrics(rt)
+        holder.upstreams, holder.metrics, holder.runtime = upstreams, metrics, rt
         if tune_gc:   # a serving worker's own process (app/serving_gc.py says why)
             tune_for_serving()
         demo_task = None
@@ -125,8 +129,10 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                 demo_task.cancel()
                 with contextlib.suppress(BaseException):
                     await demo_task
-            holder.pop("metrics").close()
-            await holder.pop("upstreams").close()
+            holder.metrics = None
+            metrics.close()
+            holder.upstreams = None
+            await upstreams.close()
             await rt.stop()
 
     async def console(_request: Request):

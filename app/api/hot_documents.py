@@ -33,12 +33,13 @@ import json
 from collections import OrderedDict
 from dataclasses import MISSING, dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphql import (
     DocumentNode,
     FieldNode,
     GraphQLEnumType,
+    GraphQLError,
     GraphQLNonNull,
     GraphQLScalarType,
     OperationDefinitionNode,
@@ -60,9 +61,12 @@ from strawberry.types.lazy_type import LazyType
 from strawberry.types.unset import UNSET
 from strawberry.utils.await_maybe import await_maybe
 
-from .context import principal_of
+from .context import GraphQLContext, principal_of
 from .document_cache import DOCUMENT_CACHE_SIZE, MAX_CACHED_DOCUMENT_CHARS
 from .errors import assign_codes
+
+if TYPE_CHECKING:   # for the annotations only: at run time the context carries the runtime
+    from app.bootstrap import Runtime
 
 HOT_FIELDS = ("requestTurn", "completeTurn", "heartbeat", "cancelTurn", "appendContext")
 _BODY_KEYS = frozenset({"query", "variables", "operationName"})
@@ -216,7 +220,7 @@ class HotDocuments:
         if len(self.plans) > self.maxsize:
             self.plans.popitem(last=False)
 
-    async def answer(self, view, request, body: bytes, runtime) -> bytes | None:
+    async def answer(self, view, request, body: bytes, runtime: Runtime) -> bytes | None:
         """The response body for this request on its document's plan, or None: take
         the general way (nothing has run)."""
         if len(body) > MAX_BODY:
@@ -227,7 +231,7 @@ class HotDocuments:
             return None
         if type(data) is not dict or not data.keys() <= _BODY_KEYS:
             return None
-        plan = self.plans.get(data.get("query"))
+        plan = self.plans.get(data.get("query"))  # type: ignore[arg-type]  # no query: None
         if plan is None:
             return None
         name = data.get("operationName")
@@ -238,7 +242,7 @@ class HotDocuments:
             return None
         if not self._plain_json(view, request.headers):
             return None   # strawberry refuses the content type, or streams the answer
-        context = {"request": request, "response": None, "runtime": runtime}
+        context: GraphQLContext = {"request": request, "response": None, "runtime": runtime}
         try:
             if principal_of(context) is None:
                 return None
@@ -275,7 +279,7 @@ class HotDocuments:
         return not streams
 
     def _arguments(self, plan: Plan, variables: dict) -> dict | None:
-        problems = []
+        problems: list[GraphQLError] = []
         coerced = coerce_variable_values(self.schema._schema, plan.operation.variable_definitions or (),
                                          variables, problems.append)
         if problems or isinstance(coerced, list):
@@ -293,7 +297,7 @@ class HotDocuments:
         would do anything but plain serialization (an error, a null in a non-null field)."""
         if not isinstance(value, plan.result_class):
             return None
-        out = {}
+        out: dict[str, Any] = {}
         try:
             for leaf in plan.leaves:
                 if leaf.resolve is None:
@@ -326,7 +330,7 @@ class HotDocuments:
         result = await await_maybe(execute(self.schema._schema, plan.document, context_value=context,
                                            variable_values=variables, operation_name=name,
                                            middleware=MiddlewareManager(precomputed),
-                                           is_awaitable=optimized_is_awaitable))
+                                           is_awaitable=optimized_is_awaitable))  # type: ignore[arg-type]  # a TypeGuard in spirit
         if result.errors:
             self.schema.process_errors(result.errors, None)
             assign_codes(result.errors)

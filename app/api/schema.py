@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
+from typing import cast
 
 import strawberry
 from strawberry.types import Info
@@ -42,7 +43,7 @@ def _scheduler_state(state, now: float) -> t.SchedulerState:
                                rate_factor=round(state.rate_factor, 4)))
 
 
-def _lane(index: int, turn_id: str | None, turn) -> t.LaneSlot:
+def _lane(index: int, turn_id: strawberry.ID | None, turn) -> t.LaneSlot:
     if turn is None:
         return t.LaneSlot(index=index, turn_id=turn_id, agent_id=None)
     return t.LaneSlot(index=index, turn_id=turn_id, agent_id=turn.agent_id, granted_at=t.ts(turn.granted_at),
@@ -58,7 +59,7 @@ def _queued(turn) -> t.QueuedTurn:
 def _check_pool_visible(info: Info, pool: str) -> None:
     who = require(principal(info))
     if not who.is_operator:
-        agent = runtime(info).service.agent_view(who.agent_id)
+        agent = runtime(info).service.agent_view(cast(str, who.agent_id))   # an agent's principal names it
         if agent["pool"] != pool:
             raise Forbidden("agents may read only their own pool")
 
@@ -72,7 +73,7 @@ class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
         who = principal(info)
         if who is None or who.is_operator:
             return None
-        return t.Agent.of(runtime(info).service.agent_view(who.agent_id))
+        return t.Agent.of(runtime(info).service.agent_view(cast(str, who.agent_id)))   # an agent's principal
 
     @strawberry.field
     def agent(self, info: Info, id: strawberry.ID) -> t.Agent | None:
@@ -94,7 +95,7 @@ class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
                     for name in sorted(svc.model.pools)]
         # An agent reads its own pool only (other pools' budgets are not its business), and
         # never the upstream endpoint: that is the operator's.
-        own = svc.agent_view(who.agent_id)["pool"]
+        own = svc.agent_view(cast(str, who.agent_id))["pool"]   # not the operator: an agent
         return [t.Pool.of(svc.pool_settings(own), svc.has_upstream_api_key(own), show_upstream=False)]
 
     @strawberry.field
@@ -220,7 +221,7 @@ class Subscription:
             if not who.is_operator:
                 if agent_id is not None and str(agent_id) != who.agent_id:
                     raise Forbidden("agents may follow only their own events")
-                agent_id = strawberry.ID(who.agent_id)
+                agent_id = strawberry.ID(cast(str, who.agent_id))   # an agent's principal names it
             if after is not None and after < 0:
                 raise BadInput("after must be >= 0")
         except ServiceError as exc:
@@ -266,6 +267,8 @@ class Subscription:
 
 
 class AgentRMSchema(strawberry.Schema):
+    hot_documents: HotDocuments   # set by build_schema
+
     def process_errors(self, errors, execution_context=None) -> None:
         # A client's mistake is an answer, not a server fault: log only the unexpected.
         unexpected = [e for e in errors if e.original_error is not None and not is_input_error(e)
@@ -283,7 +286,7 @@ class AgentRMSchema(strawberry.Schema):
     async def stream(self, *args, **kwargs):
         results = await super().stream(*args, **kwargs)
         if not hasattr(results, "__aiter__"):
-            assign_codes(results.errors, escaped=True)
+            assign_codes(results.errors, escaped=True)  # type: ignore[attr-defined]  # one result, not a stream
             return results
 
         async def coded():

@@ -13,6 +13,7 @@ messages of 100,000 characters each (app/domain/context/limits.py), about 10 MB 
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 from graphql import ExecutionResult, GraphQLError
 from strawberry.extensions import AddValidationRules, DisableIntrospection, MaxTokensLimiter, SchemaExtension
@@ -21,7 +22,7 @@ from strawberry.extensions.query_depth_limiter import create_validator as depth_
 
 from app.errors import Unauthenticated
 
-from .context import principal_of
+from .context import GraphQLContext, principal_of
 
 MAX_DEPTH = 12
 MAX_TOKENS = 2_000
@@ -37,7 +38,7 @@ class RefuseInvalidCredentials(SchemaExtension):
         context = self.execution_context.context
         if isinstance(context, dict) and "runtime" in context:
             try:
-                principal_of(context)
+                principal_of(cast(GraphQLContext, context))
             except Unauthenticated as exc:
                 self.execution_context.result = ExecutionResult(
                     data=None, errors=[GraphQLError(exc.message, extensions={"code": exc.code})])

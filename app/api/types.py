@@ -3,11 +3,20 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from enum import Enum
+from typing import overload
 
 import strawberry
 from strawberry.scalars import JSON
 
 from app.domain.settings import PoolSettings
+
+
+@overload
+def ts(value: float) -> datetime: ...
+@overload
+def ts(value: None) -> None: ...
+@overload
+def ts(value: float | None) -> datetime | None: ...
 
 
 def ts(value: float | None) -> datetime | None:

@@ -8,6 +8,7 @@ budget it was granted against, and how it ended.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import cast
 
 from app.domain import events as ev
 from app.domain.apply import apply_event, new_pool
@@ -33,12 +34,12 @@ def _short(ident: str | None) -> str:
 class _Narrator:
     def __init__(self, turn_id: str, history: TurnHistory):
         self.turn_id = turn_id
-        self.t0 = history.requested_at
+        self.t0 = cast(float, history.requested_at)   # a requested turn's history
         self.lines: list[str] = []
         self.queued: tuple[int, ev.TurnQueued] | None = None     # (position, decision)
         self.granted: ev.TurnGranted | None = None
         # lane -> the last decision that freed it: (position, decision)
-        self.freed_by: dict[int, tuple[int, ev.Decided]] = {}
+        self.freed_by: dict[int, tuple[int, ev.TurnCompleted | ev.TurnReaped | ev.TurnCancelled]] = {}
 
     def rel(self, at: float) -> str:
         return f"{when(at)} (+{at - self.t0:.3f}s)"
@@ -70,12 +71,13 @@ def _history(turn_id: str, turn_records: list[Record], decisions: dict[int, ev.D
 def explain_turn(turn_id: str, turn_records: list[Record], pool_records: list[Record]) -> list[str]:
     requested = next((r for r in turn_records if r.type == ev.TURN_REQUESTED), None)
     pool_records = sorted(pool_records, key=lambda r: r.position)
-    decisions = {r.position: ev.parse(r.type, r.data) for r in pool_records if r.type in ev.DECISIONS}
+    decisions = {r.position: cast(ev.Decided, ev.parse(r.type, r.data)) for r in pool_records if r.type in ev.DECISIONS}
     history = _history(turn_id, turn_records, decisions) if requested is not None else None
     if history is None:
         return [f"turn {turn_id}: no such turn in the log"]
     n = _Narrator(turn_id, history)
-    heartbeats = sorted(beat.at for _, beat in history.heartbeats)
+    heartbeats = sorted(cast(float, beat.at) for _, beat in history.heartbeats)   # as the fold took them
+    requested = cast(Record, requested)   # a history starts at the request
     n.say(f"Turn {turn_id} was requested at {when(history.requested_at)} by agent {_short(history.agent_id)} in "
           f"pool {history.pool!r} (position {requested.position}), reserving {history.estimated_tokens} "
           f"estimated + {history.max_output_tokens or 0} output tokens.")
@@ -159,7 +161,8 @@ def _granted(n: _Narrator, state: PoolState, d: ev.TurnGranted) -> None:
     same_step = queued is not None and d.cause is not None and d.cause == queued.cause
     if same_step:
         why = f"at once, in the step that queued it: lane {d.lane} was free and the rate budget covered it"
-    elif freed is not None and queued is not None and freed[0] > queued_position:
+    # (queued_position is set with queued)
+    elif freed is not None and queued is not None and freed[0] > queued_position:  # type: ignore[operator]
         position, x = freed
         how = (f"completed {x.outcome}".strip() if isinstance(x, ev.TurnCompleted)
                else "was reaped" if isinstance(x, ev.TurnReaped) else "was cancelled")

@@ -128,7 +128,7 @@ class RateOracle:
         # Read leniently (a partial event): the oracle judges forged and hand-written logs
         # too, and reads only the fields its rules need.
         event = ev.parse(type_, data, partial=True) if ev.is_event_type(type_) else None
-        at = event.at if event is not None else data.get("at")
+        at = event.at if event is not None else data.get("at")  # type: ignore[attr-defined]  # each type has one
         if isinstance(at, (int, float)):
             if at < self.clock:
                 return f"decided at {at:.3f}, before an earlier decision at {self.clock:.3f}"

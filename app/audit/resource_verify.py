@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.domain import resource_events as rev
 from app.domain.access import AccessPolicy
@@ -53,7 +54,7 @@ class _Check:
 
     def check(self, r: Record) -> str | None:
         d = r.data
-        lease = d.get("lease_id")
+        lease: Any = d.get("lease_id")   # as logged: a forged log may hold anything
         if r.type in (rev.RESOURCE_WAITING, rev.RESOURCE_GRANTED):
             if lease in self.finished or self.live.get(lease) == rev.HELD:
                 state = "finished" if lease in self.finished else "granted"
@@ -99,7 +100,7 @@ class _Check:
 
     def after(self, r: Record) -> None:
         d = r.data
-        lease = d.get("lease_id")
+        lease: Any = d.get("lease_id")   # as logged: a forged log may hold anything
         if r.type == rev.RESOURCE_WAITING:
             self.live[lease] = rev.WAITING
             self.expires[lease] = d["lease_expires_at"]

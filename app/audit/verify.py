@@ -74,7 +74,7 @@ class _PoolCheck:
         turn_id = getattr(d, "turn_id", None)
         turn = state.turns.get(turn_id) if turn_id else None
         if isinstance(d, ev.TurnGranted):
-            problem = self._grant(turn_id, turn, d)
+            problem = self._grant(d.turn_id, turn, d)
             if problem:
                 return problem
         return self.rates.check(r.type, r.data) or self._rule(d, turn_id, turn)

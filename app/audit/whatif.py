@@ -33,6 +33,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from app.domain import events as ev
 from app.domain import pool_access, turn_history
@@ -102,7 +103,8 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
         raise ValueError(f"pool {pool!r} has no PoolCreated event in the log")
     created = ev.PoolCreated.from_dict(created_record.data)
     last = last if last is not None else (records[-1].position if records else 0)
-    decisions = [(r.position, ev.parse(r.type, r.data)) for r in records
+    # (after its creation, a pool's stream holds its scheduler's decisions)
+    decisions = [(r.position, cast(ev.Decided, ev.parse(r.type, r.data))) for r in records
                  if r.stream == stream and r.type != ev.POOL_CREATED]
     seen_at: dict[int, float] = {}
     for _, d in decisions:
@@ -110,7 +112,7 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
             seen_at[d.cause] = d.at
 
     inputs = [(r.position, ev.parse(r.type, r.data), r.data) for r in records if r.type in ev.INPUTS]
-    inputs = [(position, e, data) for position, e, data in inputs if e.pool == pool]
+    inputs = [(position, e, data) for position, e, data in inputs if e.pool == pool]  # type: ignore[attr-defined]
     access = [(r.position, r.type, r.data) for r in records if r.type in pool_access.CHANGES]
     # The window's turns: their requests, then every decision and input about them, in log order.
     requested = [(p, e) for p, e, _ in inputs if isinstance(e, ev.TurnRequested) and first <= p <= last]
@@ -131,7 +133,7 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
             pass                                  # a window turn's cancel, wherever it lies
         elif not in_window:
             continue
-        arrival = seen_at.get(position, 0.0 if e.at is None else e.at)
+        arrival = seen_at.get(position, 0.0 if e.at is None else e.at)  # type: ignore[attr-defined]  # each has one
         clock = max(clock, arrival)               # inputs keep their log order
         spec = turns.get(e.turn_id) if isinstance(e, ev.TurnRequested) else None
         if spec is not None and spec.streams and not spec.fate_known and not spec.heartbeat_offsets:
@@ -162,23 +164,26 @@ def extract_workload(records: Iterable[Record], pool: str, first: int = 0, last:
 
 def _spec(h: turn_history.TurnHistory, seen_at: dict[int, float]) -> TurnSpec:
     """What the replay takes from a turn's recorded history."""
-    spec = TurnSpec(h.turn_id, h.agent_id, h.requested_at, streams=h.streams, granted_at=h.granted_at,
+    # (a window turn was requested; the log's fold sets the times of each step it took)
+    spec = TurnSpec(h.turn_id, h.agent_id, cast(float, h.requested_at), streams=h.streams, granted_at=h.granted_at,
                     reaped=h.status == ev.REAPED)
     granted = h.granted_at
     if h.status == ev.COMPLETED and granted is not None:
-        spec.duration, spec.completed_at = h.finished_at - granted, h.finished_at
+        finished = cast(float, h.finished_at)   # a completed turn's
+        spec.duration, spec.completed_at = finished - granted, finished
     if h.report is not None:
         spec.completion = {k: v for k, v in h.report.to_dict().items() if k != "at"}
-        spec.completion_position = h.report_position
+        spec.completion_position = cast(int, h.report_position)
         if granted is not None:
-            spec.completion_stamp = h.report.at - granted
+            spec.completion_stamp = cast(float, h.report.at) - granted
     if granted is not None:
-        for position, beat in h.heartbeats:
-            offset = seen_at.get(position, beat.at) - granted
+        for logged_at, beat in h.heartbeats:
+            position, stamp = cast(int, logged_at), cast(float, beat.at)
+            offset = seen_at.get(position, stamp) - granted
             if offset >= 0:
                 # Keep the stamp too: an input stamped before a deadline wins over it even
                 # when the scheduler gets to it after the deadline (decide._in_time).
-                spec.heartbeat_offsets.append((offset, beat.at - granted, position))
+                spec.heartbeat_offsets.append((offset, stamp - granted, position))
     if spec.reaped:
         spec.duration, spec.completion = None, None
     else:
@@ -223,7 +228,7 @@ class SimRun:
 def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) -> SimRun:
     state = PoolState.new(settings, w.start)
     access = w.access_policy()
-    heap: list[tuple[float, float, int, str, object]] = []
+    heap: list[tuple[float, float, int, str, Any]] = []   # the payload's shape is the kind's
     order = itertools.count()
 
     def push(at: float, kind: str, payload, key: float = math.inf) -> None:
@@ -260,19 +265,19 @@ def simulate(w: Workload, settings: PoolSettings, max_steps: int = MAX_STEPS) ->
             batch: list[tuple[str, dict, int | None]] = []
             while heap and heap[0][0] == t:
                 _, key, _, kind, payload = heapq.heappop(heap)
-                position = int(key) if math.isfinite(key) else None
+                cause = int(key) if math.isfinite(key) else None
                 if kind == "input":
-                    batch.append((payload[0], payload[1], position))
+                    batch.append((payload[0], payload[1], cause))
                 elif kind == "complete":
                     turn_id, data = payload
                     if in_flight(turn_id):
-                        batch.append((ev.COMPLETION_REPORTED, data, position))
+                        batch.append((ev.COMPLETION_REPORTED, data, cause))
                 elif kind == "heartbeat":
                     turn_id, periodic, stamped = payload
                     if in_flight(turn_id):
                         turn = state.turns[turn_id]
                         batch.append((ev.HEARTBEAT_SENT, {"turn_id": turn_id, "agent_id": turn.agent_id,
-                                                          "pool": w.pool, "at": min(stamped, now)}, position))
+                                                          "pool": w.pool, "at": min(stamped, now)}, cause))
                         if periodic:
                             push(now + beat, "heartbeat", (turn_id, True, now + beat))
             if batch:
@@ -302,8 +307,10 @@ def _schedule_call(spec: TurnSpec | None, granted_at: float, beat: float, push) 
     if spec.fate_known:
         # At the recorded grant time, use the recorded completion time itself: g + (c - g)
         # need not round back to c, and a one-ulp shift can reorder simultaneous events.
-        done = spec.completed_at if granted_at == spec.granted_at else granted_at + spec.duration
-        data = dict(spec.completion)
+        # (a known fate: a recorded duration and completion)
+        done = cast(float, spec.completed_at if granted_at == spec.granted_at
+                    else granted_at + cast(float, spec.duration))
+        data = dict(cast(dict, spec.completion))
         if spec.completion_stamp is not None:
             data["at"] = min(done, granted_at + spec.completion_stamp)
         push(done, "complete", (spec.turn_id, data), spec.completion_position)

@@ -7,7 +7,7 @@ caller's job, so replay never calls the summarizer again.
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from app.context.facts import extract_facts, fact_shape, normalize
 from app.context.summarize import Summarizer
@@ -108,7 +108,7 @@ def facts_of_span(live_facts: Sequence[KeyFact], span: Sequence[ContextMessage],
                         or _corrected(live_by_key, fact))
             if previous is not None and (previous.value or normalize(previous.text)) == fact.value:
                 continue  # restating a live fact is not news
-            record = {"fact_id": f"f{message.seq}.{index}", "kind": fact.kind, "text": fact.text,
+            record: dict[str, Any] = {"fact_id": f"f{message.seq}.{index}", "kind": fact.kind, "text": fact.text,
                       "key": previous.key if previous is not None else fact.key, "value": fact.value, "source_seq": fact.source_seq,
                       "role": message.role, "tokens": count(fact.text),
                       "shape": fact_shape(fact.kind, fact.text)}

@@ -23,11 +23,14 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
 from app import config
+
+if TYPE_CHECKING:   # imported lazily at run time (torch is slow to import)
+    from sentence_transformers import SentenceTransformer
 
 EMBEDDING_DIM = 384
 _BATCH_SIZE = 64
@@ -56,10 +59,10 @@ class MiniLMEmbedder:
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
-        self._model = None
+        self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
 
-    def _load(self):
+    def _load(self) -> SentenceTransformer:
         if self._model is None:
             with self._lock:
                 if self._model is None:  # double-checked: the first thread loads, others wait

@@ -29,7 +29,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from .embedder import TextEmbedder
 
 QUERY, BACKGROUND = 0, 1
 _STOP = -1   # sorts before every job: a closing worker stops before taking another
@@ -60,7 +65,8 @@ class LaneClosed(RuntimeError):
 
 
 class EmbeddingLane:
-    def __init__(self, embedder_of: Callable[[], object], *, background_of: Callable[[], object] | None = None,
+    def __init__(self, embedder_of: Callable[[], TextEmbedder], *,
+                 background_of: Callable[[], TextEmbedder] | None = None,
                  chunk: int = DEFAULT_CHUNK, query_cache: int = DEFAULT_QUERY_CACHE) -> None:
         if chunk < 1 or query_cache < 0:
             raise ValueError("chunk must be >= 1 and query_cache >= 0")

@@ -100,7 +100,8 @@ class MessageIndexer:
     def _fill(self, states: list[ctx.AgentContext]) -> tuple[list[ctx.AgentContext], list[ctx.AgentContext]]:
         """The next agents whose backlog (as far as this process knows) fits one batch
         (at least one agent, however large its backlog: it is embedded in pieces)."""
-        group, total = [], 0
+        group: list[ctx.AgentContext] = []
+        total = 0
         for i, state in enumerate(states):
             waiting = len(messages_after(state, self.stored.get(state.agent_id, 0)))
             if group and total + waiting > self.batch:
@@ -114,8 +115,8 @@ class MessageIndexer:
         agents get the rows themselves, the others only the seq they reach. The vector
         cache is filled by views, never by the indexer: a pass over a fleet larger than
         the cache would otherwise evict and reload agents on every pass."""
-        cached = {s.agent_id: self.vectors.get(s.agent_id).through for s in group
-                  if self.vectors.get(s.agent_id) is not None}
+        cached = {s.agent_id: vectors.through for s in group
+                  if (vectors := self.vectors.get(s.agent_id)) is not None}
         for agent_id, rows in (await self.embeddings.vectors_after_many(cached)).items():
             self.stored[agent_id] = max(self.stored.get(agent_id, 0), self._top_up(agent_id, rows).through)
         for agent_id, through in cached.items():
@@ -154,7 +155,9 @@ class MessageIndexer:
         held = [(a, msgs) for a, msgs in held if self.lexical.missing(a, msgs)]
         if not held:
             return
-        await asyncio.to_thread(lambda: [self.lexical.tokenize_new(a, msgs) for a, msgs in held])
+        # (the list is only the calls' vehicle: tokenize_new returns nothing)
+        await asyncio.to_thread(
+            lambda: [self.lexical.tokenize_new(a, msgs) for a, msgs in held])  # type: ignore[func-returns-value]
         for agent_id, msgs in held:
             self.lexical.index_of(agent_id, msgs)
 

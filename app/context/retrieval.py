@@ -20,7 +20,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class Tokenizer:
 @dataclass
 class LexicalIndex:
     seqs: list[int]
-    retriever: object | None     # IncrementalBM25 (app.context.bm25_incremental), or bm25s.BM25
+    retriever: Any               # IncrementalBM25 (app.context.bm25_incremental), bm25s.BM25 or None
 
     def scores(self, query_tokens: list[str]) -> dict[int, float]:
         """BM25 score of every message (0 for one sharing no word with the query)."""

@@ -178,7 +178,7 @@ _CLAUSE_WORDS = re.compile(r"!|,\s|\b(?:yep|yup|nope|ha|haha|lol|hmm|ok|okay|sur
 
 def _labelled_value(sentence: str) -> bool:
     m = _LABELLED.match(sentence)
-    return (bool(m) and len(m.group("value").split()) <= 4 and "://" not in sentence[:m.start("value")]
+    return (m is not None and len(m.group("value").split()) <= 4 and "://" not in sentence[:m.start("value")]
             and not _CLAUSE_WORDS.search(sentence[m.start("value"):]))
 
 

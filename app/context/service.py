@@ -25,6 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 
 from app.auth import Principal, require, require_self_or_operator
@@ -33,6 +34,7 @@ from app.domain import events as ev
 from app.domain.streams import context_stream
 from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
+from app.eventstore.store import EventStore
 from app.projections.context_archive import archived_context
 from app.service import Service
 from app.tasks import cancel_all
@@ -45,6 +47,10 @@ from .indexer import MessageIndexer, messages_of
 from .retrieval import hybrid_ranking
 from .tokens import count_message, count_text, encoding_ready
 
+if TYPE_CHECKING:   # for the annotations only: both load lazily (see below)
+    from .embedder import MiniLMEmbedder
+    from .summarize import OpenAICompatibleSummarizer
+
 log = logging.getLogger(__name__)
 
 
@@ -53,17 +59,18 @@ class ContextService:
                  hibernate_idle_seconds: float = ctx.DEFAULT_IDLE_SECONDS,
                  clock: Callable[[], float] = time.time, embeddings: EmbeddingStore | None = None):
         self.service = service
-        self.store = service.store
+        # PostgreSQL's: embeddings and archives live in its tables (no in-memory context service)
+        self.store = cast(EventStore, service.store)
         self.projector = service.projector
         self.clock = clock
-        self.embeddings = embeddings or EmbeddingStore(service.store.pool)
+        self.embeddings = embeddings or EmbeddingStore(self.store.pool)
         self.compaction = compaction or ctx.CompactionSettings()
         self.hibernate_idle_seconds = hibernate_idle_seconds
-        self._embedder = None
+        self._embedder: MiniLMEmbedder | None = None
         from .embedder import embedding_threads
         embedding_threads()  # a bad AGENTRM_EMBEDDING_THREADS stops the start, with its reason
         # (and ModelProcess reads AGENTRM_EMBEDDING_NICE the same way, below)
-        self._llm = False   # not read yet (see _llm_summarizer)
+        self._llm: OpenAICompatibleSummarizer | None | bool = False   # not read yet (see _llm_summarizer)
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
         self._compact_wake = asyncio.Event()
@@ -104,7 +111,7 @@ class ContextService:
         if agent_id is None:
             if principal.is_operator:
                 raise BadInput("agentId is required for the operator")
-            agent_id = principal.agent_id
+            agent_id = cast(str, principal.agent_id)   # not the operator: an agent
         require_self_or_operator(principal, agent_id)
         return self.service.agent_view(agent_id)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
+from typing import Any
 
 POOL_PREFIX = "pool:"
 OPEN, DEFAULT_DENY = "open", "default-deny"
@@ -101,12 +102,12 @@ class AccessPolicy:
         return Verdict(False, DEFAULT_DENY, f"default deny: no grant of agent {agent_id} matches {what}")
 
     # -- serialisation --------------------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"grants": {k: asdict(v) for k, v in sorted(self.grants.items())},
                 "resources_enforced": self.resources_enforced, "pools_enforced": self.pools_enforced}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "AccessPolicy":
+    def from_dict(cls, d: dict[str, Any]) -> "AccessPolicy":
         return cls(grants={k: Grant(**v) for k, v in d["grants"].items()},
                    resources_enforced=d["resources_enforced"], pools_enforced=d["pools_enforced"])
 

@@ -15,6 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Bucket:
             return float("inf")
         return (amount - have) * 60.0 / (self.limit_per_minute * factor)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"limit_per_minute": self.limit_per_minute, "level": self.level,
                 "updated_at": self.updated_at}
 
@@ -79,7 +80,7 @@ class RateObservation:
     def empty(self) -> bool:
         return all(v is None for v in self.__dict__.values())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
@@ -117,7 +118,7 @@ def _seconds_until_timestamp(value: str, now: float) -> float | None:
 MAX_RETRY_AFTER_S = 3600.0  # a provider (or a client relaying one) may not pause a pool longer
 
 
-def _number(value) -> float | None:
+def _number(value: Any) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -125,7 +126,7 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) and number >= 0 else None
 
 
-def parse_rate_headers(headers: dict, now: float) -> RateObservation:
+def parse_rate_headers(headers: dict[str, Any], now: float) -> RateObservation:
     """Read OpenAI `x-ratelimit-*`, Anthropic `anthropic-ratelimit-*` and `retry-after`.
     Unknown or malformed values are ignored rather than trusted."""
     h = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
@@ -149,8 +150,8 @@ def parse_rate_headers(headers: dict, now: float) -> RateObservation:
     if found.get("remaining_tokens") is None:
         # Newer Anthropic responses split input and output; the tighter one binds.
         parts = [_number(h.get(f"anthropic-ratelimit-{k}-tokens-remaining")) for k in ("input", "output")]
-        parts = [p for p in parts if p is not None]
-        put("remaining_tokens", min(parts) if parts else None)
+        known = [p for p in parts if p is not None]
+        put("remaining_tokens", min(known) if known else None)
     put("limit_requests", _number(h.get("anthropic-ratelimit-requests-limit")))
     put("limit_tokens", _number(h.get("anthropic-ratelimit-tokens-limit")))
     if "anthropic-ratelimit-requests-reset" in h:
@@ -164,6 +165,7 @@ def parse_rate_headers(headers: dict, now: float) -> RateObservation:
     if "retry-after" in h:
         put("retry_after_s", _number(h["retry-after"]))
     for key in ("retry_after_s", "reset_requests_s", "reset_tokens_s"):
-        if found.get(key) is not None:
-            found[key] = min(found[key], MAX_RETRY_AFTER_S)
+        value = found.get(key)
+        if value is not None:
+            found[key] = min(value, MAX_RETRY_AFTER_S)
     return RateObservation(**found)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 from . import events as ev
 from .admission import aimd_factor
@@ -15,7 +17,7 @@ from .settings import PoolSettings
 from .state import AgentState, PoolState, RunState, TurnState
 
 
-def new_pool(data: dict | ev.PoolCreated) -> PoolState:
+def new_pool(data: dict[str, Any] | ev.PoolCreated) -> PoolState:
     created = data if isinstance(data, ev.PoolCreated) else ev.PoolCreated.from_dict(data)
     return PoolState.new(PoolSettings.from_dict(created.settings), created.at)
 
@@ -109,7 +111,7 @@ def _forget_idle_runs(state: PoolState, at: float) -> None:
         del state.runs[run_id]
 
 
-def apply(state: PoolState, type_: str, data: dict) -> PoolState:
+def apply(state: PoolState, type_: str, data: dict[str, Any]) -> PoolState:
     """Fold one logged decision (type and data, as the log stores it); other types are not
     the scheduler's and change nothing."""
     if type_ not in _HANDLERS:
@@ -121,6 +123,7 @@ def apply_event(state: PoolState, event: ev.Event) -> PoolState:
     handler = _HANDLERS.get(event.TYPE)
     if handler is None:
         return state
+    event = cast(ev.Decided, event)   # every type _HANDLERS names is a decision
     _advance(state, event.at)
     handler(state, event)
     cause = event.cause
@@ -263,7 +266,8 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
         # separates a slow start from a hang, and a censored sample has no spread to tell.
         # (Taken whole, with 2% of calls hanging, each hang would widen the deadline by a
         # fifth: 4 deviations over the mean, at gain 1/16.)
-        state.start.observe(turn.lease_expires_at - turn.granted_at, turn.estimated_tokens,
+        expires_at = cast(float, turn.lease_expires_at)   # a granted turn holds a lease
+        state.start.observe(expires_at - turn.granted_at, turn.estimated_tokens,
                             spread=state.settings.outage_after_silent_reaps == 0)
 
 
@@ -288,8 +292,8 @@ def _levels_boosted(state: PoolState, d: ev.LevelsBoosted) -> None:
     for turn in queued:
         # Aging through the boost: a turn that has waited a whole period goes to the top
         # level, so under MLFQ every queued turn is granted eventually.
-        agent = state.agents.get(turn.agent_id)
-        entry = agent.level if agent else s.levels - 1
+        owner = state.agents.get(turn.agent_id)
+        entry = owner.level if owner else s.levels - 1
         turn.level = 0 if d.at - turn.queued_at >= s.boost_seconds else entry
         state.queues[turn.level].append(turn.turn_id)
     state.last_boost_at = d.at
@@ -346,7 +350,9 @@ def _rate_recovered(state: PoolState, d: ev.RateRecovered) -> None:
     """Nothing beyond moving the clock (apply_event's _advance), which grows the factor."""
 
 
-_HANDLERS = {
+# Each handler takes its own event class: the table can only say "some event" (Any), the
+# handler's signature says which.
+_HANDLERS: dict[str, Callable[[PoolState, Any], None]] = {
     ev.AGENT_ADMITTED: _agent_admitted,
     ev.QUARANTINE_LIFTED: _quarantine_lifted,
     ev.TURN_QUEUED: _turn_queued,

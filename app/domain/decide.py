@@ -33,16 +33,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any, cast
 
 from . import deadlines
 from . import events as ev
 from . import ordering, pool_access, rules
 from .access import AccessPolicy
-from .admission import MAX_RETRY_AFTER_S, aimd_factor, jitter, parse_rate_headers
+from .admission import MAX_RETRY_AFTER_S, RateObservation, aimd_factor, jitter, parse_rate_headers
 from .apply import apply_event
-from .state import PoolState, TurnState
+from .settings import PoolSettings
+from .state import AgentState, PoolState, TurnState
 
-Decision = tuple[str, dict]   # (type, data): a decision as the log stores it
+Decision = tuple[str, dict[str, Any]]   # (type, data): a decision as the log stores it
 
 # A lease or start deadline is enforced this long after it passes. An input stamped before
 # the deadline (a heartbeat, a completion) may still be on its way through the log (append,
@@ -57,7 +59,7 @@ class _Step:
         self.state, self.now, self.cause, self.access = state, now, cause, access
         self.out: list[ev.Decided] = []
 
-    def emit(self, kind: type[ev.Decided], **fields) -> None:
+    def emit(self, kind: type[ev.Decided], **fields: Any) -> None:
         event = kind(**fields, at=self.now, cause=self.cause)
         apply_event(self.state, event)
         self.out.append(event)
@@ -67,17 +69,17 @@ def _as_logged(decisions: list[ev.Decided]) -> list[Decision]:
     return [(d.TYPE, d.to_dict()) for d in decisions]
 
 
-def _input(type_: str, data: dict | None) -> ev.Event | None:
+def _input(type_: str, data: dict[str, Any] | None) -> ev.Event | None:
     """The typed input decide answers, or None for a type it does not answer."""
     return ev.parse(type_, data or {}) if type_ in _INPUT_HANDLERS else None
 
 
-def decide(state: PoolState, input_type: str | None, data: dict | None, now: float,
+def decide(state: PoolState, input_type: str | None, data: dict[str, Any] | None, now: float,
            cause: int | None = None) -> list[Decision]:
     return _as_logged(decide_events(state, input_type, data, now, cause))
 
 
-def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], now: float,
+def decide_many(state: PoolState, inputs: list[tuple[str, dict[str, Any], int | None]], now: float,
                 access: AccessPolicy | None = None) -> list[Decision]:
     """decide() for a batch of inputs that arrived together: timers fire once, each input is
     answered in order, and granting runs once at the end (its decisions cite the last
@@ -88,7 +90,7 @@ def decide_many(state: PoolState, inputs: list[tuple[str, dict, int | None]], no
     return _as_logged(decide_many_events(state, inputs, now, access))
 
 
-def decide_events(state: PoolState, input_type: str | None, data: dict | None, now: float,
+def decide_events(state: PoolState, input_type: str | None, data: dict[str, Any] | None, now: float,
                   cause: int | None = None) -> list[ev.Decided]:
     """decide(), with the decisions as typed events (for readers in the same process)."""
     now = max(now, state.clock)  # time never runs backwards, even across failover
@@ -96,12 +98,12 @@ def decide_events(state: PoolState, input_type: str | None, data: dict | None, n
     event = _input(input_type, data) if input_type is not None else None
     _fire_timers(step, [event] if event is not None else [])
     if event is not None:
-        _INPUT_HANDLERS[input_type](step, event)
+        _INPUT_HANDLERS[event.TYPE](step, event)
     _dispatch(step)
     return step.out
 
 
-def decide_many_events(state: PoolState, inputs: list[tuple[str, dict, int | None]],
+def decide_many_events(state: PoolState, inputs: list[tuple[str, dict[str, Any], int | None]],
                        now: float, access: AccessPolicy | None = None) -> list[ev.Decided]:
     """decide_many(), with the decisions as typed events."""
     now = max(now, state.clock)
@@ -167,8 +169,9 @@ def _seconds_until_factor_allows(state: PoolState, head: TurnState, now: float) 
 
 def _in_time(turn: TurnState, inputs: list[ev.Event]) -> bool:
     """An input of this pass for `turn`, stamped at or before its deadline."""
+    deadline = cast(float, turn.lease_expires_at)   # a granted turn's
     return any(isinstance(e, _IN_TIME_INPUTS) and e.turn_id == turn.turn_id
-               and isinstance(e.at, (int, float)) and e.at <= turn.lease_expires_at
+               and isinstance(e.at, (int, float)) and e.at <= deadline
                for e in inputs)
 
 
@@ -187,7 +190,7 @@ def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
         step.emit(ev.TurnReaped, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
                   lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at,
                   no_first_chunk=True if silent else None,
-                  full_lease=(_held(turn, turn.lease_expires_at) >= state.settings.lease_seconds - 1e-6)
+                  full_lease=(_held(turn, cast(float, turn.lease_expires_at)) >= state.settings.lease_seconds - 1e-6)
                   if silent else None, stalled=True if stalled else None)
         _after_usage(step, agent_id)
         agent = state.agents.get(agent_id)
@@ -270,6 +273,7 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
         step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=pool_access.reason(verdict),
                   rule=verdict.rule)
         return
+    agent = cast(AgentState, agent)   # agent_refusal refuses a request of an unknown agent
     step.emit(ev.TurnQueued, turn_id=turn_id, agent_id=agent_id, level=agent.level,
               seq=state.next_seq, estimated_tokens=d.estimated_tokens,
               max_output_tokens=max_output, requested_at=d.at if d.has("at") else step.now,
@@ -277,7 +281,7 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
               run_id=d.run_id if isinstance(d.run_id, str) and d.run_id else None)
 
 
-def _queue_refusal(state: PoolState, agent_id: str, cap) -> rules.Refusal | None:
+def _queue_refusal(state: PoolState, agent_id: str, cap: object) -> rules.Refusal | None:
     """The request's own cap on its agent's queued turns (the API writes it; older logs and
     the simulator have none). Decided here, in log order, it holds across API workers."""
     if isinstance(cap, bool) or not isinstance(cap, int):
@@ -341,7 +345,8 @@ def _limit_moved(step: _Step) -> None:
 
 def _recovered(step: _Step, turn: TurnState) -> None:
     state = step.state
-    step.emit(ev.ProviderRecovered, turn_id=turn.turn_id, outage_s=step.now - state.outage_since,
+    since = cast(float, state.outage_since)   # ends_outage: there is one
+    step.emit(ev.ProviderRecovered, turn_id=turn.turn_id, outage_s=step.now - since,
               failed_probes=state.failed_probes)
 
 
@@ -384,7 +389,8 @@ def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
     _after_usage(step, turn.agent_id)
 
 
-def _aged_observation(observation, age: float, granted_since: tuple[float, float], settings) -> dict:
+def _aged_observation(observation: RateObservation, age: float, granted_since: tuple[float, float],
+                      settings: PoolSettings) -> dict[str, Any]:
     """The provider computed `remaining` when it admitted the call, about when we granted
     it; the report reaches us `age` seconds later. Bring it to now: add what the provider
     refilled since, subtract what we granted since (it admitted those after this one).
@@ -416,7 +422,9 @@ def _on_cancel(step: _Step, d: ev.CancelRequested) -> None:
         _after_usage(step, turn.agent_id)
 
 
-_INPUT_HANDLERS: dict[str, Callable[[_Step, ev.Event], None]] = {
+# Each handler takes its own input class: the table can only say "some event" (Any), the
+# handler's signature says which.
+_INPUT_HANDLERS: dict[str, Callable[[_Step, Any], None]] = {
     ev.AGENT_REGISTERED: _on_registered,
     ev.AGENT_RELEASED: _on_released,
     ev.TURN_REQUESTED: _on_request,

@@ -5,7 +5,7 @@ of every type by name, which decoding uses."""
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 
 class EventError(ValueError):
@@ -48,7 +48,7 @@ class Event:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> "Event":
+    def from_dict(cls, data: dict[str, Any], *, partial: bool = False) -> Self:
         """`partial` is for checkers that read forged or hand-written logs and judge each
         field themselves (the audit's verify and rate oracle): a required field that is
         missing reads as None instead of refusing the event. Never fold such an event."""
@@ -78,7 +78,10 @@ class Event:
         return event
 
 
-def _seal(cls):
+_E = TypeVar("_E", bound=Event)
+
+
+def _seal(cls: type[_E]) -> type[_E]:
     """Record a registered class's field names, required and optional, once."""
     fields = [f for f in dataclasses.fields(cls) if f.name != "extra"]
     names = tuple(f.name for f in fields)
@@ -95,7 +98,8 @@ def _seal(cls):
     return cls
 
 
-def event(cls):
+@dataclass_transform(frozen_default=True, kw_only_default=True)   # so checkers see each event's fields
+def event(cls: type[_E]) -> type[_E]:
     return _seal(dataclass(frozen=True, kw_only=True)(cls))
 
 

@@ -8,7 +8,7 @@ included, to its class."""
 from typing import Any
 
 from . import resource_events
-from .event_base import Decided, Event, EventError, event
+from .event_base import Decided as Decided, Event as Event, EventError as EventError, event  # the API of events
 
 
 # -- inputs (appended by the API on behalf of operators and agents) --------------------
@@ -76,7 +76,7 @@ PRIORITY_CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
 @event
 class PoolCreated(Event):
     TYPE = POOL_CREATED
-    settings: dict
+    settings: dict[str, Any]
     at: float
     upstream_api_key_fingerprint: str | None = None
 
@@ -107,7 +107,7 @@ class AgentHibernated(Event):
     agent_id: str
     pool: str | None = None
     at: float | None = None
-    resume_point: dict | None = None
+    resume_point: dict[str, Any] | None = None
     reason: str | None = None
 
 
@@ -171,7 +171,7 @@ class CompletionReported(Event):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     retry_after_seconds: float | None = None
-    rate_limit_headers: dict | None = None
+    rate_limit_headers: dict[str, Any] | None = None
     request_id: str | None = None
 
 
@@ -433,9 +433,9 @@ class ContextCompacted(Event):
     summary: str
     summary_tokens: int
     at: float
-    facts: list | None = None          # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
-    superseded: list | None = None     # [{fact_id, by}]
-    chunks: list | None = None         # [{chunk_id, from_seq, to_seq, text, tokens}]
+    facts: list[dict[str, Any]] | None = None      # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
+    superseded: list[dict[str, Any]] | None = None # [{fact_id, by}]
+    chunks: list[dict[str, Any]] | None = None     # [{chunk_id, from_seq, to_seq, text, tokens}]
     budget_tokens: int | None = None
     tokens_before: int | None = None
     tokens_after: int | None = None
@@ -446,7 +446,7 @@ class ContextCompacted(Event):
     # The summarizer's cost: {cpu_seconds, sentences} for the extractive one (the CPU of the
     # process that ran it, the background model's since this round, embedding included), or
     # {prompt_tokens, completion_tokens} for an LLM.
-    cost: dict | None = None
+    cost: dict[str, Any] | None = None
 
 
 # -- the catalogue: every event type by name, the one table decoding reads ------------

@@ -50,6 +50,7 @@ reproduces it exactly. Each grant records the deadline it won by (TurnGranted.or
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 from . import events as ev
 from .state import PoolState, TurnState
@@ -176,7 +177,7 @@ class GrantOrder:
         return None
 
 
-def grant_fields(state: PoolState, turn: TurnState) -> dict:
+def grant_fields(state: PoolState, turn: TurnState) -> dict[str, Any]:
     """What a grant records of the order that chose it (nothing under mlfq and fifo, whose
     grants keep their old shape)."""
     if not by_deadline(state):

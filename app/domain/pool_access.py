@@ -13,6 +13,8 @@ the fold of its own stream (its hash and replay are unchanged), and the refusal,
 TurnCancelled with the rule that refused, is what the log records."""
 from __future__ import annotations
 
+from typing import Any
+
 from . import resource_events as rev
 from .access import AccessPolicy, Verdict
 
@@ -20,7 +22,7 @@ CHANGES = frozenset({rev.ACCESS_GRANTED, rev.ACCESS_REVOKED})
 REFUSED = "access refused"
 
 
-def fold(policy: AccessPolicy, type_: str, data: dict) -> None:
+def fold(policy: AccessPolicy, type_: str, data: dict[str, Any]) -> None:
     if type_ == rev.ACCESS_GRANTED:
         policy.grant(data["grant_id"], data["agent_id"], data["pattern"], data["modes"], data["at"])
     elif type_ == rev.ACCESS_REVOKED:

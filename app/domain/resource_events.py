@@ -11,6 +11,8 @@ Streams (app/domain/streams.py):
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .event_base import Decided, Event, event
 
 # -- inputs ---------------------------------------------------------------------------
@@ -95,7 +97,7 @@ class AccessGranted(Event):
     grant_id: str
     agent_id: str
     pattern: str
-    modes: list
+    modes: list[str]
     at: float
 
 
@@ -130,7 +132,7 @@ class ResourceWaiting(Decided):
     seq: int
     requested_at: float
     lease_expires_at: float
-    blocked_by: list            # the agents it waits for (holders and waiters ahead)
+    blocked_by: list[str]       # the agents it waits for (holders and waiters ahead)
     rule: str                   # the access rule that allowed it
 
 
@@ -185,7 +187,7 @@ class ResourceRefused(Decided):
     reason: str                 # forbidden | deadlock | unknown resource
     message: str
     rule: str | None = None     # the access rule that refused (forbidden)
-    cycle: list | None = None   # [{agent_id, waits_for, resource}] around the cycle (deadlock)
+    cycle: list[dict[str, Any]] | None = None  # [{agent_id, waits_for, resource}] around the cycle (deadlock)
 
 
 # Every type of this module, in the order above, for the catalogue (events.py).

@@ -45,10 +45,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Any, cast
 
 from . import resource_events as rev
 from .access import AccessPolicy
-from .events import EventError, parse
+from .events import Decided, Event, EventError, parse
 
 # As for turns (decide.REAP_GRACE_S): an input stamped before the deadline may still be on
 # its way through the log when the deadline comes.
@@ -128,14 +129,14 @@ class ResourceState:
         return all(x.mode == rev.SHARED for x in held) and len(held) < self.resources[name].capacity
 
     # -- canonical serialisation --------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"resources": {k: asdict(v) for k, v in sorted(self.resources.items())},
                 "leases": {k: asdict(v) for k, v in sorted(self.leases.items())},
                 "policy": self.policy.to_dict(), "next_seq": self.next_seq, "clock": self.clock,
                 "inputs_through": self.inputs_through, "version": self.version}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ResourceState":
+    def from_dict(cls, d: dict[str, Any]) -> "ResourceState":
         state = cls(resources={k: ResourceDef(**v) for k, v in d["resources"].items()},
                     policy=AccessPolicy.from_dict(d["policy"]), next_seq=d["next_seq"], clock=d["clock"],
                     inputs_through=d["inputs_through"], version=d["version"])
@@ -149,7 +150,7 @@ class ResourceState:
 
 # -- apply: the only way the state changes ---------------------------------------------
 
-def apply(state: ResourceState, type_: str, data: dict) -> ResourceState:
+def apply(state: ResourceState, type_: str, data: dict[str, Any]) -> ResourceState:
     """Fold one logged event (an input the manager folds, or a decision); other types
     change nothing."""
     if type_ in FOLDED:
@@ -157,7 +158,7 @@ def apply(state: ResourceState, type_: str, data: dict) -> ResourceState:
     return state
 
 
-def apply_event(state: ResourceState, e) -> ResourceState:
+def apply_event(state: ResourceState, e: Event) -> ResourceState:
     if isinstance(e, rev.ResourceDefined):
         if e.name not in state.resources:
             state.resources[e.name] = ResourceDef(e.name, e.capacity, e.lease_seconds, e.at)
@@ -168,6 +169,7 @@ def apply_event(state: ResourceState, e) -> ResourceState:
     if isinstance(e, rev.AccessRevoked):
         state.policy.revoke(e.grant_id, e.at)
         return state
+    e = cast(Decided, e)   # the rest of FOLDED: the manager's decisions
     state.clock = max(state.clock, e.at)
     if e.cause is not None:
         state.inputs_through = max(state.inputs_through, e.cause)
@@ -238,7 +240,7 @@ class _WaitsFor:
         for x in sorted((x for x in state.leases.values() if x.status == rev.WAITING), key=lambda x: x.seq):
             self.waiting.setdefault(x.agent_id, []).append(x)
 
-    def get(self, agent_id: str, default=()) -> list[tuple[str, str]]:
+    def get(self, agent_id: str, default: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
         edges: list[tuple[str, str]] = []
         for lease in self.waiting.get(agent_id, ()):
             for other in blockers(self.state, lease):
@@ -248,7 +250,7 @@ class _WaitsFor:
         return edges or list(default)
 
 
-def find_cycle(graph: dict[str, list[tuple[str, str]]], start: str) -> list[dict] | None:
+def find_cycle(graph: dict[str, list[tuple[str, str]]] | _WaitsFor, start: str) -> list[dict[str, Any]] | None:
     """A cycle through `start` as [{agent_id, waits_for, resource}], or None. Depth-first,
     with an explicit stack (a chain of waiting agents may be longer than Python's recursion
     limit); each agent is expanded once."""
@@ -277,7 +279,7 @@ def find_cycle(graph: dict[str, list[tuple[str, str]]], start: str) -> list[dict
     return None
 
 
-def describe_cycle(cycle: list[dict], names: dict[str, str] | None = None) -> str:
+def describe_cycle(cycle: list[dict[str, Any]], names: dict[str, str] | None = None) -> str:
     names = names or {}
 
     def who(agent_id: str) -> str:
@@ -289,17 +291,19 @@ def describe_cycle(cycle: list[dict], names: dict[str, str] | None = None) -> st
 # -- decide ---------------------------------------------------------------------------------
 
 class _Step:
+    cause: int | None
+
     def __init__(self, state: ResourceState, now: float):
         self.state, self.now, self.cause = state, now, None
-        self.out: list = []
+        self.out: list[Decided] = []
 
-    def emit(self, kind, **fields) -> None:
+    def emit(self, kind: type[Decided], **fields: Any) -> None:
         e = kind(**fields, at=self.now, cause=self.cause)
         apply_event(self.state, e)
         self.out.append(e)
 
 
-def decide(state: ResourceState, inputs: Iterable[tuple[str, dict, int | None]], now: float) -> list:
+def decide(state: ResourceState, inputs: Iterable[tuple[str, dict[str, Any], int | None]], now: float) -> list[Decided]:
     """The decisions (typed events) for a batch of inputs that arrived together, in order:
     first the leases due to be reaped, then each input, then every grant that now fits.
     `state` is advanced as the decisions are made (pass a copy to keep it)."""
@@ -321,7 +325,7 @@ def decide(state: ResourceState, inputs: Iterable[tuple[str, dict, int | None]],
     return step.out
 
 
-def _typed(type_: str | None, data: dict | None):
+def _typed(type_: str | None, data: dict[str, Any] | None) -> Event | None:
     """The typed input, or None for a type the manager does not answer or data that is not
     that type (a forged input must not wedge the writer: it changes nothing)."""
     if type_ not in rev.RESOURCE_INPUTS:
@@ -337,7 +341,7 @@ def next_deadline(state: ResourceState) -> float | None:
     return min(times) if times else None
 
 
-def _reap(step: _Step, inputs: list) -> None:
+def _reap(step: _Step, inputs: list[Event]) -> None:
     def in_time(lease: LeaseState) -> bool:
         return any(isinstance(e, _IN_TIME) and e.lease_id == lease.lease_id and e.at <= lease.lease_expires_at
                    for e in inputs)
@@ -349,7 +353,7 @@ def _reap(step: _Step, inputs: list) -> None:
                   resource=lease.resource, was=lease.status, lease_expires_at=lease.lease_expires_at)
 
 
-def _refuse(step: _Step, e: rev.ResourceAcquireRequested, reason: str, message: str, **extra) -> None:
+def _refuse(step: _Step, e: rev.ResourceAcquireRequested, reason: str, message: str, **extra: Any) -> None:
     step.emit(rev.ResourceRefused, lease_id=e.lease_id, agent_id=e.agent_id, resource=e.resource,
               mode=e.mode, reason=reason, message=message, **extra)
 

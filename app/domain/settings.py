@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 MAX_LANES = 1024
 POLICIES = ("mlfq", "fifo", "deadline")
@@ -79,7 +80,7 @@ class PoolSettings:
     adaptive_lanes_initial: int = 16            # lanes in use before any sample (at most `lanes`)
     adaptive_lanes_minimum: int = 2             # the learned limit never goes below this
     probe_backoff_cap: int = 2                  # a probe's start deadline doubles at most this often
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # The grant order of policy "deadline" (app/domain/ordering.py has the rule and the reasons).
     # Written to the log only by pools of that policy, so logs of the other policies keep their
     # exact settings JSON and state hash.
@@ -173,7 +174,7 @@ class PoolSettings:
     # JSON has no infinity: store it as null. A rule added later is written only when it is
     # not at its legacy value, so an old pool's stored settings (and every hash over them)
     # stay byte for byte what they were.
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("extra")
         for key in ("allotment_seconds", "allotment_tokens"):
@@ -195,7 +196,7 @@ class PoolSettings:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PoolSettings":
+    def from_dict(cls, d: dict[str, Any]) -> "PoolSettings":
         d = dict(d)
         for key in ("allotment_seconds", "allotment_tokens"):
             if key in d:
@@ -216,17 +217,17 @@ class PoolSettings:
 # The value each later rule had before it existed. Stored settings that lack a key were
 # written before its rule, so they read it as off: replay and what-if of an old log decide
 # exactly as the recorded scheduler did.
-LEGACY: dict = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False}
+LEGACY: dict[str, Any] = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False}
 # The same for a rule of the deadline order (written, like the order's other fields, only by
 # pools of that policy): a deadline pool stored without the key ran without the rule.
-LEGACY_ORDER: dict = {"output_credit_per_ktoken": 0.0}
+LEGACY_ORDER: dict[str, Any] = {"output_credit_per_ktoken": 0.0}
 
 # Settings that were constants before they were settings: not written at their default,
 # which is what a stored pool without the key meant all along.
-DEFAULTED: dict = {key: PoolSettings.__dataclass_fields__[key].default
+DEFAULTED: dict[str, Any] = {key: PoolSettings.__dataclass_fields__[key].default
                    for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap",
                                "output_credit_cap_seconds")}
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

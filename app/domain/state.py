@@ -10,6 +10,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
+from typing import Any, Callable
 
 from .admission import Bucket
 from .concurrency import LaneLimit
@@ -38,7 +39,7 @@ class TurnState:
     progressed: bool = False     # a heartbeat arrived since the grant
     run_id: str | None = None    # the client's run (program) this call belongs to, if it said
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = flat_dict(self)
         if d["run_id"] is None:
             del d["run_id"]      # as before runs existed: old logs keep their state hash
@@ -49,7 +50,7 @@ class TurnState:
         return self.estimated_tokens + self.max_output_tokens
 
 
-def flat_dict(obj) -> dict:
+def flat_dict(obj: Any) -> dict[str, Any]:
     """asdict() of a dataclass whose fields are all plain values (str, numbers, None), as
     TurnState, AgentState and RunState are: the same dict, without asdict's recursion and
     deep copy of every value. A pool's state holds one of these per agent and per live
@@ -59,10 +60,10 @@ def flat_dict(obj) -> dict:
     return dict(zip(names, getter(obj)))
 
 
-_FLAT: dict[type, tuple] = {}
+_FLAT: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
 
 
-def _flat_fields(cls) -> tuple:
+def _flat_fields(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
     names = tuple(f.name for f in fields(cls))
     # attrgetter of one name returns the value, not a 1-tuple
     getter = attrgetter(*names) if len(names) > 1 else (lambda o: (getattr(o, names[0]),))
@@ -130,7 +131,8 @@ class StartEstimator:
             return ceiling
         typical = math.exp(min(50.0, self.srtt + max(self.K * self.rttvar, self.MIN_MARGIN)))
         rto = max(floor, typical * self.size(prompt_tokens))
-        return min(ceiling, rto * 2 ** min(backoff, 16))
+        doubling: int = 2 ** min(backoff, 16)
+        return min(ceiling, rto * doubling)
 
 
 @dataclass
@@ -247,7 +249,7 @@ class PoolState:
         return None
 
     # -- canonical serialisation (projection storage, replay hashes) ----------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {
             "settings": self.settings.to_dict(), "created_at": self.created_at,
             "requests": self.requests.to_dict(), "tokens": self.tokens.to_dict(),
@@ -271,7 +273,7 @@ class PoolState:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PoolState":
+    def from_dict(cls, d: dict[str, Any]) -> "PoolState":
         state = cls(settings=PoolSettings.from_dict(d["settings"]), created_at=d["created_at"],
                     requests=Bucket(**d["requests"]), tokens=Bucket(**d["tokens"]))
         for key in ("version", "position", "inputs_through", "queues", "lanes", "rate_factor",

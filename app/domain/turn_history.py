@@ -14,12 +14,15 @@ audit's verify checks it), and a later transition overwrites an earlier one.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from . import events as ev
 
-_STATUS = {ev.TurnQueued: ev.QUEUED, ev.TurnGranted: ev.GRANTED, ev.TurnCompleted: ev.COMPLETED,
-           ev.TurnCancelled: ev.CANCELLED, ev.TurnReaped: ev.REAPED}
+_STATUS: dict[type[ev.Event], str] = {
+    ev.TurnQueued: ev.QUEUED, ev.TurnGranted: ev.GRANTED, ev.TurnCompleted: ev.COMPLETED,
+    ev.TurnCancelled: ev.CANCELLED, ev.TurnReaped: ev.REAPED}
 _ENDS = (ev.TurnCompleted, ev.TurnCancelled, ev.TurnReaped)
 # The decisions that change a turn's record (its heartbeats and completion report do not:
 # the record shows what the scheduler decided).
@@ -116,6 +119,8 @@ def fold(h: TurnHistory, event: ev.Event, position: int | None = None) -> TurnHi
         h.lease_expires_at, h.reserved_tokens = event.lease_expires_at, event.reserved_tokens
         h.last_life_at = event.at
     else:
+        # the rest of _STATUS's types: the three ends
+        event = cast("ev.TurnCompleted | ev.TurnCancelled | ev.TurnReaped", event)
         h.finished_at, h.lease_expires_at = event.at, None
         if isinstance(event, ev.TurnCompleted):
             h.outcome, h.prompt_tokens, h.completion_tokens = (event.outcome, event.prompt_tokens,
@@ -127,7 +132,8 @@ def fold(h: TurnHistory, event: ev.Event, position: int | None = None) -> TurnHi
     return h
 
 
-def histories(events, *, start_at=(ev.TurnRequested,)) -> dict[str, TurnHistory]:
+def histories(events: Iterable[tuple[int, ev.Event]], *,
+              start_at: tuple[type[ev.Event], ...] = (ev.TurnRequested,)) -> dict[str, TurnHistory]:
     """Every turn's history from `(position, event)` pairs in log order. A turn's history
     starts at its first event of a type in `start_at`; events of turns not started yet are
     skipped."""
@@ -138,7 +144,8 @@ def histories(events, *, start_at=(ev.TurnRequested,)) -> dict[str, TurnHistory]
             continue
         h = out.get(turn_id)
         if isinstance(event, start_at):
-            out[turn_id] = start(event, position)
+            # start_at names first events (a request, a TurnQueued): start() gives a history
+            out[turn_id] = cast(TurnHistory, start(event, position))
         elif h is not None:
             fold(h, event, position)
     return out

@@ -389,7 +389,8 @@ class EventStore:
                         data: Mapping[str, Any] | None = None, correlation: str | None = None,
                         agent_id: str | None = None, up_to: int | None = None,
                         conn: asyncpg.Connection | None = None) -> list[RecordedEvent]:
-        clauses, args = ["position > $1"], [after]
+        clauses: list[str] = ["position > $1"]
+        args: list[Any] = [after]
         if types:
             args.append(list(types))
             clauses.append(f"type = ANY(${len(args)}::text[])")

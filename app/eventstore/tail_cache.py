@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 from .model import RecordedEvent
 
@@ -66,7 +67,8 @@ class TailCache:
         self._ahead_bytes = 0   # their size, bounded by byte_capacity as the tail is
 
     def covers(self, after: int, up_to: int) -> bool:
-        return self.hi is not None and self.lo <= after and up_to <= self.hi
+        # lo and hi are None together, or both set
+        return self.hi is not None and cast(int, self.lo) <= after and up_to <= self.hi
 
     def read_start(self, after: int) -> int | None:
         """Where a read of the log should start to bring (after, ...] into coverage: hi, or
@@ -75,7 +77,7 @@ class TailCache:
         which a read from hi cannot mend; that follower reads the log itself."""
         if self.hi is None or after > self.hi:
             return after
-        if after < self.lo:
+        if after < cast(int, self.lo):   # set with hi
             return None
         return self.hi
 
@@ -104,14 +106,16 @@ class TailCache:
 
     def _join_ahead(self) -> None:
         """The held commits that now follow hi, in turn; drop the ones coverage passed."""
+        # (commit() holds commits only once there is coverage: hi is set)
         while self._ahead:
-            held = self._ahead.pop(self.hi + 1, None)
+            held = self._ahead.pop(cast(int, self.hi) + 1, None)
             if held is None:
                 break
             self._add(held)
             self.hi = held[-1].position
         if self._ahead:
-            self._ahead = {first: held for first, held in self._ahead.items() if first > self.hi}
+            hi = cast(int, self.hi)
+            self._ahead = {first: held for first, held in self._ahead.items() if first > hi}
         self._ahead_bytes = sum(_size(e) for held in self._ahead.values() for e in held) if self._ahead else 0
 
     def read(self, start: int, events: Sequence[RecordedEvent]) -> None:
@@ -124,7 +128,7 @@ class TailCache:
             self._events, self._sizes, self.bytes = [], [], 0
             self._add(events)
             self.lo, self.hi = start, last
-        elif start < self.lo:
+        elif start < cast(int, self.lo):   # set with hi
             return   # cannot happen with read_start's answers; refuse rather than guess
         else:
             # Our commits may have extended hi while the read was in flight: take only

@@ -21,9 +21,11 @@ import logging
 import math
 import time
 import uuid
+from typing import cast
 
 import httpx
 
+from app.api.holder import RuntimeHolder
 from app.auth import authenticate
 from app.context.tokens import encoding_ready
 from app.db.outage import is_outage
@@ -32,6 +34,7 @@ from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthentica
 
 from app.observability import logs, metrics
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
+from .upstreams import Upstreams
 from .wire import SSEParser, StreamUsage, WireFormat, BadRequest
 
 log = logging.getLogger("agentrm.gateway")
@@ -148,7 +151,7 @@ def _client_headers(upstream_headers) -> dict[str, str]:
 class GatewayEndpoint:
     """POST /v1/chat/completions or /v1/messages."""
 
-    def __init__(self, holder: dict, wire: WireFormat):
+    def __init__(self, holder: RuntimeHolder, wire: WireFormat):
         self.holder, self.wire = holder, wire
         # Mean seconds a gateway turn holds its lane, for the max-wait estimate (EWMA).
         self.mean_hold_s = 1.0
@@ -179,7 +182,7 @@ class GatewayEndpoint:
             logs.reset(bound)
 
     async def _serve(self, x: _Exchange) -> None:
-        rt = self.holder.get("runtime")
+        rt = self.holder.runtime
         if rt is None:
             await x.error(503, "AgentRM is starting")
             return
@@ -200,7 +203,8 @@ class GatewayEndpoint:
         try:
             agent = await rt.service.fresh(rt.service.agent_view, principal.agent_id)
             pool = agent["pool"]
-            upstream = await self.holder["upstreams"].for_pool(pool)
+            upstreams = cast(Upstreams, self.holder.upstreams)   # set before the runtime
+            upstream = await upstreams.for_pool(pool)
             max_wait = _max_wait(x.headers.get(MAX_WAIT_HEADER))
             run_id = x.headers.get(RUN_ID_HEADER) or None
         except ServiceError as exc:

@@ -2,21 +2,26 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, cast
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from app.api.holder import RuntimeHolder
 from app.auth import authenticate
 
 from .proxy import GatewayEndpoint
 from .wire import ANTHROPIC, OPENAI
 
+if TYPE_CHECKING:   # for the annotations only: at run time the routes reach it through the holder
+    from app.bootstrap import Runtime
+
 MODELS_CACHE_S = 60.0
 
 
-def routes(holder: dict) -> list[Route]:
+def routes(holder: RuntimeHolder) -> list[Route]:
     models_cache: dict[str, tuple[float, list[dict]]] = {}
 
     async def upstream_models(pool: str) -> list[dict]:
@@ -26,7 +31,9 @@ def routes(holder: dict) -> list[Route]:
             return cached[1]
         found: list[dict] = []
         try:
-            upstream = await holder["upstreams"].for_pool(pool)
+            if holder.upstreams is None:
+                raise LookupError("no upstreams yet: the application is starting")
+            upstream = await holder.upstreams.for_pool(pool)
             headers = {"authorization": f"Bearer {upstream.api_key}", "x-api-key": upstream.api_key} \
                 if upstream.api_key else {}
             answer = await upstream.client.get(upstream.url("/v1/models"), headers=headers, timeout=10.0)
@@ -46,7 +53,7 @@ def routes(holder: dict) -> list[Route]:
         return found
 
     async def models(request: Request):
-        rt = holder.get("runtime")
+        rt = holder.runtime
         token = OPENAI.api_key(request.headers) or ANTHROPIC.api_key(request.headers)
         principal = authenticate(token, rt.operator_token, rt.projector.model.token_index) if rt else None
         if principal is None and rt is not None and token:
@@ -54,8 +61,9 @@ def routes(holder: dict) -> list[Route]:
             principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
         if principal is None:
             return JSONResponse(OPENAI.error_body(401, "invalid or missing AgentRM token"), status_code=401)
+        rt = cast("Runtime", rt)   # a principal was found: there is a runtime
         pools = sorted(rt.projector.model.pools) if principal.is_operator else \
-            [rt.service.agent_view(principal.agent_id)["pool"]]
+            [rt.service.agent_view(cast(str, principal.agent_id))["pool"]]
         data = []
         for pool in pools:
             data.extend(await upstream_models(pool))

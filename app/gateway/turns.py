@@ -12,6 +12,7 @@ import contextlib
 import logging
 import math
 import time
+from typing import cast
 
 from app.auth import Principal
 from app.domain import events as ev
@@ -138,8 +139,9 @@ class GatewayTurn:
         while model.turns[self.turn_id]["status"] == ev.GRANTED:
             await self.rt.projector.wait_until(
                 lambda: model.turns[self.turn_id]["status"] != ev.GRANTED, FINISHED_WAIT_S, turn_id=self.turn_id)
-        if not self.ended.done():
-            self.ended.set_result(model.turns[self.turn_id]["status"])
+        ended = cast(asyncio.Future, self.ended)   # the grant created it before starting this watch
+        if not ended.done():
+            ended.set_result(model.turns[self.turn_id]["status"])
 
     @property
     def reaped(self) -> bool:

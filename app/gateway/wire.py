@@ -266,7 +266,7 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[dict]:
         self._buffer += chunk
-        out = []
+        out: list[dict] = []
         while True:
             # Events end with a blank line; providers use \n, some proxies \r\n.
             cut = min((i for i in (self._buffer.find(b"\n\n"), self._buffer.find(b"\r\n\r\n")) if i >= 0),

@@ -8,12 +8,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from app.api.holder import RuntimeHolder
+
 READY_CATCH_UP_S = 2.0
 
 
-def routes(holder: dict) -> list[Route]:
+def routes(holder: RuntimeHolder) -> list[Route]:
     async def metrics(_request: Request) -> Response:
-        app_metrics = holder.get("metrics")
+        app_metrics = holder.metrics
         if app_metrics is None:
             return Response("starting\n", status_code=503, media_type="text/plain")
         return Response(await app_metrics.render(), media_type=CONTENT_TYPE_LATEST)
@@ -21,11 +23,11 @@ def routes(holder: dict) -> list[Route]:
     async def healthz(_request: Request) -> Response:
         # The process is up and serving: nothing else is asked (no database round trip),
         # so a database outage never makes an orchestrator kill healthy workers.
-        rt = holder.get("runtime")
+        rt = holder.runtime
         return JSONResponse({"ok": True, "started": rt is not None})
 
     async def readyz(_request: Request) -> Response:
-        rt = holder.get("runtime")
+        rt = holder.runtime
         if rt is None:
             return JSONResponse({"ready": False, "reason": "starting"}, status_code=503)
         try:

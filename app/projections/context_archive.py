@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from app.domain import context as ctx
 from app.eventstore.model import RecordedEvent
-from app.eventstore.store import EventStore
+from app.ports import EventLog
 
 PAGE = 5000
 
 
-async def archived_context(store: EventStore, agent_id: str, up_to: int) -> ctx.AgentContext:
+async def archived_context(store: EventLog, agent_id: str, up_to: int) -> ctx.AgentContext:
     """The agent's context as of global position ``up_to``: the fold of its context stream.
     Never hibernated: hibernation parks a context, it does not change it."""
     state = ctx.new_context(agent_id)
@@ -29,7 +29,7 @@ async def archived_context(store: EventStore, agent_id: str, up_to: int) -> ctx.
         after = events[-1].position
 
 
-async def restore_if_parked(model, event: RecordedEvent, store: EventStore) -> bool:
+async def restore_if_parked(model, event: RecordedEvent, store: EventLog) -> bool:
     """Before ``model`` folds ``event``: if the event needs a context that hibernation
     parked, fold that context back from the log. True if it did."""
     agent_id = model.parked_context_needed_by(event)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from app.domain import context as ctx
 from app.domain import events as ev
@@ -101,7 +102,7 @@ class CoreModel:
         if event.position <= self.position or event.type not in _NEEDS_CONTEXT:
             return None
         category = category_of(event.stream)
-        agent_id = event.data.get("agent_id") if isinstance(event.data, dict) else None
+        agent_id: Any = event.data.get("agent_id") if isinstance(event.data, dict) else None   # as logged
         if category == "agent" and (event.type != ev.AGENT_WOKEN or agent_id not in self.agents):
             return None
         if category not in ("agent", "context"):
@@ -124,7 +125,8 @@ class CoreModel:
         name = id_of(event.stream)
         if event.type == ev.POOL_CREATED:
             created = ev.PoolCreated.from_dict(event.data)
-            self.pools[name] = fold_pool(None, created, event.version, event.position)
+            # a creation always gives a state
+            self.pools[name] = cast(PoolState, fold_pool(None, created, event.version, event.position))
             self.pool_docs[name] = {"name": name, "created_at": created.at,
                                     "upstream_api_key_fingerprint": created.upstream_api_key_fingerprint}
             self.dirty.add(("pools", name))
@@ -137,7 +139,7 @@ class CoreModel:
         decision = ev.parse(event.type, event.data) if event.type in ev.DECISIONS else None
         fold_pool(state, decision, event.version, event.position)
         self.dirty.add(("scheduler", name))
-        history = self.histories.get(getattr(decision, "turn_id", None))
+        history = self.histories.get(getattr(decision, "turn_id", None))  # type: ignore[arg-type]  # none: None
         if history is not None and isinstance(decision, turn_history.RECORD_CHANGES):
             turn_history.fold(history, decision, event.position)
             self.turns[history.turn_id].update(turn_doc(history))
@@ -146,7 +148,7 @@ class CoreModel:
                 self.finished[history.turn_id] = event.position
 
     def _fold_agent(self, event: RecordedEvent) -> None:
-        agent_id = event.data.get("agent_id")
+        agent_id: Any = event.data.get("agent_id")   # as logged
         if event.type == ev.AGENT_REGISTERED:
             d = ev.AgentRegistered.from_dict(event.data)
             self.agents[agent_id] = {
@@ -154,7 +156,7 @@ class CoreModel:
                 "priority_class": d.priority_class, "token_hash": d.token_hash,
                 "context_budget_tokens": d.context_budget_tokens,
                 "registered_at": d.at, "hibernated": False, "last_active_at": d.at}
-            self.token_index[d.token_hash] = agent_id
+            self.token_index[d.token_hash] = agent_id  # type: ignore[index]  # a registration carries its hash
         elif agent_id not in self.agents:
             return
         elif event.type == ev.AGENT_HIBERNATED:
@@ -181,7 +183,8 @@ class CoreModel:
     def _fold_turn_input(self, event: RecordedEvent) -> None:
         if event.type == ev.TURN_REQUESTED:
             d = ev.TurnRequested.from_dict(event.data)
-            history = self.histories[d.turn_id] = turn_history.start(d, event.position)
+            # a request always starts a history
+            history = self.histories[d.turn_id] = cast(turn_history.TurnHistory, turn_history.start(d, event.position))
             self.turns[d.turn_id] = turn_doc(history)
             self.dirty.add(("turns", d.turn_id))
             agent = self.agents.get(d.agent_id)
@@ -191,7 +194,7 @@ class CoreModel:
         elif event.type in _IDEMPOTENT_INPUTS and isinstance(event.data.get("request_id"), str):
             # The client's id of the first such command, so that a retry finds its answer
             # (only when sent: documents of logs without ids are unchanged).
-            doc = self.turns.get(event.data.get("turn_id"))
+            doc = self.turns.get(event.data.get("turn_id"))  # type: ignore[arg-type]  # none: None
             if doc is not None:
                 key = _IDEMPOTENT_INPUTS[event.type]
                 if event.type == ev.HEARTBEAT_SENT:
@@ -201,7 +204,7 @@ class CoreModel:
                 self.dirty.add(("turns", doc["turn_id"]))
 
     # -- memory ---------------------------------------------------------------------------
-    def evict_finished(self, persisted: int, keep: int, also_dirty: list[set] = ()) -> int:
+    def evict_finished(self, persisted: int, keep: int, also_dirty: Iterable[set[tuple[str, str]]] = ()) -> int:
         """Forget all but the `keep` most recently finished turns, of those whose final
         document is persisted (they ended at or before position `persisted` and have not
         changed since; `also_dirty`: more keys not stored yet). Returns how many left memory."""

@@ -25,6 +25,7 @@ would wait behind it."""
 from __future__ import annotations
 
 from dataclasses import asdict, is_dataclass
+from typing import Any, cast
 
 import orjson
 
@@ -37,4 +38,5 @@ def doc_text(doc) -> str:
     try:
         return orjson.dumps(doc, option=_OPTIONS).decode()
     except TypeError:
-        return json_text(asdict(doc) if is_dataclass(doc) else doc)
+        # a dataclass instance here (a document is never a class)
+        return json_text(asdict(cast(Any, doc)) if is_dataclass(doc) else doc)

@@ -44,7 +44,7 @@ class ResourceModel:
             return
         if stream != RESOURCE_DECISIONS_STREAM or type_ not in rev.RESOURCE_DECISIONS:
             return
-        doc = self.leases.get(data.get("lease_id"))
+        doc = self.leases.get(data.get("lease_id"))  # type: ignore[arg-type]  # no id: None
         if doc is None:
             return
         doc["version"] += 1

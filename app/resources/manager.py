@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import cast
 
 from app.adapters.advisory_lock import AdvisoryLockLeadership
 from app.domain import resource_events as rev
@@ -67,7 +68,8 @@ class ResourceManager:
                  retry_interval: float = 1.0, leadership: Leadership | None = None,
                  wakeups: Wakeups | None = None):
         self.store, self.clock, self.retry_interval = store, clock, retry_interval
-        self.leadership = leadership if leadership is not None else AdvisoryLockLeadership(url)
+        # without a leadership given, the url is the lock's database (the caller passes one)
+        self.leadership = leadership if leadership is not None else AdvisoryLockLeadership(cast(str, url))
         self.wakeups = wakeups
         self.leading = asyncio.Event()
         self.state: ResourceState | None = None
@@ -141,7 +143,9 @@ class ResourceManager:
 
     async def _process(self, state: ResourceState, batch: list[RecordedEvent]) -> None:
         def to_events(inputs, by_position: dict[int, RecordedEvent]) -> list[NewEvent]:
-            return [NewEvent(RESOURCE_DECISIONS_STREAM, d.TYPE, d.to_dict(), self._metadata(d, by_position.get(d.cause)))
+            # a decision without a cause: get(None) is None
+            return [NewEvent(RESOURCE_DECISIONS_STREAM, d.TYPE, d.to_dict(),
+                             self._metadata(d, by_position.get(d.cause)))  # type: ignore[arg-type]
                     for d in decide(state, inputs, self.clock())]
 
         await write_step(self.store, RESOURCE_DECISIONS_STREAM, state, batch, to_events)

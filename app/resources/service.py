@@ -4,7 +4,7 @@ resource manager's decision, which the caller waits for, as a turn request waits
 the scheduler's."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from app.auth import Principal, require, require_operator
 from app.domain import resource_events as rev
@@ -152,13 +152,16 @@ class ResourceService:
         doc = await self.service.fresh(self._own_lease, principal, lease_id)
         if doc["status"] not in rev.LIVE:
             raise Conflict(f"lease {lease_id} is {doc['status']}; only a WAITING or HELD lease takes heartbeats")
-        return await self._input_and_wait(principal, doc, rev.RESOURCE_HEARTBEAT_SENT, answers_heartbeat)
+        # _own_lease required a principal
+        return await self._input_and_wait(cast(Principal, principal), doc, rev.RESOURCE_HEARTBEAT_SENT,
+                                          answers_heartbeat)
 
     async def release(self, principal: Principal | None, lease_id: str) -> dict:
         doc = await self.service.fresh(lambda: self._own_lease(principal, lease_id, operator_ok=True))
         if doc["status"] not in rev.LIVE:
             raise Conflict(f"lease {lease_id} is already {doc['status']}")
-        return await self._input_and_wait(principal, doc, rev.RESOURCE_RELEASE_REQUESTED, ends_lease)
+        # _own_lease required a principal
+        return await self._input_and_wait(cast(Principal, principal), doc, rev.RESOURCE_RELEASE_REQUESTED, ends_lease)
 
     async def _input_and_wait(self, principal: Principal, doc: dict, type_: str, answers) -> dict:
         lease_id = doc["lease_id"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import cast
 
 from app.adapters.advisory_lock import AdvisoryLockLeadership
 from app.domain import events as ev
@@ -46,7 +47,8 @@ class PoolScheduler:
         self.store = store
         self.clock = clock
         self.retry_interval = retry_interval
-        self.leadership = leadership if leadership is not None else AdvisoryLockLeadership(url)
+        # without a leadership given, the url is the lock's database (the caller passes one)
+        self.leadership = leadership if leadership is not None else AdvisoryLockLeadership(cast(str, url))
         self.leading = asyncio.Event()
         self.state: PoolState | None = None
         self.access: AccessPolicy | None = None   # the pool capability policy as of our last batch
@@ -157,7 +159,9 @@ class PoolScheduler:
     async def _process(self, state: PoolState, batch: list[RecordedEvent]) -> None:
         def to_events(inputs, by_position: dict[int, RecordedEvent]) -> list[NewEvent]:
             # With no inputs this just fires the timers due and grants what now fits.
-            return [NewEvent(self.stream, type_, data, self._metadata(data, by_position.get(data.get("cause"))))
+            # an input without a cause: get(None) is None
+            return [NewEvent(self.stream, type_, data,
+                             self._metadata(data, by_position.get(data.get("cause"))))  # type: ignore[arg-type]
                     for type_, data in decide_many(state, inputs, self.clock(), self.access)]
 
         recorded = await write_step(self.store, self.stream, state, batch, to_events)

@@ -46,7 +46,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -61,12 +61,14 @@ from .agentrm_context import AgentRMContext, CachingEmbedder, view_messages
 BUDGETS = (2_000, 4_000, 8_000)
 STRATEGIES = ("truncation", "running-summary", "agentrm", "agentrm -facts", "agentrm -supersession")
 # Structure must earn its place: each AgentRM variant removes one piece, alone.
-VARIANTS = {"agentrm -facts": {"view_settings": domain.ViewSettings(facts_share=0.0)},
-            "agentrm -supersession": {"supersession": False}}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "agentrm -facts": {"view_settings": domain.ViewSettings(facts_share=0.0)},
+    "agentrm -supersession": {"supersession": False}}
 # Query-view ablations of the per-style table: the same fold, each probe's view built again
 # with one ranking idea removed (AgentRMContext.view's ranking options).
-STYLE_ABLATIONS = {"-heads": {"heads": 0}, "-lexical neighbours": {"lexical_neighbours": ()},
-                   "+question words": {"question_words": True}}
+STYLE_ABLATIONS: dict[str, dict[str, Any]] = {
+    "-heads": {"heads": 0}, "-lexical neighbours": {"lexical_neighbours": ()},
+    "+question words": {"question_words": True}}
 
 
 # -- synthetic sessions -------------------------------------------------------------------
@@ -774,7 +776,7 @@ class AgentRMTiers:
     name = "agentrm"
 
     def __init__(self, budget: int, summarizer: ExtractiveSummarizer, embedder: CachingEmbedder,
-                 query_embedder: MiniLMEmbedder, **options: object) -> None:
+                 query_embedder: MiniLMEmbedder, **options: Any) -> None:
         self.budget = budget
         self.context = AgentRMContext(budget, summarizer, embedder, query_embedder, **options)
         self.stats = RunStats()
@@ -784,7 +786,8 @@ class AgentRMTiers:
         self.stats.compactions = self.context.compactions
         self.stats.summary_sentences = self.context.summary_sentences
         self.stats.summary_tokens = self.context.summary_tokens
-        self.stats.chunks_embedded = len(self.context.vectors.get("bench").seqs) if self.context.vectors.get("bench") else 0
+        vectors = self.context.vectors.get("bench")
+        self.stats.chunks_embedded = len(vectors.seqs) if vectors else 0
 
     def view(self, query: str | None, now: float) -> list[tuple[str, str]]:
         return view_messages(self.context.view(query, now, self.budget))

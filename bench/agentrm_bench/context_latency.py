@@ -67,7 +67,8 @@ async def _agents(http: httpx.AsyncClient, operator: str, prefix: str, n: int) -
 
 def _history(rng: random.Random, tokens: int) -> list[tuple[str, str]]:
     from .agentrm_context import cached_count_message
-    out, total = [], 0
+    out: list[tuple[str, str]] = []
+    total = 0
     while total < tokens:
         role, content = _filler(rng, len(out))
         out.append((role, content))

@@ -113,9 +113,9 @@ def run(agents: int = 1_000, tokens: int = 30_000, cache_bytes: int = 512 * 1024
         words = [w for w in rng.choice(state.hot).content.split() if len(w) > 3]
         query = "what happened with " + " ".join(words[:5]) + f" ({k})"   # distinct: never cached
         t = time.perf_counter()
-        msgs = [m for m in state.hot if not m.pinned]
-        index = lexical.index_of(agent_id, [(m.seq, m.content) for m in msgs])
-        ranking = hybrid_ranking(model.embed([query])[0], lexical.tokenize(query), [m.seq for m in msgs],
+        unpinned = [m for m in state.hot if not m.pinned]
+        index = lexical.index_of(agent_id, [(m.seq, m.content) for m in unpinned])
+        ranking = hybrid_ranking(model.embed([query])[0], lexical.tokenize(query), [m.seq for m in unpinned],
                                  cache.get(agent_id), index)
         domain.assemble_view(state, budget, None, counts.counter("cl100k_base"), state.last_activity_at,
                              ranking=ranking)

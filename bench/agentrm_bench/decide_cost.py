@@ -27,6 +27,8 @@ import contextlib
 import json
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 from app.domain import events as ev
 from app.domain import ordering
@@ -44,6 +46,9 @@ SCENARIOS = {"idle": (50, 100, 200, 400, 800), "busy": (25, 50, 100, 200)}   # d
 LARGEST = {"idle": AGENTS, "busy": BUSY_LANES}
 
 
+Input = tuple[str, dict[str, Any], int | None]   # (type, data, cause), as decide_many takes them
+
+
 def _pool(lanes: int = AGENTS) -> PoolState:
     # adaptive_lanes off: every configured lane usable, as once the learned limit has grown.
     settings = PoolSettings(name="load", lanes=lanes, rpm=10_000_000, tpm=2_000_000_000, lease_seconds=300.0,
@@ -55,7 +60,7 @@ def _pool(lanes: int = AGENTS) -> PoolState:
     return state
 
 
-def _batch(k: int, position: int, first: int = 0) -> list[tuple[str, dict, int]]:
+def _batch(k: int, position: int, first: int = 0) -> list[Input]:
     return [(ev.TURN_REQUESTED, {"turn_id": f"t{i}", "agent_id": f"a{i}", "pool": "load", "estimated_tokens": 50,
                                  "max_output_tokens": 10, "at": 0.5, "queue_cap": QUEUE_CAP}, position + i + 1)
             for i in range(first, first + k)]
@@ -68,13 +73,13 @@ def _busy_pool() -> PoolState:
     return state
 
 
-def _completions(k: int, position: int) -> list[tuple[str, dict, int]]:
+def _completions(k: int, position: int) -> list[Input]:
     return [(ev.COMPLETION_REPORTED, {"turn_id": f"t{i}", "pool": "load", "outcome": ev.OK, "prompt_tokens": 50,
                                       "completion_tokens": 10, "at": 1.0}, position + i + 1)
             for i in range(k)]
 
 
-def _setup(scenario: str) -> tuple[PoolState, object]:
+def _setup(scenario: str) -> tuple[PoolState, Callable[[int], list[Input]]]:
     """The state before the batch, and the batch of size k (as inputs) for it."""
     if scenario == "idle":
         return _pool(), lambda k: _batch(k, AGENTS)
@@ -103,11 +108,12 @@ def _scanned_queued_of(self: PoolState, agent_id: str) -> int:
 @contextlib.contextmanager
 def _reference():
     order, queued_of = ordering.GrantOrder, PoolState.queued_of
-    ordering.GrantOrder, PoolState.queued_of = ScanBeforeEveryGrant, _scanned_queued_of
+    # the reference run swaps these implementations in, and back
+    ordering.GrantOrder, PoolState.queued_of = ScanBeforeEveryGrant, _scanned_queued_of  # type: ignore[misc, method-assign, assignment]
     try:
         yield
     finally:
-        ordering.GrantOrder, PoolState.queued_of = order, queued_of
+        ordering.GrantOrder, PoolState.queued_of = order, queued_of  # type: ignore[misc, method-assign]
 
 
 def _time(base: PoolState, inputs: list) -> tuple[float, list]:

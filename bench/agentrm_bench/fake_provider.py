@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import time
+from typing import cast
 from dataclasses import dataclass, field
 
 from .sim import Provider, Saturation
@@ -117,7 +118,7 @@ class FakeProvider:
 
     # -- connection loop (HTTP/1.1 keep-alive) --------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
+        task = cast(asyncio.Task, asyncio.current_task())   # a connection's handler runs in its task
         self._connections[task] = writer
         try:
             while True:
@@ -241,19 +242,20 @@ class FakeProvider:
                                 max_tokens: int, output: int) -> None:
         entry.status = 200
         job = _Job(float(output))
+        engine = cast(_WallSaturatedEngine, self.engine)   # the saturated path: there is one
         try:
-            await self.engine.admit(job, prompt)
+            await engine.admit(job, prompt)
             await self._first_chunk(writer, entry, headers)
-            self.engine.start_decoding(job)
+            engine.start_decoding(job)
             while True:
-                left = self.engine.seconds_left(job)
+                left = engine.seconds_left(job)
                 if left <= 1e-6:
                     break
                 await asyncio.sleep(min(self.chunk_interval_s, left))
-                if self.engine.seconds_left(job) > 1e-6:
+                if engine.seconds_left(job) > 1e-6:
                     await _chunk(writer, _sse({"choices": [{"delta": {"content": "…"}, "index": 0}]}))
         finally:
-            self.engine.leave(job)   # answered, or the client hung up: the server stops on it
+            engine.leave(job)   # answered, or the client hung up: the server stops on it
         await self._last_chunk(writer, entry, prompt, max_tokens, output)
 
     async def _last_chunk(self, writer, entry: AccessEntry, prompt: int, max_tokens: int, output: int) -> None:

@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -88,7 +89,7 @@ async def _decompose(url: str, timing: list[tuple[str, float, float]]) -> dict:
 
 def summarise(per_turn: list[dict]) -> dict:
     """P50/P99 of each hop; and for the slowest 1% of grants, each hop's mean share of them."""
-    out = {"turns": len(per_turn)}
+    out: dict[str, Any] = {"turns": len(per_turn)}
     if not per_turn:
         return out
     totals = [t["total"] for t in per_turn]

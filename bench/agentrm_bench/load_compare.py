@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -66,7 +67,7 @@ async def _start(root: Path, url: str, workers: int, token: str, tmp: Path,
 async def compare(trees: list[tuple[Path, str, dict]], urls: list[str], agents: int, workers: int, seconds: float,
                   repeat: int, half: float | None = None) -> dict:
     token = "op_bench_" + os.urandom(8).hex()
-    variants = []
+    variants: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agentrm-compare-") as tmp:
         try:
             for i, ((root, client, extra_env), url) in enumerate(zip(trees, urls)):

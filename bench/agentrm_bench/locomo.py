@@ -20,6 +20,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from app.context.embedder import default_embedder
 from app.context.retrieval import LexicalCache
@@ -108,7 +109,7 @@ def load_dir(directory: pathlib.Path) -> list[Conversation]:
 
 
 # The variants measured alone against AgentRM's default: each structure must earn its place.
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "agentrm": {},
     "agentrm -lexical neighbours": {"lexical_neighbours": ()},
     "agentrm -dense neighbours": {"neighbour_weight": 0.0},
@@ -120,7 +121,7 @@ VARIANTS = {
 }
 
 
-def run(directory: pathlib.Path, variants: dict | None = None) -> dict:
+def run(directory: pathlib.Path, variants: dict[str, dict[str, Any]] | None = None) -> dict:
     conversations = load_dir(directory)
     variants = VARIANTS if variants is None else variants
     model = default_embedder()
@@ -177,7 +178,7 @@ def run(directory: pathlib.Path, variants: dict | None = None) -> dict:
                         raise AssertionError(f"{name} built a {view.tokens}-token view for {budget}")
                     score(name, budget, view.text(), view.tokens)
     names = list(BASELINES) + list(REFERENCES) + list(variants)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
         for budget in BUDGETS:
             rows.append({

@@ -147,7 +147,7 @@ def physical_limit(trace, lanes: int, rpm: int, tpm: int, saturation=None) -> di
     if saturation is not None:
         output = float(np.mean([c.output_tokens for c in calls]))
         bounds["provider_throughput"] = saturation.plateau_tokens_per_s() * 60.0 / output
-    binding = min(bounds, key=bounds.get)
+    binding = min(bounds, key=bounds.__getitem__)
     return {"calls_per_min": bounds[binding], "binding": binding, "bounds": bounds,
             "mean_service_s": service, "mean_tokens_per_call": tokens,
             "demand_calls_per_min": len(calls) / (trace.duration_s / 60.0)}

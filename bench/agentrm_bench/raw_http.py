@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 import orjson
 
@@ -53,6 +54,8 @@ class _Protocol(asyncio.Protocol):
             self._parse()
 
     def _parse(self) -> None:
+        # only while a request waits (data_received and request() see to it)
+        waiting = cast(asyncio.Future, self.waiter)
         buf = self.buffer
         if self.head_end < 0:
             end = buf.find(b"\r\n\r\n")
@@ -65,7 +68,7 @@ class _Protocol(asyncio.Protocol):
                 stop = head.find(b"\r\n", start)
                 self.length = int(head[start:stop if stop >= 0 else len(head)])
             except ValueError:
-                self.waiter.set_exception(HTTPError("a response without a Content-Length"))
+                waiting.set_exception(HTTPError("a response without a Content-Length"))
                 return
             self.head_end = end + 4
         total = self.head_end + self.length
@@ -74,12 +77,12 @@ class _Protocol(asyncio.Protocol):
         body = bytes(buf[self.head_end:total])
         del buf[:total]
         self.head_end = self.length = -1
-        waiter, self.waiter = self.waiter, None
-        waiter.set_result((self.status, body))
+        self.waiter = None
+        waiting.set_result((self.status, body))
 
     def request(self, payload: bytes) -> asyncio.Future:
         self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(payload)
+        cast(asyncio.Transport, self.transport).write(payload)   # connected before a request
         if self.buffer:
             self._parse()
         return self.waiter

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from cycler import cycler  # noqa: E402
 
 # Up to twenty policies share a plot: twenty distinct colours, not the default ten.
-plt.rcParams["axes.prop_cycle"] = cycler(color=plt.cm.tab20.colors)
+plt.rcParams["axes.prop_cycle"] = cycler(color=plt.cm.tab20.colors)  # type: ignore[attr-defined]  # a ListedColormap
 
 
 def _style(label: str) -> dict:

@@ -147,7 +147,7 @@ def new_context(agent_id: str) -> AgentContext:
 
 
 # -- serialisation ---------------------------------------------------------------------
-def state_to_dict(state: AgentContext) -> dict:
+def state_to_dict(state: AgentContext) -> dict[str, Any]:
     """Plain JSON-able dict (tuples become lists). Field order is fixed by the dataclasses
     and keys are sorted on dump, so equal states have equal bytes. The read model's save
     encodes the dataclasses themselves to the same text (app/projections/doc_text.py), from
@@ -156,29 +156,29 @@ def state_to_dict(state: AgentContext) -> dict:
     return asdict(state)
 
 
-def message_from_dict(d: Mapping) -> ContextMessage:
+def message_from_dict(d: Mapping[str, Any]) -> ContextMessage:
     return ContextMessage(seq=int(d["seq"]), role=d["role"], content=d["content"],
                           pinned=bool(d["pinned"]), tokens=int(d["tokens"]), at=float(d["at"]))
 
 
-def segment_from_dict(d: Mapping) -> WarmSegment:
+def segment_from_dict(d: Mapping[str, Any]) -> WarmSegment:
     return WarmSegment(segment_id=d["segment_id"], from_seq=int(d["from_seq"]), to_seq=int(d["to_seq"]),
                        summary=d["summary"], summary_tokens=int(d["summary_tokens"]), at=float(d["at"]))
 
 
-def fact_from_dict(d: Mapping) -> KeyFact:
+def fact_from_dict(d: Mapping[str, Any]) -> KeyFact:
     return KeyFact(fact_id=d["fact_id"], kind=d["kind"], text=d["text"], key=d["key"],
                    source_seq=int(d["source_seq"]), superseded_by=d.get("superseded_by"),
                    tokens=int(d.get("tokens", 0)), role=d.get("role", "user"),
                    value=d.get("value", ""), shape=d.get("shape", ""))
 
 
-def chunk_from_dict(d: Mapping) -> ColdChunk:
+def chunk_from_dict(d: Mapping[str, Any]) -> ColdChunk:
     return ColdChunk(chunk_id=d["chunk_id"], from_seq=int(d["from_seq"]), to_seq=int(d["to_seq"]),
                      text=d["text"], tokens=int(d["tokens"]))
 
 
-def state_from_dict(d: Mapping) -> AgentContext:
+def state_from_dict(d: Mapping[str, Any]) -> AgentContext:
     cold = d.get("cold") or {}
     rp = d.get("resume_point")
     return AgentContext(
@@ -216,7 +216,7 @@ def working_set_digest(hot: Iterable[ContextMessage], segments: Iterable[WarmSeg
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
 
 
-def resume_point_for(state: AgentContext) -> dict:
+def resume_point_for(state: AgentContext) -> dict[str, Any]:
     """The ``resume_point`` an AgentHibernated event should carry for this state. Its
     digest ties the event to the exact context it parks; the seq lists are for readers of
     the log (what was hot, what was warm), the fold does not need them."""

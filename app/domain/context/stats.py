@@ -1,10 +1,12 @@
 """ContextStats of the public contract, read from the state."""
 from __future__ import annotations
 
+from typing import Any
+
 from .state import AgentContext
 
 
-def context_stats(state: AgentContext) -> dict:
+def context_stats(state: AgentContext) -> dict[str, Any]:
     """ContextStats of the public contract. A hibernated agent reports 0 hot and warm
     tokens: nothing of its context is in memory; every message is counted under cold (its
     archive is the log)."""

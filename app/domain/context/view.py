@@ -9,11 +9,11 @@ import bisect
 import math
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .limits import validate_budget
-from .state import (COLD, FACT_KIND_PRIORITY, HOT, WARM, AgentContext, ColdChunk, ContextStateError, KeyFact,
-                    WarmSegment, canonical_json)
+from .state import (COLD, FACT_KIND_PRIORITY, HOT, WARM, AgentContext, ColdChunk, ContextMessage, ContextStateError,
+                    KeyFact, WarmSegment, canonical_json)
 
 
 # Mirrors app.context.tokens.REPLY_PRIMING_TOKENS; repeated so the domain imports no
@@ -55,7 +55,7 @@ class ViewItem:
     tokens: int      # count_message(role, content)
     ref: str         # seq, segment id, chunk id, or the fact ids of the facts block
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -71,7 +71,7 @@ class ContextView:
     def pinned(self) -> tuple[str, ...]:
         return tuple(i.content for i in self.items if i.kind == "pinned")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"agent_id": self.agent_id, "budget_tokens": self.budget_tokens, "tokens": self.tokens,
                 "items": [i.to_dict() for i in self.items], "omitted_pinned": list(self.omitted_pinned)}
 
@@ -88,7 +88,7 @@ FACTS_HEADER = "Key facts from earlier in this session (newer facts replace olde
 _ROLE_RANK = {"system": 0, "user": 0, "assistant": 1, "tool": 2}
 
 
-def fact_priority(fact: KeyFact) -> tuple:
+def fact_priority(fact: KeyFact) -> tuple[int, int, int, int, str]:
     """Ranking under a tight budget. What the user (or system) stated comes first, of any
     kind: those are the instructions and ids that "amnesia" loses. Then the rest by kind,
     then assistant before tool, then newest first. Kind before role for the rest because
@@ -337,7 +337,7 @@ def _relevant_view(state: AgentContext, budget_tokens: int, ranking: Sequence[in
             stamped_costs[key] = count_message(m.role, _stamped(m.content, m.at, with_day))
         return stamped_costs[key]
 
-    def take(m, limit: int) -> int | None:
+    def take(m: ContextMessage, limit: int) -> int | None:
         """Adds ``m`` if it fits ``limit`` with the restamping of the line after it;
         returns what it cost, or None if it did not fit."""
         at = bisect.bisect_left(chosen, m.seq)

@@ -6,13 +6,14 @@ the start deadline off), set only through PoolSettings.
 from __future__ import annotations
 
 import random
+from typing import cast
 
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.decide import decide, decide_events, next_deadline
 from app.domain.settings import PoolSettings
 
-from ..sim import Attempt
+from ..sim import Attempt, CallRecord, SlotHold
 from .base import Context, Cursor, Policy
 
 # What the simulated AgentRM client pays per turn, measured through the real service by the
@@ -108,7 +109,7 @@ class AgentRM(Policy):
         if self.tick_at is not None and self.tick_at <= deadline and self.tick_at >= self.sim.now:
             return
         self.tick_at = deadline
-        self.sim.at(deadline, lambda when=deadline: self._tick(when))
+        self.sim.at(deadline, lambda when=deadline: self._tick(when))  # type: ignore[misc]  # bound now
 
     def _tick(self, when: float) -> None:
         if self.tick_at != when:
@@ -143,7 +144,7 @@ class AgentRM(Policy):
             cur.stuck = True  # quarantined: an operator must release the agent
             # The client's call ends in an error the agent cannot retry: a failed call, and
             # an agent this policy no longer serves (its remaining work is lost).
-            self.recorder.failed(cur.record)
+            self.recorder.failed(cast(CallRecord, cur.record))
             self.recorder.stuck_agents += 1
 
     def _drop_turn(self, cur: Cursor, turn_id: str) -> None:
@@ -158,9 +159,9 @@ class AgentRM(Policy):
 
     def _request_turn(self, cur: Cursor) -> None:
         self.turn_count += 1
-        turn_id = f"{cur.record.call.call_id}-t{self.turn_count}"
+        turn_id = f"{cast(CallRecord, cur.record).call.call_id}-t{self.turn_count}"
         self.by_turn[turn_id] = cur
-        call = cur.record.call
+        call = cast(CallRecord, cur.record).call
         self._decide(ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": cur.agent.agent_id,
                                          "estimated_tokens": call.prompt_tokens,
                                          "max_output_tokens": call.max_output_tokens, "at": self.sim.now,
@@ -169,11 +170,11 @@ class AgentRM(Policy):
     def _granted(self, cur: Cursor, turn_id: str, token: int) -> None:
         if cur.token != token or turn_id not in self.by_turn:
             return
-        attempt = self.link.send(cur.record, lambda a: self._answered(cur, turn_id, a), hold=cur.hold,
+        attempt = self.link.send(cast(CallRecord, cur.record), lambda a: self._answered(cur, turn_id, a), hold=cur.hold,
                                  on_first_chunk=lambda a: self._heartbeat(cur, turn_id, a))
         cur.attempt = attempt
         if attempt.hung:
-            cur.hold.hung_since = attempt.hung_from
+            cast(SlotHold, cur.hold).hung_since = attempt.hung_from
 
     def _heartbeat(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
         # Heartbeats come from the code that reads the stream: only while chunks flow, so a
@@ -204,7 +205,7 @@ class AgentRM(Policy):
     def _report(self, cur: Cursor, turn_id: str, attempt: Attempt) -> None:
         if turn_id not in self.by_turn:
             return
-        call, ok = cur.record.call, attempt.answer.admitted
+        call, ok = cast(CallRecord, cur.record).call, attempt.answer.admitted
         self._decide(ev.COMPLETION_REPORTED, {
             "turn_id": turn_id, "outcome": ev.OK if ok else ev.RATE_LIMITED,
             "prompt_tokens": call.prompt_tokens if ok else 0,

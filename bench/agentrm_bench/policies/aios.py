@@ -60,8 +60,9 @@ ASSUMPTIONS (the kinder reading each time):
 from __future__ import annotations
 
 from collections import deque
+from typing import cast
 
-from ..sim import Attempt
+from ..sim import Attempt, CallRecord, SlotHold
 from .base import Context, Cursor, Policy, sdk_backoff
 
 # aios/scheduler/fifo_scheduler.py FIFOScheduler.__init__(batch_interval=1.0)
@@ -140,10 +141,12 @@ class Aios(Policy):
 
     # -- one call in its worker thread: litellm -> openai SDK ------------------------------
     def _send(self, cur: Cursor, retries_done: int) -> None:
-        attempt = self.link.send(cur.record, lambda a: self._answered(cur, a, retries_done), hold=cur.hold)
+        # a worker's call: its record and its slot are the cursor's by now
+        record, hold = cast(CallRecord, cur.record), cast(SlotHold, cur.hold)
+        attempt = self.link.send(record, lambda a: self._answered(cur, a, retries_done), hold=cur.hold)
         cur.attempt = attempt
         if attempt.hung:
-            cur.hold.hung_since = self.sim.now
+            hold.hung_since = self.sim.now
         self.sim.after(SDK_TIMEOUT_S, lambda: self._timed_out(cur, attempt, retries_done))
 
     def _answered(self, cur: Cursor, attempt: Attempt, retries_done: int) -> None:
@@ -170,7 +173,7 @@ class Aios(Policy):
         if ok:
             # The provider answered, but the agent learns it only when the batch returns
             # (_batch_done): until then the call is not completed, for the metrics either.
-            cur.record.completed_at = None
+            cast(CallRecord, cur.record).completed_at = None
         self.recorder.release(self.sim.now, cur.hold)
         cur.hold = None
         self.running -= 1
@@ -188,7 +191,7 @@ class Aios(Policy):
         results, self.results = self.results, []
         for cur, ok in results:
             if ok:
-                cur.record.completed_at = now     # the agent sees the answer only now
+                cast(CallRecord, cur.record).completed_at = now     # the agent sees the answer only now
                 self.call_done(cur)
             else:
                 self.agent_retry(cur)

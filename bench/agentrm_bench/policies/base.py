@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import cast
 
 from ..sim import (
     Attempt,
@@ -149,7 +150,7 @@ class Policy:
 
     def agent_retry(self, cur: Cursor, delay: float = AGENT_RETRY_S) -> None:
         """The error reached the agent; it asks for the same call again after `delay`."""
-        self.recorder.failed(cur.record)
+        self.recorder.failed(cast(CallRecord, cur.record))   # a call was made
         token = cur.token
         self.sim.after(delay, lambda: self.call_ready(cur) if cur.token == token else None)
 

@@ -47,8 +47,9 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
+from typing import cast
 
-from ..sim import Attempt, SlotHold, Watchdog
+from ..sim import Attempt, CallRecord, SlotHold, Watchdog
 from .base import Context, Cursor, Policy, sdk_backoff
 
 # The gateway's own retries after a 429 or a timeout, before the error reaches the agent
@@ -127,7 +128,7 @@ class Waiting:
 
     @property
     def cost_tokens(self) -> int:
-        call = self.cur.record.call
+        call = cast(CallRecord, self.cur.record).call   # a waiting call has its record
         return call.prompt_tokens + call.max_output_tokens
 
 
@@ -260,7 +261,8 @@ class CentralGateway(Policy):
         self.requests.take(now, 1.0)
         self.tokens.take(now, entry.cost_tokens)
         flight = _Flight(entry, self.recorder.hold(now, "lane"))
-        attempt = self.link.send(cur.record, lambda a: self._answered(flight, a), hold=flight.hold)
+        record = cast(CallRecord, cur.record)   # set when the agent made the call
+        attempt = self.link.send(record, lambda a: self._answered(flight, a), hold=flight.hold)
         flight.attempt = attempt
         cur.attempt = attempt
         if attempt.hung:
@@ -282,7 +284,7 @@ class CentralGateway(Policy):
         if flight.done:
             return
         now, entry = self.sim.now, flight.entry
-        call = entry.cur.record.call
+        call = cast(CallRecord, entry.cur.record).call
         self._free_lane(flight)
         if attempt.answer.admitted:
             # The usage in the answer corrects the reservation to what was really used.

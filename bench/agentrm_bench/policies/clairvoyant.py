@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import cast
 
+from ..sim import CallRecord
 from .central import AdmissionOrder, CentralGateway, Waiting, parse_timeout
 
 BOUND_NAME = "bound-clairvoyant"
@@ -48,7 +50,7 @@ class ClairvoyantOrder(AdmissionOrder):
         """What the order assumes of the call's service: the truth (clairvoyant); for
         mean-edf, the mean service of its class's calls answered so far (history only); for
         prompt-edf, the call's true time to first token plus its class's mean time after it."""
-        record = entry.cur.record
+        record = cast(CallRecord, entry.cur.record)   # a waiting call has its record
         if self.kind not in ("mean-edf", "prompt-edf", "late-mean-edf"):
             return record.call.provider_latency_s
         count, total, after_first = self.seen.get(record.priority_class, (0, 0.0, 0.0))
@@ -60,7 +62,7 @@ class ClairvoyantOrder(AdmissionOrder):
         if self.kind == "sjf":
             return self.expected_service(entry)
         weight = 1.0 if self.kind.startswith("late-") else self.weight
-        return entry.cur.record.requested_at - weight * self.expected_service(entry)
+        return cast(CallRecord, entry.cur.record).requested_at - weight * self.expected_service(entry)
 
     def _give_up_on_late(self) -> None:
         """late-edf (K = 1, so the key + T is the call's latest start for an answer within T):
@@ -73,7 +75,7 @@ class ClairvoyantOrder(AdmissionOrder):
             self.late.append(heapq.heappop(self.heap)[2])
 
     def succeeded(self, entry: Waiting, attempt, now: float) -> None:
-        record = entry.cur.record
+        record = cast(CallRecord, entry.cur.record)   # a waiting call has its record
         seen = self.seen.setdefault(record.priority_class, [0, 0.0, 0.0])
         seen[0] += 1
         seen[1] += now - attempt.sent_at

@@ -48,8 +48,9 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import cast
 
-from ..sim import Attempt, Watchdog
+from ..sim import Attempt, CallRecord, SlotHold, Watchdog
 from ..workload import BACKGROUND, BATCH, INTERACTIVE
 from .base import Context, Cursor, Policy
 
@@ -107,7 +108,7 @@ class _Chain:
     attempt: Attempt | None = None
     watchdog: Watchdog | None = None
     has_permit: bool = False
-    hold: object = None
+    hold: SlotHold | None = None
 
 
 def router_backoff(rng, original: _Failure, remaining_retries: int, num_retries: int = NUM_RETRIES) -> float:
@@ -181,7 +182,7 @@ class LitellmProxy(Policy):
             return
         # ... then usage-based-routing-v2's pick (`_return_potential_deployments`)
         self._tick_minute()
-        call = chain.cur.record.call
+        call = cast(CallRecord, chain.cur.record).call
         # The rpm test at selection (`rpm_dict[item] + 1 >= rpm`) never fires in the code: the
         # dict is keyed "{id}:rpm:{minute}" and looked up by the bare id; only the tpm test
         # and the pre-call rpm check (`_precall_and_send`) limit.
@@ -221,7 +222,7 @@ class LitellmProxy(Policy):
         self.rpm_used += 1
         cur = chain.cur
         chain.hold = self.recorder.hold(self.sim.now, "request")
-        attempt = self.link.send(cur.record, lambda a: self._answered(chain, a), hold=chain.hold,
+        attempt = self.link.send(cast(CallRecord, cur.record), lambda a: self._answered(chain, a), hold=chain.hold,
                                  on_first_chunk=lambda a: self._first_chunk(chain, a))
         chain.attempt = attempt
         cur.attempt = attempt
@@ -285,7 +286,8 @@ class LitellmProxy(Policy):
         # inside `for current_attempt in range(num_retries)`: sleep, computed from the
         # ORIGINAL exception, even after the last retry, then the loop ends and it is raised
         current_attempt = chain.tries - 2
-        wait = router_backoff(self.rng, chain.original, remaining_retries=NUM_RETRIES - current_attempt)
+        original = cast(_Failure, chain.original)   # a retry follows a first failure
+        wait = router_backoff(self.rng, original, remaining_retries=NUM_RETRIES - current_attempt)
         if current_attempt + 1 < NUM_RETRIES:
             self.sim.after(wait, lambda: self._try(chain))
         else:
@@ -359,7 +361,8 @@ class LitellmProxyPriority(LitellmProxy):
         if not self.in_cooldown():
             # healthy again: every waiter goes at its own next poll
             for wid, (_cur, t0) in list(self.waiters.items()):
-                self.sim.at(self._next_poll(t0, self.sim.now), lambda w=wid: self._release(w))
+                # (the default binds this worker now)
+                self.sim.at(self._next_poll(t0, self.sim.now), lambda w=wid: self._release(w))  # type: ignore[misc]
             return
         top = self.heap[0][2]
         t_top = self._next_poll(self.waiters[top][1], self.sim.now)

@@ -31,7 +31,9 @@ after AGENT_RETRY_S (policies/base.py), as for every policy.
 """
 from __future__ import annotations
 
-from ..sim import Attempt, Watchdog
+from typing import cast
+
+from ..sim import Attempt, CallRecord, Watchdog
 from .base import (
     SDK_DEFAULT_MAX_RETRIES,
     SDK_DEFAULT_TIMEOUT_S,
@@ -66,7 +68,8 @@ class NoGateway(Policy):
     def _send(self, cur: Cursor, retries_taken: int) -> None:
         hold = self.recorder.hold(self.sim.now, "connection")
         box: dict = {}
-        attempt = self.link.send(cur.record, lambda a: self._answered(cur, a, hold, box, retries_taken), hold=hold)
+        record = cast(CallRecord, cur.record)   # set when the agent made the call
+        attempt = self.link.send(record, lambda a: self._answered(cur, a, hold, box, retries_taken), hold=hold)
         cur.attempt = attempt
         if attempt.hung:
             hold.hung_since = self.sim.now

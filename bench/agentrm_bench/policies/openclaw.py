@@ -66,8 +66,9 @@ ASSUMPTIONS (the kinder reading each time):
 from __future__ import annotations
 
 from collections import deque
+from typing import cast
 
-from ..sim import Attempt, Watchdog
+from ..sim import Attempt, CallRecord, SlotHold, Watchdog
 from ..workload import BACKGROUND, BATCH
 from .base import Context, Cursor, Policy
 
@@ -163,11 +164,13 @@ class OpenClawLanes(Policy):
             token = cur.token
             # a new lane task: a fresh embedded run, with its own transient-retry budget
             cur.extra["retry"] = {"count": 0, "window_start": None, "rate_limit_seen": False}
-            self.sim.after(LANE_TASK_TIMEOUT_S, lambda c=cur, t=token: self._lane_timeout(c, t))
+            # (the defaults bind this cursor and token now)
+            self.sim.after(LANE_TASK_TIMEOUT_S, lambda c=cur, t=token: self._lane_timeout(c, t))  # type: ignore[misc]
             cool_until = cur.extra.get("cooldown_until")
             if cool_until is not None and cool_until > self.sim.now:
                 # the only profile cools down: the run waits for it, in its lane (#86861)
-                self.sim.at(cool_until, lambda c=cur, t=token: self._send(c) if c.token == t else None)
+                self.sim.at(cool_until,
+                            lambda c=cur, t=token: self._send(c) if c.token == t else None)  # type: ignore[misc]
             else:
                 self._send(cur)
 
@@ -185,10 +188,10 @@ class OpenClawLanes(Policy):
     # -- one attempt under the idle watchdog ----------------------------------------------
     def _send(self, cur: Cursor) -> None:
         token = cur.token
-        attempt = self.link.send(cur.record, lambda a: self._answered(cur, a, token), hold=cur.hold)
+        attempt = self.link.send(cast(CallRecord, cur.record), lambda a: self._answered(cur, a, token), hold=cur.hold)
         cur.attempt = attempt
         if attempt.hung:
-            cur.hold.hung_since = self.sim.now
+            cast(SlotHold, cur.hold).hung_since = self.sim.now
         idle = self.idle_timeout_s(cur)
         # llm-idle-timeout.ts streamWithIdleTimeout: armed for stream creation and each next()
         Watchdog(self.sim, attempt, idle, idle, lambda a: self._idle_timeout(cur, a, token))

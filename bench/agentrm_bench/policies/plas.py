@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from typing import cast
 
 from ..sim import Attempt, Simulator
 from .base import Cursor
@@ -105,7 +106,7 @@ class PlasOrder(AdmissionOrder):
         return queue[0] if queue else None
 
     def pop(self, now: float) -> Waiting:
-        entry = self._front().popleft()
+        entry = cast("deque[Waiting]", self._front()).popleft()   # pop follows a peek that found one
         entry.extra["queued"] = False
         program = entry.cur.run_key
         self.waited[program] = self.waited.get(program, 0.0) + (now - entry.enqueued_at)
@@ -129,4 +130,5 @@ class Plas(CentralGateway):
 
     def finish(self) -> None:
         super().finish()
-        self.recorder.notes["plas_promotions"] = self.recorder.notes.get("plas_promotions", 0) + self.order.promotions
+        promotions = cast(PlasOrder, self.order).promotions   # make_order made it
+        self.recorder.notes["plas_promotions"] = self.recorder.notes.get("plas_promotions", 0) + promotions

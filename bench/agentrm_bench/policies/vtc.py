@@ -40,8 +40,9 @@ buckets are the capacity here; weighted and length-predicting variants.
 from __future__ import annotations
 
 import heapq
+from typing import cast
 
-from ..sim import Attempt
+from ..sim import Attempt, CallRecord
 from .central import AdmissionOrder, CentralGateway, Waiting
 
 INPUT_PRICE = 1.0    # VTCReqQueue(input_price=1): w_p per prompt token
@@ -132,13 +133,13 @@ class VtcOrder(AdmissionOrder):
             self._index(c)   # re-key a waiting client; the old key goes stale
 
     def admitted(self, entry: Waiting, attempt: Attempt, now: float) -> None:
-        self._charge(self.client(entry), INPUT_PRICE * entry.cur.record.call.prompt_tokens)
+        self._charge(self.client(entry), INPUT_PRICE * cast(CallRecord, entry.cur.record).call.prompt_tokens)
 
     def rejected(self, entry: Waiting, attempt: Attempt, now: float) -> None:
-        self._charge(self.client(entry), -INPUT_PRICE * entry.cur.record.call.prompt_tokens)
+        self._charge(self.client(entry), -INPUT_PRICE * cast(CallRecord, entry.cur.record).call.prompt_tokens)
 
     def succeeded(self, entry: Waiting, attempt: Attempt, now: float) -> None:
-        self._charge(self.client(entry), OUTPUT_PRICE * entry.cur.record.call.output_tokens)
+        self._charge(self.client(entry), OUTPUT_PRICE * cast(CallRecord, entry.cur.record).call.output_tokens)
 
     def cut(self, entry: Waiting, attempt: Attempt, now: float) -> None:
         self._charge(self.client(entry), OUTPUT_PRICE * streamed_output_tokens(attempt))
@@ -153,4 +154,4 @@ class Vtc(CentralGateway):
 
     def finish(self) -> None:
         super().finish()
-        self.recorder.notes["vtc_lifts"] = self.recorder.notes.get("vtc_lifts", 0) + self.order.lifts
+        self.recorder.notes["vtc_lifts"] = self.recorder.notes.get("vtc_lifts", 0) + cast(VtcOrder, self.order).lifts
