@@ -152,7 +152,7 @@ class Runtime:
         await self.listener.stop()
         try:
             await asyncio.wait_for(self.db.close(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.db.terminate()   # an unresponsive database must not keep a worker from stopping
 
 

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from app import idempotency
 from app.auth import (
     Principal,
     hash_token,
@@ -31,7 +32,6 @@ from app.domain import pool_access, rules
 from app.domain.context import resume_point_for
 from app.domain.settings import PoolSettings
 from app.domain.streams import agent_stream, pool_stream, turn_stream
-from app import idempotency
 from app.errors import BadInput, Conflict, Forbidden, LimitExceeded, NotFound
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, RecordedEvent
 from app.eventstore.store import EventStore

@@ -27,7 +27,7 @@ class GraphQLClient:
         self.server, self.token = server, token
         self._http: httpx.AsyncClient | None = None
 
-    async def __aenter__(self) -> "GraphQLClient":
+    async def __aenter__(self) -> GraphQLClient:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.AsyncClient(headers=headers, timeout=60)
         return self
@@ -45,7 +45,7 @@ class GraphQLClient:
             raise GraphQLError(body["errors"])
         return body["data"]
 
-    def subscribe(self, query: str, **variables: Any) -> "Subscription":
+    def subscribe(self, query: str, **variables: Any) -> Subscription:
         return Subscription(self.server.ws, self.token, query, variables)
 
 
@@ -56,7 +56,7 @@ class Subscription:
         self.url, self.token, self.query, self.variables = url, token, query, variables
         self.id = str(uuid.uuid4())
 
-    async def __aenter__(self) -> "Subscription":
+    async def __aenter__(self) -> Subscription:
         self.ws = await websockets.connect(self.url, subprotocols=["graphql-transport-ws"])
         payload = {"authorization": f"Bearer {self.token}"} if self.token else {}
         await self.ws.send(json.dumps({"type": "connection_init", "payload": payload}))

@@ -69,7 +69,7 @@ class Server:
         self.http = f"{self.base}/graphql"
         self.ws = f"ws://127.0.0.1:{self.port}/graphql"
 
-    async def start(self) -> "Server":
+    async def start(self) -> Server:
         import uvicorn
 
         from app.api.app import create_app
@@ -89,7 +89,7 @@ class Server:
 
     @property
     def runtime(self):
-        return self.app.state.holder["runtime"]
+        return self.app.state.holder.runtime
 
     async def stop(self) -> None:
         self.server.should_exit = True

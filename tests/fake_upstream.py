@@ -27,8 +27,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import uvicorn
-from agentrm_bench.sim import Provider
 
+from agentrm_bench.sim import Provider
 from app.context.tokens import count_text
 from app.gateway.wire import ANTHROPIC, OPENAI
 
@@ -86,7 +86,7 @@ class FakeUpstream:
             self.arrived.notify_all()
 
     # -- lifecycle -------------------------------------------------------------------------
-    async def start(self) -> "FakeUpstream":
+    async def start(self) -> FakeUpstream:
         config = uvicorn.Config(self, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)

@@ -152,8 +152,7 @@ class LeaseLeadership:
             try:
                 renewed = await asyncio.wait_for(
                     lease.conn.execute(_RENEW, pool, self.lease_seconds, lease.term), interval * 2)
-            except (asyncio.TimeoutError, asyncpg.PostgresError, OSError,
-                    asyncpg.InterfaceError) as exc:
+            except (TimeoutError, asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
                 lease.lost = f"lease renewal failed: {exc!r}"
                 return
             if renewed != "UPDATE 1":

@@ -16,8 +16,8 @@ from starlette.staticfiles import StaticFiles
 from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
-from app.auth import authenticate, parse_bearer
 from app import config
+from app.auth import authenticate, parse_bearer
 from app.bootstrap import Runtime, operator_token
 from app.gateway.routes import routes as gateway_routes
 from app.gateway.upstreams import Upstreams

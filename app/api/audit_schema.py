@@ -47,7 +47,7 @@ class RunMetricsView:
     span_seconds: float
 
     @classmethod
-    def of(cls, m: RunMetrics) -> "RunMetricsView":
+    def of(cls, m: RunMetrics) -> RunMetricsView:
         return cls(**m.__dict__)
 
 

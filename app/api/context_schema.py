@@ -17,7 +17,7 @@ class ContextStats:
     hibernated: bool
 
     @classmethod
-    def of(cls, s: dict) -> "ContextStats":
+    def of(cls, s: dict) -> ContextStats:
         return cls(agent_id=strawberry.ID(s["agent_id"]), hot_tokens=s["hot_tokens"], warm_tokens=s["warm_tokens"],
                    cold_tokens=s["cold_tokens"], messages=s["messages"], hibernated=s["hibernated"])
 

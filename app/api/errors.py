@@ -10,7 +10,6 @@ from strawberry.extensions import SchemaExtension
 from app.db.outage import is_outage
 from app.errors import BadInput, ServiceError, Unavailable
 
-
 INTERNAL_MESSAGE = "internal error"
 PARSE_FAILED = "GRAPHQL_PARSE_FAILED"
 VALIDATION_FAILED = "GRAPHQL_VALIDATION_FAILED"

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # for the annotations only: at run time the holder needs none of them
+    from app.bootstrap import Runtime
     from app.gateway.upstreams import Upstreams
     from app.observability.metrics import AppMetrics
-    from app.bootstrap import Runtime
 
 
 @dataclass
@@ -18,7 +18,3 @@ class RuntimeHolder:
     runtime: Runtime | None = None
     upstreams: Upstreams | None = None
     metrics: AppMetrics | None = None
-
-    def __getitem__(self, name: str) -> object:
-        """`holder["runtime"]`, for readers of `app.state.holder` that index it by name."""
-        return getattr(self, name)

@@ -46,7 +46,7 @@ class ResourceLease:
     message: str | None
 
     @classmethod
-    def of(cls, d: dict) -> "ResourceLease":
+    def of(cls, d: dict) -> ResourceLease:
         return cls(id=strawberry.ID(d["lease_id"]), resource=d["resource"], mode=ResourceMode(d["mode"]),
                    status=LeaseStatus(d["status"]), lease_expires_at=ts(d["lease_expires_at"]),
                    agent_id=strawberry.ID(d["agent_id"]), level=d["level"], requested_at=ts(d["requested_at"]),
@@ -63,7 +63,7 @@ class ResourceHolder:
     lease_expires_at: datetime
 
     @classmethod
-    def of(cls, d: dict) -> "ResourceHolder":
+    def of(cls, d: dict) -> ResourceHolder:
         return cls(agent_id=strawberry.ID(d["agent_id"]), mode=ResourceMode(d["mode"]),
                    lease_id=strawberry.ID(d["lease_id"]), level=d["level"],
                    lease_expires_at=ts(d["lease_expires_at"]))
@@ -78,7 +78,7 @@ class Resource:
     waiters: list[ResourceHolder]    # in the order they will be granted
 
     @classmethod
-    def of(cls, d: dict) -> "Resource":
+    def of(cls, d: dict) -> Resource:
         return cls(name=d["name"], capacity=d["capacity"], lease_seconds=d["lease_seconds"],
                    holders=[ResourceHolder.of(x) for x in d["holders"]],
                    waiters=[ResourceHolder.of(x) for x in d["waiters"]])
@@ -95,7 +95,7 @@ class AccessGrant:
     revoked_at: datetime | None
 
     @classmethod
-    def of(cls, d: dict) -> "AccessGrant":
+    def of(cls, d: dict) -> AccessGrant:
         return cls(id=strawberry.ID(d["grant_id"]), agent_id=strawberry.ID(d["agent_id"]), pattern=d["pattern"],
                    modes=[ResourceMode(m) for m in d["modes"]], revoked=d["revoked"],
                    granted_at=ts(d["granted_at"]), revoked_at=ts(d["revoked_at"]))

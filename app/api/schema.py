@@ -19,13 +19,13 @@ from app.replies import changes_turn
 from . import types as t
 from .audit_schema import AuditQuery
 from .console_schema import ConsoleQuery
-from .context_schema import ContextMutation, ContextQuery
-from .resources_schema import ResourceMutation, ResourceQuery
 from .context import principal, runtime
+from .context_schema import ContextMutation, ContextQuery
 from .document_cache import SmallDocumentParserCache, SmallDocumentValidationCache
 from .errors import ErrorCodes, as_graphql_error, assign_codes, is_input_error
 from .hot_documents import HotDocuments, LearnHotDocuments
 from .pool_input import settings_of
+from .resources_schema import ResourceMutation, ResourceQuery
 from .security import RefuseInvalidCredentials, limit_extensions
 
 

@@ -41,7 +41,7 @@ class BoundedSendHandler(BaseGraphQLTransportWSHandler):
             # uvicorn's send waits for the transport to be writable, then writes the whole
             # frame at once: a send cancelled here has written nothing.
             await asyncio.wait_for(self.websocket.send_json(message), self.send_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._cut_off()
             if "id" in message:
                 raise SlowSubscriberCut(SLOW_SUBSCRIBER_REASON) from None

@@ -1,7 +1,7 @@
 """GraphQL types of the public contract (CONTRACT.md). Names are the contract: keep them."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import overload
 
@@ -20,7 +20,7 @@ def ts(value: float | None) -> datetime | None: ...
 
 
 def ts(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
+    return None if value is None else datetime.fromtimestamp(value, tz=UTC)
 
 
 @strawberry.enum
@@ -91,7 +91,7 @@ class Pool:
     probe_backoff_cap: int
 
     @classmethod
-    def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> "Pool":
+    def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> Pool:
         return cls(name=s.name, lanes=s.lanes, rpm=s.rpm, tpm=s.tpm, lease_seconds=s.lease_seconds,
                    start_timeout_floor_seconds=s.start_timeout_floor_seconds, levels=s.levels,
                    boost_seconds=s.boost_seconds, tokenizer=s.tokenizer,
@@ -122,7 +122,7 @@ class Agent:
     registered_at: datetime
 
     @classmethod
-    def of(cls, v: dict) -> "Agent":
+    def of(cls, v: dict) -> Agent:
         return cls(id=strawberry.ID(v["agent_id"]), name=v["name"], pool=v["pool"],
                    priority_class=PriorityClass(v["priority_class"]), level=v["level"],
                    state=AgentStateEnum(v["state"]), context_budget_tokens=v.get("context_budget_tokens"),
@@ -159,7 +159,7 @@ class Turn:
         "The run the request named (TurnRequestInput.runId), if any."))
 
     @classmethod
-    def of(cls, v: dict) -> "Turn":
+    def of(cls, v: dict) -> Turn:
         return cls(id=strawberry.ID(v["turn_id"]), agent_id=strawberry.ID(v["agent_id"]), pool=v["pool"],
                    status=TurnStatus(v["status"]), lane=v["lane"], level=v["level"],
                    estimated_tokens=v["estimated_tokens"], max_output_tokens=v["max_output_tokens"],
@@ -226,7 +226,7 @@ class Event:
     recorded_at: datetime
 
     @classmethod
-    def of(cls, e) -> "Event":
+    def of(cls, e) -> Event:
         return cls(position=e.position, stream=e.stream, version=e.version, type=e.type,
                    data=e.data, metadata=e.metadata, recorded_at=e.recorded_at)
 

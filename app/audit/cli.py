@@ -20,10 +20,10 @@ from app.domain.streams import pool_stream, turn_stream
 
 from . import Record, load_records, workload_records
 from .access import access_story, render_access
-from .resource_verify import CATEGORIES as RESOURCE_CATEGORIES
-from .resource_verify import verify_resources
 from .explain import explain_turn, when
 from .export import export
+from .resource_verify import CATEGORIES as RESOURCE_CATEGORIES
+from .resource_verify import verify_resources
 from .verify import verify
 from .whatif import counterfactual_settings, extract_workload, report_dict, what_if
 

@@ -7,7 +7,7 @@ budget it was granted against, and how it ended.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import cast
 
 from app.domain import events as ev
@@ -24,7 +24,7 @@ _FREES_LANE = (ev.TurnCompleted, ev.TurnReaped, ev.TurnCancelled)
 def when(at: float | None) -> str:
     if at is None:
         return "never"
-    return datetime.fromtimestamp(at, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(at, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _short(ident: str | None) -> str:

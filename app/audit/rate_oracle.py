@@ -113,7 +113,7 @@ class RateOracle:
         self.tokens = _Envelope("tokens", self.tpm)
 
     @classmethod
-    def for_pool(cls, created: dict) -> "RateOracle":
+    def for_pool(cls, created: dict) -> RateOracle:
         """From a PoolCreated event's data."""
         pool = ev.PoolCreated.from_dict(created)
         s, at = pool.settings, float(pool.at)

@@ -25,8 +25,6 @@ the counterfactual's pacing; 429 counts therefore compare pacing only through pa
 """
 from __future__ import annotations
 
-from app.stats import percentile
-
 import dataclasses
 import heapq
 import itertools
@@ -41,6 +39,7 @@ from app.domain.access import AccessPolicy
 from app.domain.decide import decide_events, decide_many_events, next_deadline
 from app.domain.settings import ORDER_FIELDS, PoolSettings
 from app.domain.state import PoolState
+from app.stats import percentile
 
 from . import Record
 

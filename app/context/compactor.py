@@ -7,7 +7,8 @@ caller's job, so replay never calls the summarizer again.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.context.facts import extract_facts, fact_shape, normalize
 from app.context.summarize import Summarizer

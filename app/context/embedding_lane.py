@@ -28,7 +28,6 @@ import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-
 from typing import TYPE_CHECKING
 
 import numpy as np

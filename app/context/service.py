@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
-
 from app.auth import Principal, require, require_self_or_operator
 from app.domain import context as ctx
 from app.domain import events as ev
@@ -39,11 +38,11 @@ from app.projections.context_archive import archived_context
 from app.service import Service
 from app.tasks import cancel_all
 
-from .embeddings_store import EmbeddingStore
 from .count_cache import CountCache
 from .embedding_lane import EmbeddingLane
-from .model_process import ModelProcess
+from .embeddings_store import EmbeddingStore
 from .indexer import MessageIndexer, messages_of
+from .model_process import ModelProcess
 from .retrieval import hybrid_ranking
 from .tokens import count_message, count_text, encoding_ready
 

@@ -12,9 +12,9 @@ summarizer may drop detail without the instructions, ids and paths being lost.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import httpx
 import numpy as np

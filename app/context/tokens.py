@@ -35,7 +35,7 @@ import gzip
 import hashlib
 import importlib.util
 import threading
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import tiktoken
@@ -149,7 +149,7 @@ def encoding_spec(name: str) -> dict:
             "special_tokens": dict(special_tokens)}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_encoding(name: str) -> tiktoken.Encoding:
     return tiktoken.Encoding(**encoding_spec(name))
 

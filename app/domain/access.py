@@ -107,7 +107,7 @@ class AccessPolicy:
                 "resources_enforced": self.resources_enforced, "pools_enforced": self.pools_enforced}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AccessPolicy":
+    def from_dict(cls, d: dict[str, Any]) -> AccessPolicy:
         return cls(grants={k: Grant(**v) for k, v in d["grants"].items()},
                    resources_enforced=d["resources_enforced"], pools_enforced=d["pools_enforced"])
 

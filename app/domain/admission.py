@@ -14,7 +14,7 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -111,7 +111,7 @@ def _seconds_until_timestamp(value: str, now: float) -> float | None:
     except ValueError:
         return None
     if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=timezone.utc)
+        instant = instant.replace(tzinfo=UTC)
     return max(0.0, instant.timestamp() - now)
 
 

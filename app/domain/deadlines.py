@@ -28,6 +28,7 @@ from . import events as ev
 from .settings import PoolSettings
 from .state import PoolState, TurnState
 
+
 def lease_after_heartbeat(settings: PoolSettings, turn: TurnState) -> tuple[float, bool]:
     """(seconds the lease is extended by, whether that is the stall deadline)."""
     stall = settings.stall_timeout_seconds

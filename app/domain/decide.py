@@ -35,9 +35,8 @@ import math
 from collections.abc import Callable
 from typing import Any, cast
 
-from . import deadlines
+from . import deadlines, ordering, pool_access, rules
 from . import events as ev
-from . import ordering, pool_access, rules
 from .access import AccessPolicy
 from .admission import MAX_RETRY_AFTER_S, RateObservation, aimd_factor, jitter, parse_rate_headers
 from .apply import apply_event

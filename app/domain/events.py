@@ -8,8 +8,10 @@ included, to its class."""
 from typing import Any
 
 from . import resource_events
-from .event_base import Decided as Decided, Event as Event, EventError as EventError, event  # the API of events
-
+from .event_base import Decided as Decided  # the API of events
+from .event_base import Event as Event
+from .event_base import EventError as EventError
+from .event_base import event
 
 # -- inputs (appended by the API on behalf of operators and agents) --------------------
 POOL_CREATED = "PoolCreated"                  # stream pool-<name>

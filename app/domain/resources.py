@@ -136,7 +136,7 @@ class ResourceState:
                 "inputs_through": self.inputs_through, "version": self.version}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ResourceState":
+    def from_dict(cls, d: dict[str, Any]) -> ResourceState:
         state = cls(resources={k: ResourceDef(**v) for k, v in d["resources"].items()},
                     policy=AccessPolicy.from_dict(d["policy"]), next_seq=d["next_seq"], clock=d["clock"],
                     inputs_through=d["inputs_through"], version=d["version"])
@@ -144,7 +144,7 @@ class ResourceState:
             state.add_lease(LeaseState(**v))
         return state
 
-    def copy(self) -> "ResourceState":
+    def copy(self) -> ResourceState:
         return ResourceState.from_dict(json.loads(json.dumps(self.to_dict())))
 
 

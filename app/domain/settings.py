@@ -108,7 +108,7 @@ class PoolSettings:
             return math.inf, math.inf  # nowhere lower to go
         return seconds, tokens
 
-    def validate(self) -> "PoolSettings":
+    def validate(self) -> PoolSettings:
         problems = []
         if not self.name or not all(c.isalnum() or c in "_." for c in self.name) or len(self.name) > 64:
             problems.append("name must be 1-64 letters, digits, '_' or '.'")
@@ -196,7 +196,7 @@ class PoolSettings:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PoolSettings":
+    def from_dict(cls, d: dict[str, Any]) -> PoolSettings:
         d = dict(d)
         for key in ("allotment_seconds", "allotment_tokens"):
             if key in d:
@@ -209,7 +209,7 @@ class PoolSettings:
             legacy.update(LEGACY_ORDER)
         return cls(**{**legacy, **{k: v for k, v in d.items() if k in known}})
 
-    def legacy(self) -> "PoolSettings":
+    def legacy(self) -> PoolSettings:
         """These settings with every later rule off (as a pool recorded before them)."""
         return dataclasses.replace(self, **LEGACY, **LEGACY_ORDER)
 

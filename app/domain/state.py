@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any
 
 from .admission import Bucket
 from .concurrency import LaneLimit
@@ -200,7 +201,7 @@ class PoolState:
     _LATER = ("limit_in_use", "silent_reaps", "silent_from", "outage_since", "failed_probes")
 
     @classmethod
-    def new(cls, settings: PoolSettings, at: float) -> "PoolState":
+    def new(cls, settings: PoolSettings, at: float) -> PoolState:
         return cls(settings=settings, created_at=at,
                    requests=Bucket(settings.rpm, float(settings.rpm), at),
                    tokens=Bucket(settings.tpm, float(settings.tpm), at),
@@ -273,7 +274,7 @@ class PoolState:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PoolState":
+    def from_dict(cls, d: dict[str, Any]) -> PoolState:
         state = cls(settings=PoolSettings.from_dict(d["settings"]), created_at=d["created_at"],
                     requests=Bucket(**d["requests"]), tokens=Bucket(**d["tokens"]))
         for key in ("version", "position", "inputs_through", "queues", "lanes", "rate_factor",
@@ -294,5 +295,5 @@ class PoolState:
     def canonical_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
-    def copy(self) -> "PoolState":
+    def copy(self) -> PoolState:
         return PoolState.from_dict(json.loads(json.dumps(self.to_dict())))

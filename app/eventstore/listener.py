@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
@@ -23,7 +23,7 @@ from .wakeups import GenerationWakeups
 log = logging.getLogger(__name__)
 
 OUTAGE_RETRY_SECONDS = 0.5
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_payload(payload: str) -> tuple[int | None, list[RecordedEvent]]:

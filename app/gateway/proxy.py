@@ -31,11 +31,11 @@ from app.context.tokens import encoding_ready
 from app.db.outage import is_outage
 from app.domain import events as ev
 from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthenticated, Unavailable
-
 from app.observability import logs, metrics
+
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .upstreams import Upstreams
-from .wire import SSEParser, StreamUsage, WireFormat, BadRequest
+from .wire import BadRequest, SSEParser, StreamUsage, WireFormat
 
 log = logging.getLogger("agentrm.gateway")
 

@@ -285,7 +285,7 @@ class CoreModel:
         return out
 
     @classmethod
-    def from_docs(cls, position: int, docs: dict[tuple[str, str], dict]) -> "CoreModel":
+    def from_docs(cls, position: int, docs: dict[tuple[str, str], dict]) -> CoreModel:
         model = cls(position=position)
         for (projection, key), doc in docs.items():
             if projection == "pools":

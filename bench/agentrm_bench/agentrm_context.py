@@ -6,8 +6,8 @@ hybrid ranking of app.context.retrieval for a query."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 

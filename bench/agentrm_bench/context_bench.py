@@ -44,9 +44,10 @@ import statistics
 import string
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -25,8 +25,8 @@ import tracemalloc
 
 import numpy as np
 
-from app.context.embedder import default_embedder
 from app.context.count_cache import CountCache
+from app.context.embedder import default_embedder
 from app.context.embedding_lane import EmbeddingLane
 from app.context.retrieval import LexicalCache, VectorCache, hybrid_ranking
 from app.domain import context as domain

@@ -39,8 +39,8 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import cast
 from dataclasses import dataclass, field
+from typing import cast
 
 from .sim import Provider, Saturation
 
@@ -91,7 +91,7 @@ class FakeProvider:
         self.url = ""
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def start(self, port: int = 0) -> "FakeProvider":
+    async def start(self, port: int = 0) -> FakeProvider:
         self._started_at = time.time()
         self._server = await asyncio.start_server(self._serve, self.host, port)
         bound = self._server.sockets[0].getsockname()[1]

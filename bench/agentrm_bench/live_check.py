@@ -99,7 +99,7 @@ class LiveSettings:
     # compress (shorter floors cut live calls: docs/benchmarks/live-check.md).
     min_start_floor_wall_s: float = 1.0
 
-    def resolved(self) -> "LiveSettings":
+    def resolved(self) -> LiveSettings:
         scale = self.agents / 200.0   # the scheduler bench's default fleet
         return replace(self, lanes=self.lanes or max(2, round(DEFAULT_LANES * scale)),
                        rpm=self.rpm or max(10, round(DEFAULT_RPM * scale)),
@@ -116,7 +116,7 @@ class LiveSettings:
                 "lease_seconds": self.lease_seconds / c, "boost_seconds": self.boost_seconds / c,
                 "start_timeout_floor_seconds": max(self.start_timeout_floor_seconds / c, self.min_start_floor_wall_s)}
 
-    def check(self) -> "LiveSettings":
+    def check(self) -> LiveSettings:
         if self.lease_seconds / self.compression < 1.0:
             raise ValueError(f"lease {self.lease_seconds} s / compression {self.compression} is under "
                              f"the API's 1 s minimum; raise --lease-seconds or lower --compression")
@@ -620,7 +620,7 @@ class TurnRow:
     reported_at: float | None = None     # when the service heard of the provider's answer
 
     @classmethod
-    def of(cls, h: turn_history.TurnHistory) -> "TurnRow":
+    def of(cls, h: turn_history.TurnHistory) -> TurnRow:
         return cls(h.turn_id, h.agent_id, h.priority_class, float(h.requested_at), h.granted_at,
                    h.last_life_at, h.finished_at, h.end, h.report.at if h.report is not None else None)
 

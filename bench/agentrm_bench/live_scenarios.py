@@ -109,7 +109,7 @@ class ScenarioSettings:
     lease_seconds: float = 20.0   # simulated; the API's 1 s minimum times c (live_check.LiveSettings)
     min_start_floor_wall_s: float = 1.0   # live_check.LiveSettings: the heartbeat path does not compress
 
-    def check(self) -> "ScenarioSettings":
+    def check(self) -> ScenarioSettings:
         if self.scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {self.scenario!r} (known: {', '.join(SCENARIOS)})")
         if self.agents < 3 or self.minutes <= 0 or self.compression < 1:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 RunOne = Callable[[int], Awaitable[dict]]   # seed -> one run's result (with "comparison")
 DELAYS = ("client_delay_p50_s", "client_delay_p95_s", "report_delay_p50_s", "report_delay_p95_s")

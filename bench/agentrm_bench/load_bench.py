@@ -40,8 +40,8 @@ import orjson
 
 from app.config import child_environment
 
-from .raw_http import GraphQLConnection, HTTPError
 from .processes import stop_process
+from .raw_http import GraphQLConnection, HTTPError
 from .system_bench import _raw_insert_rate, pct
 
 REQUEST = ("mutation { requestTurn(input: {estimatedTokens: 50, maxOutputTokens: 10, waitSeconds: 30}) "

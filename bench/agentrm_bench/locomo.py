@@ -19,7 +19,7 @@ import pathlib
 import statistics
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from app.context.embedder import default_embedder
@@ -66,7 +66,7 @@ class Conversation:
 
 def _when(text: str) -> float:
     try:
-        return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc).timestamp()
+        return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp()
     except ValueError:
         raise LoCoMoFormatError(f"session date {text!r} is not like '1:56 pm on 8 May, 2023'") from None
 

@@ -9,7 +9,7 @@ recall is the policy's, not the tooling's.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -264,7 +264,7 @@ class Recorder:
     zombies: int = 0
     stuck_agents: int = 0         # agents the policy stopped serving for good (AgentRM quarantine)
     notes: dict = field(default_factory=dict)
-    open_attempts: dict[int, "Attempt"] = field(default_factory=dict)  # by id()
+    open_attempts: dict[int, Attempt] = field(default_factory=dict)  # by id()
 
     def request(self, now: float, call: CallSpec, agent_id: str, priority_class: str,
                 run_key: str = "") -> CallRecord:
@@ -321,8 +321,8 @@ class ProviderLink:
         self.sim, self.provider, self.recorder = sim, provider, recorder
         self._engine = _SaturatedEngine(sim, provider.saturation) if provider.saturation else None
 
-    def send(self, record: CallRecord, on_answer: Callable[["Attempt"], None], hold: SlotHold | None = None,
-             on_first_chunk: Callable[["Attempt"], None] | None = None) -> "Attempt":
+    def send(self, record: CallRecord, on_answer: Callable[[Attempt], None], hold: SlotHold | None = None,
+             on_first_chunk: Callable[[Attempt], None] | None = None) -> Attempt:
         now = self.sim.now
         record.attempts += 1
         self.recorder.provider_attempts += 1
@@ -397,7 +397,7 @@ class _SaturatedEngine:
         self.updated_at = 0.0
         self.version = 0
 
-    def start(self, attempt: "Attempt", call: CallSpec, on_first_chunk, on_done) -> None:
+    def start(self, attempt: Attempt, call: CallSpec, on_first_chunk, on_done) -> None:
         self._advance()
         if len(self.running) >= self.model.max_running:
             self.waiting.append((attempt, call, on_first_chunk, on_done))
@@ -454,7 +454,7 @@ class _SaturatedEngine:
             entry[3]()
         self._reschedule()
 
-    def abandon(self, attempt: "Attempt") -> None:
+    def abandon(self, attempt: Attempt) -> None:
         """A client closed the request: the server stops working on it."""
         self._advance()
         self.running = [e for e in self.running if e[0] is not attempt]
@@ -478,7 +478,7 @@ class Attempt:
     abandoned: bool = False       # the client gave up on it (timeout, reap): its answer is ignored
     finished_at: float | None = None
     ended_at: float | None = None  # finished or abandoned
-    link: "ProviderLink | None" = None
+    link: ProviderLink | None = None
     chunk_listeners: list = field(default_factory=list)  # told of the first chunk (watchdogs)
 
     @property
@@ -521,7 +521,7 @@ class Attempt:
         if self.recorder is not None:
             self.recorder.open_attempts.pop(id(self), None)
 
-    def finish(self, now: float, on_answer: Callable[["Attempt"], None]) -> None:
+    def finish(self, now: float, on_answer: Callable[[Attempt], None]) -> None:
         if self.abandoned:
             return
         self.finished_at = now

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 GATEWAYS = ("gateway-fifo@10s", "gateway-fifo@30s", "gateway-fifo@120s")
 

@@ -7,11 +7,11 @@ import asyncio
 import pytest
 
 from app.domain import events as ev
+from app.domain.streams import turn_stream
+from app.errors import BadInput, Conflict, LimitExceeded
 from app.eventstore.model import NewEvent
 from app.service import Service
 from tests.application.conftest import SETTLE
-from app.domain.streams import turn_stream
-from app.errors import BadInput, Conflict, LimitExceeded
 
 
 async def turn_inputs(app, turn_id: str) -> list[str]:

@@ -145,7 +145,7 @@ class FaultCluster:
                     os.kill(worker.pid, signal.SIGCONT)
                     worker.proc.terminate()
                     await asyncio.wait_for(worker.proc.wait(), 20)
-                except (ProcessLookupError, asyncio.TimeoutError):
+                except (TimeoutError, ProcessLookupError):
                     if worker.proc.returncode is None:
                         worker.proc.kill()
                         await worker.proc.wait()

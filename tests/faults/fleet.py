@@ -121,7 +121,7 @@ class ResumingSubscriber:
             workers = self.cluster.alive()
             try:
                 await self._follow(workers[n % len(workers)], stop)
-            except (OSError, websockets.WebSocketException, asyncio.TimeoutError, RuntimeError):
+            except (TimeoutError, OSError, websockets.WebSocketException, RuntimeError):
                 pass
             self.reconnects += 1
             await asyncio.sleep(0.05)  # a reconnect backoff
@@ -139,7 +139,7 @@ class ResumingSubscriber:
             while not stop.is_set():
                 try:
                     message = json.loads(await asyncio.wait_for(ws.recv(), 1))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 if message["type"] == "ping":
                     await ws.send(json.dumps({"type": "pong"}))

@@ -28,7 +28,7 @@ def write_lines(path: Path, lines: list[dict]) -> None:
 
 
 async def _drive(server) -> None:
-    from tests.client import COMPLETE, CANCEL, CREATE_POOL, HEARTBEAT, TURN_FIELDS, GraphQLClient, register
+    from tests.client import CANCEL, COMPLETE, CREATE_POOL, HEARTBEAT, TURN_FIELDS, GraphQLClient, register
     from tests.conftest import OPERATOR_TOKEN
     streaming = f"""mutation($est: Int!, $out: Int, $wait: Float!) {{
       requestTurn(input: {{estimatedTokens: $est, maxOutputTokens: $out, waitSeconds: $wait, streams: true}}) {{

@@ -9,8 +9,7 @@ import asyncpg
 import pytest
 
 from app.auth import hash_token
-from tests.client import (COMPLETE, REQUEST, TURN_FIELDS, GraphQLClient, GraphQLError, admitted,
-                          register)
+from tests.client import COMPLETE, REQUEST, TURN_FIELDS, GraphQLClient, GraphQLError, admitted, register
 from tests.conftest import OPERATOR_TOKEN
 
 CREATE_SECRET_POOL = """mutation($name: String!, $url: String!, $key: String!) {

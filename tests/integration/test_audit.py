@@ -19,6 +19,7 @@ from app.eventstore.model import NewEvent
 from tests.client import COMPLETE, CREATE_POOL, REQUEST, GraphQLClient, GraphQLError, register
 from tests.conftest import OPERATOR_TOKEN
 
+
 async def agentrm(url: str, *args: str) -> tuple[int, str]:
     """Run the CLI as an operator would, without blocking the server's event loop."""
     env = {**os.environ, "DATABASE_URL": url}

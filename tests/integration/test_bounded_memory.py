@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from app.auth import OPERATOR, Principal
+from app.bootstrap import Runtime
 from app.domain import events as ev
 from app.domain.settings import PoolSettings
 from app.errors import Conflict
 from app.projections.runner import Projector
 from app.replay import replay_check
-from app.bootstrap import Runtime
 
 KEEP = 3
 

@@ -7,8 +7,8 @@ import asyncio
 import openai
 import pytest
 import pytest_asyncio
-from agentrm_client import AgentRM, QueueTimeout, RateLimited, SyncAgentRM
 
+from agentrm_client import AgentRM, QueueTimeout, RateLimited, SyncAgentRM
 from app.domain import events as ev
 from tests.fake_upstream import FakeUpstream
 from tests.integration.test_gateway import MESSAGES, REPLY, events_of, make_agent, make_pool, wait_model

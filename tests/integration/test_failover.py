@@ -13,17 +13,17 @@ import asyncpg
 import httpx
 import pytest
 
+from app import bootstrap
+from app.adapters import advisory_lock
+from app.adapters.advisory_lock import lock_key
 from app.audit import load_records
 from app.audit.verify import verify
 from app.auth import OPERATOR, Principal
+from app.bootstrap import Runtime
 from app.domain import events as ev
 from app.domain.settings import PoolSettings
 from app.eventstore.model import ConcurrencyError, NewEvent
 from app.replay import replay_check
-from app import bootstrap
-from app.bootstrap import Runtime
-from app.adapters import advisory_lock
-from app.adapters.advisory_lock import lock_key
 from app.scheduler.loop import PoolScheduler
 from app.scheduler.writer import LostLeadership
 from tests.client import COMPLETE, REQUEST, GraphQLClient, register, start_serve
@@ -290,7 +290,7 @@ async def test_serve_with_two_workers_grants_turns_and_delivers_events(fresh_dat
             proc.terminate()
             try:
                 await asyncio.wait_for(proc.wait(), 30)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
 

@@ -49,7 +49,7 @@ class ThreadedServer:
         await self._stop.wait()
         await self.server.stop()
 
-    def start(self) -> "ThreadedServer":
+    def start(self) -> ThreadedServer:
         self.thread.start()
         assert self.ready.wait(120), "the fuzz server did not start"
         return self

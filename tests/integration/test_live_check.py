@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from agentrm_bench.live_check import COMPARED, run_async
 from app.audit import load_records
 from app.audit.verify import verify
-from agentrm_bench.live_check import COMPARED, run_async
 from app.domain import events as ev
 from app.eventstore.store import EventStore, create_pool
 

@@ -9,7 +9,6 @@ import signal
 import asyncpg
 
 from agentrm_bench.load_bench import _children
-
 from tests.client import start_serve
 from tests.conftest import OPERATOR_TOKEN
 

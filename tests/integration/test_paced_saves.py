@@ -8,10 +8,10 @@ import json
 import asyncpg
 
 from app.auth import OPERATOR
+from app.bootstrap import Runtime
 from app.domain.settings import PoolSettings
 from app.projections import runner
 from app.projections.runner import PostgresDocuments, Projector, save_checkpointed
-from app.bootstrap import Runtime
 
 NAME = "paced-test"
 

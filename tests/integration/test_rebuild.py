@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from datetime import UTC
 
 from app.auth import OPERATOR, Principal
+from app.bootstrap import Runtime
 from app.domain import events as ev
 from app.domain.settings import PoolSettings
 from app.errors import Conflict
 from app.replay import pool_state_at, replay_check
-from app.bootstrap import Runtime
-
 
 # Long enough that a learned start deadline (a few times the first-chunk delay, which a
 # loaded machine stretches) stays below it; short enough that hung calls are reaped in the run.
@@ -86,7 +86,7 @@ async def test_rebuild_from_zero_equals_live_over_several_busy_pools(fresh_datab
 
 
 async def test_projector_folds_its_own_appends_at_once_and_reads_the_rest(fresh_database):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from app.eventstore.model import NewEvent, RecordedEvent
     rt = await Runtime(fresh_database).start()
@@ -106,7 +106,7 @@ async def test_projector_folds_its_own_appends_at_once_and_reads_the_rest(fresh_
         # Events that do not follow the model's position directly are left to the follower.
         position = rt.projector.model.position
         stray = RecordedEvent(position + 2, "turn-y", 0, ev.HEARTBEAT_SENT, {"turn_id": "y"}, {},
-                              datetime.now(timezone.utc))
+                              datetime.now(UTC))
         rt.projector.offer([stray])
         assert rt.projector.model.position == position
         # An append inside a caller's own transaction is not folded before that commits: it

@@ -13,8 +13,7 @@ from app.eventstore.listener import follow
 from app.projections.core import canonical_hash
 from app.projections.runner import CHECKPOINT
 from app.replay import replay_check
-from tests.client import (COMPLETE, REQUEST, SCHEDULER, TURN_FIELDS, GraphQLClient, admitted,
-                          register)
+from tests.client import COMPLETE, REQUEST, SCHEDULER, TURN_FIELDS, GraphQLClient, admitted, register
 from tests.conftest import OPERATOR_TOKEN, Server
 
 APPEND = """mutation($content: String!, $pinned: Boolean!) {
@@ -132,8 +131,8 @@ async def _checkpoint(url: str) -> int:
 
 
 async def test_the_demo_fleet_registers_and_is_granted_turns(fresh_database):
-    from app.demo import FLEET, start_demo
     from app.bootstrap import Runtime
+    from app.demo import FLEET, start_demo
     rt = await Runtime(fresh_database).start(PoolSettings(lanes=4))
     demo = start_demo(rt)
     try:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 
 from app.auth import OPERATOR, Principal
+from app.bootstrap import Runtime
 from app.domain import events as ev
 from app.domain.settings import PoolSettings
 from app.eventstore.store import json_text
 from app.projections.core import PROJECTIONS
 from app.projections.runner import CHECKPOINT, Projector, load_docs
 from app.replay import rebuild
-from app.bootstrap import Runtime
 
 
 async def _no_periodic_saves(self) -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import random
 
-
 from app.eventstore.model import NewEvent
 from app.eventstore.store import EventStore
 from app.projections.runner import Projector
 from app.scheduler.inbox import LogInbox
 from app.tasks import cancel_all
 from tests.waiting import until
+
 
 def count_log_reads(store: EventStore) -> list[int]:
     """Count the store's own reads of the database (not the ones the cache answers)."""

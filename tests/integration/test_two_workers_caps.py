@@ -60,7 +60,7 @@ async def two_workers(fresh_database, tmp_path):
                 worker.proc.terminate()
                 try:
                     await asyncio.wait_for(worker.proc.wait(), 30)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     worker.proc.kill()
                     await worker.proc.wait()
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-
 from app.eventstore.model import NewEvent
 from app.scheduler.inbox import LogInbox
 from app.tasks import cancel_all
 from tests.counting_log import CountingLog
 from tests.waiting import until
+
 
 async def test_a_notify_names_the_position_to_read_up_to(two_processes):
     ours, theirs, listener = two_processes

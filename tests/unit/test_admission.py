@@ -5,8 +5,15 @@ import math
 
 import pytest
 
-from app.domain.admission import (MAX_RETRY_AFTER_S, Bucket, RateObservation, aimd_factor, jitter,
-                                  parse_duration, parse_rate_headers)
+from app.domain.admission import (
+    MAX_RETRY_AFTER_S,
+    Bucket,
+    RateObservation,
+    aimd_factor,
+    jitter,
+    parse_duration,
+    parse_rate_headers,
+)
 
 NOW = 1_700_000_000.0   # 2023-11-14T22:13:20Z
 

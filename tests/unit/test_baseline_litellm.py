@@ -12,7 +12,7 @@ import pytest
 
 from agentrm_bench.harness import run_policy
 from agentrm_bench.policies.base import AGENT_RETRY_S
-from agentrm_bench.policies.litellm import router_backoff, _Failure
+from agentrm_bench.policies.litellm import _Failure, router_backoff
 from agentrm_bench.workload import BACKGROUND, INTERACTIVE, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams
 
 RPM, TPM = 10_000, 10_000_000

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from agentrm_bench.harness import run_policy
 from agentrm_bench.policies.base import AGENT_RETRY_S, sdk_backoff
 from agentrm_bench.policies.no_gateway import should_retry_429

@@ -4,6 +4,7 @@ service times make them. Tiny traces on one lane, exact send times."""
 from __future__ import annotations
 
 import pytest
+
 from agentrm_bench import bounds
 from agentrm_bench.harness import run_policy
 from agentrm_bench.policies import POLICY_NAMES, known

@@ -14,8 +14,17 @@ from agentrm_bench.metrics import envelope_excess, physical_limit
 from agentrm_bench.scenarios import SCENARIOS
 from agentrm_bench.scheduler_bench import REPORTED_KEYS, _param, main, run, simulate
 from agentrm_bench.sim import Provider, Saturation
-from agentrm_bench.workload import (BATCH, CLASSES, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams,
-                                call_attempts, generate)
+from agentrm_bench.workload import (
+    BATCH,
+    CLASSES,
+    AgentScript,
+    CallSpec,
+    RunSpec,
+    Trace,
+    WorkloadParams,
+    call_attempts,
+    generate,
+)
 
 SMALL = dict(agents=24, minutes=3.0, seed=7)
 

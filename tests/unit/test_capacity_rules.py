@@ -8,7 +8,8 @@ import math
 import re
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool

@@ -4,7 +4,8 @@ import json
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.context.tokens import count_message, count_text
 from app.domain import context as d

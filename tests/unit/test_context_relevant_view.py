@@ -8,10 +8,11 @@ view's incremental accounting of restamped neighbours is checked too). Worked ex
 the shares and the fusion arithmetic."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.context.tokens import count_message
 from app.domain import context as d
@@ -26,12 +27,12 @@ def relevant(state, budget, ranking, s=d.ViewSettings()):
 
 
 def day_of(at):
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%a %d %b %Y")
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%a %d %b %Y")
 
 
 def stamp(at, previous_at=None):
     """HH:MM, and the day before it when the line above is of another day (or none)."""
-    time = datetime.fromtimestamp(at, tz=timezone.utc).strftime("%H:%M ")
+    time = datetime.fromtimestamp(at, tz=UTC).strftime("%H:%M ")
     return time if previous_at is not None and day_of(previous_at) == day_of(at) else f"{day_of(at)} {time}UTC "
 
 

@@ -9,8 +9,12 @@ import pytest
 
 from app.context.compactor import CHUNK_TARGET_TOKENS, chunk_messages, compact
 from app.context.embedder import cosine_top_k, default_embedder, embed
-from app.context.summarize import (ExtractiveSummarizer, OpenAICompatibleSummarizer, SummarizerError,
-                                   llm_summarizer_from_env)
+from app.context.summarize import (
+    ExtractiveSummarizer,
+    OpenAICompatibleSummarizer,
+    SummarizerError,
+    llm_summarizer_from_env,
+)
 from app.context.tokens import count_message, count_text
 from app.domain import context as d
 

@@ -7,7 +7,8 @@ import pytest
 import tiktoken
 import tiktoken.load
 import tiktoken_ext.openai_public as openai_public
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.context import tokens
 

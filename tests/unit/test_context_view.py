@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.context.tokens import count_message, count_text
 from app.domain import context as d
@@ -361,7 +362,7 @@ def test_view_serialisation_and_text():
     assert as_dict["items"][0] == {"tier": "hot", "kind": "pinned", "role": "system",
                                    "content": "Réponds en français. 日本", "tokens": got.items[0].tokens, "ref": "1"}
     assert json.loads(got.canonical_bytes().decode("utf-8")) == as_dict
-    assert "français".encode("utf-8") in got.canonical_bytes()
+    assert "français".encode() in got.canonical_bytes()
     assert got.text() == "Réponds en français. 日本\nhello"
     assert view(context(), 500).tokens == 0 and view(context(), 500).items == ()
 

@@ -4,7 +4,8 @@ soon as one token is missing."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.context.tokens import count_message
 from app.domain import context as d

@@ -3,7 +3,7 @@ import gc
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from app.observability.gc_pauses import BUCKETS, GcPauses, install, PAUSES
+from app.observability.gc_pauses import BUCKETS, PAUSES, GcPauses, install
 
 
 class Clock:

@@ -12,13 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrm_bench.decide_cost import ScanBeforeEveryGrant   # next_turn's scan before every grant
+from agentrm_bench.decide_cost import ScanBeforeEveryGrant  # next_turn's scan before every grant
 from app.domain import events as ev
 from app.domain import ordering
 
 from .examples import examples
 from .workload import AGENTS, DEADLINE_SETTINGS, RUNS, SETTINGS, drive, workload
-
 
 POOLS = {
     "mlfq": SETTINGS,

@@ -175,7 +175,7 @@ def test_the_image_builds_the_console_and_serves_it_where_the_app_looks():
     final = list(stages.values())[-1]
     home = [line.split()[1] for line in final if line.startswith("WORKDIR ")][-1]
     assert f"PYTHONPATH={home}" in " ".join(final)
-    assert any(re.fullmatch(rf"COPY --from=\w+ /src/app \./app", line) for line in final)
+    assert any(re.fullmatch(r"COPY --from=\w+ /src/app \./app", line) for line in final)
     dist = CONSOLE.relative_to(Path(__file__).resolve().parents[2])     # frontend/dist
     assert f"COPY --from={console} {workdir}/dist ./{dist.as_posix()}" in final
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.audit.rate_oracle import first_violation
 from app.domain import events as ev

@@ -16,9 +16,12 @@ from app.domain.ordering import max_slack
 from app.domain.settings import PoolSettings
 from app.domain.state import PoolState
 
-from .test_capacity_rules import _hung_outage, beat, kinds, pool as failure_pool, register, request, warm
-from .test_ordering import complete as complete_input, granted, pool as order_pool, request as request_input
-
+from .test_capacity_rules import _hung_outage, beat, kinds, register, request, warm
+from .test_capacity_rules import pool as failure_pool
+from .test_ordering import complete as complete_input
+from .test_ordering import granted
+from .test_ordering import pool as order_pool
+from .test_ordering import request as request_input
 
 # -- the starvation bound's constant ------------------------------------------------------
 
@@ -159,9 +162,12 @@ def test_only_a_quarantined_agent_can_be_released():
 # -- waking for a factor that must grow (RateRecovered) -------------------------------------
 
 def test_a_pool_of_one_request_a_minute_waits_for_the_whole_factor_back_and_no_longer():
-    from .test_core_edges import complete as core_complete, pool as core_pool, register as core_register, \
-        request as core_request
     from app.domain.decide import next_deadline
+
+    from .test_core_edges import complete as core_complete
+    from .test_core_edges import pool as core_pool
+    from .test_core_edges import register as core_register
+    from .test_core_edges import request as core_request
     # At 1 rpm one request needs the whole factor: after a 429 halves it at 1 s, the factor
     # is back to 1 at 1 + 0.5 / (0.1 per minute) = 301 s, whatever the tokens need.
     s = core_pool(lanes=2, rpm=1, tpm=1_000)
@@ -179,7 +185,9 @@ def _cut_to_a_quarter(rpm, tpm, est):
     """A one-lane pool whose factor a 429 at 1 s cut from 1 to 0.25 (decrease 0.25, no
     jitter, 60 s retry), with a head of `est` tokens queued since 0 s. The pass at 61 s
     resumes it: the factor is then 0.25 + 0.25 per minute x 60 s = exactly 0.5."""
-    from .test_core_edges import pool as core_pool, register as core_register, request as core_request
+    from .test_core_edges import pool as core_pool
+    from .test_core_edges import register as core_register
+    from .test_core_edges import request as core_request
     s = core_pool(lanes=1, rpm=rpm, tpm=tpm, aimd_decrease=0.25, aimd_increase_per_minute=0.25,
                   jitter_seconds=0.0, boost_seconds=3600.0)
     core_register(s, "a")
@@ -340,8 +348,10 @@ def test_a_grant_of_a_turn_without_a_run_records_no_run_service():
 
 def _cut_factor(rpm, tpm, est):
     """A pool whose factor a 429 halved at 1 s (resumed at 3 s), with a head of `est` tokens."""
-    from .test_core_edges import complete as core_complete, pool as core_pool, register as core_register, \
-        request as core_request
+    from .test_core_edges import complete as core_complete
+    from .test_core_edges import pool as core_pool
+    from .test_core_edges import register as core_register
+    from .test_core_edges import request as core_request
     s = core_pool(lanes=2, rpm=rpm, tpm=tpm)
     core_register(s, "a")
     core_request(s, "t1", "a", 0.0, est=10)

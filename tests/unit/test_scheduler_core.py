@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from app.audit.rate_oracle import first_violation
 from app.domain import events as ev
 from app.domain.admission import parse_duration, parse_rate_headers
 from app.domain.apply import apply, new_pool
-from app.audit.rate_oracle import first_violation
 from app.domain.decide import REAP_GRACE_S, decide, decide_many, next_deadline
 from app.domain.settings import PoolSettings
 
@@ -458,8 +460,8 @@ def test_a_zombie_agents_backed_off_reaps_do_not_inflate_the_pool_estimate():
 
 def test_a_reset_instant_without_an_offset_is_utc_whatever_the_host_zone(monkeypatch):
     import time as _time
-    from datetime import datetime, timezone
-    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+    from datetime import datetime
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
     seen = []
     for zone in ("UTC", "America/New_York", "Asia/Tokyo"):
         monkeypatch.setenv("TZ", zone)

@@ -3,7 +3,7 @@ this process's commits, other writers' commits, rolled-back positions and shared
 (one of them in flight while commits land) led to its state."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from app.eventstore.model import RecordedEvent
 from app.eventstore.tail_cache import AHEAD, TailCache
 
-AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+AT = datetime(2026, 1, 1, tzinfo=UTC)
 TYPES = ("A", "B", "C")
 
 

@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from app.audit.whatif import (counterfactual_settings, extract_workload, measure, percentile,
-                              simulate, what_if)
+from app.audit.whatif import counterfactual_settings, extract_workload, measure, percentile, simulate, what_if
 from app.domain import events as ev
 from app.domain.decide import next_deadline
 from tests.unit.test_audit_verify import Log

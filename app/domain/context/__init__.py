@@ -40,18 +40,61 @@ from __future__ import annotations
 
 from app.domain.events import CONTEXT_APPENDED, CONTEXT_COMPACTED, CONTEXT_EVENTS
 
-from .compaction import (ADAPTIVE, FIXED, NEVER, CompactionPlan, CompactionSettings, effective_watermarks,
-                         plan_compaction)
+from .compaction import (
+                         ADAPTIVE,
+                         FIXED,
+                         NEVER,
+                         CompactionPlan,
+                         CompactionSettings,
+                         effective_watermarks,
+                         plan_compaction,
+)
 from .fold import apply, restore
 from .hibernation import DEFAULT_IDLE_SECONDS, should_hibernate
-from .limits import (MAX_BUDGET_TOKENS, MAX_MESSAGE_CHARS, MAX_MESSAGES_PER_APPEND, MIN_BUDGET_TOKENS, ROLES,
-                     ContextLimitError, validate_append, validate_budget, validate_message)
-from .state import (COLD, FACT_KIND_PRIORITY, GROWTH_WINDOW, HOT, WARM, AgentContext, ColdArchive, ColdChunk,
-                    ContextMessage, ContextStateError, GrowthStats, KeyFact, ResumePoint, WarmSegment,
-                    canonical_json, new_context, resume_point_for, state_from_dict, state_hash, state_to_dict)
+from .limits import (
+                         MAX_BUDGET_TOKENS,
+                         MAX_MESSAGE_CHARS,
+                         MAX_MESSAGES_PER_APPEND,
+                         MIN_BUDGET_TOKENS,
+                         ROLES,
+                         ContextLimitError,
+                         validate_append,
+                         validate_budget,
+                         validate_message,
+)
+from .state import (
+                         COLD,
+                         FACT_KIND_PRIORITY,
+                         GROWTH_WINDOW,
+                         HOT,
+                         WARM,
+                         AgentContext,
+                         ColdArchive,
+                         ColdChunk,
+                         ContextMessage,
+                         ContextStateError,
+                         GrowthStats,
+                         KeyFact,
+                         ResumePoint,
+                         WarmSegment,
+                         canonical_json,
+                         new_context,
+                         resume_point_for,
+                         state_from_dict,
+                         state_hash,
+                         state_to_dict,
+)
 from .stats import context_stats
-from .view import (FACTS_HEADER, NEAR_DUPLICATE_JACCARD, REPLY_PRIMING_TOKENS, ContextView, ViewItem,
-                   ViewSettings, assemble_view, fact_priority)
+from .view import (
+                         FACTS_HEADER,
+                         NEAR_DUPLICATE_JACCARD,
+                         REPLY_PRIMING_TOKENS,
+                         ContextView,
+                         ViewItem,
+                         ViewSettings,
+                         assemble_view,
+                         fact_priority,
+)
 from .whole import whole_history_view
 
 __all__ = [

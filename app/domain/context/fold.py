@@ -6,15 +6,32 @@ AgentHibernated leaves only a resume point in memory; the log keeps every tier.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
-from app.domain.events import (AGENT_HIBERNATED, AGENT_WOKEN, CONTEXT_APPENDED, CONTEXT_COMPACTED,
-                               AgentHibernated, ContextAppended, ContextCompacted, parse)
+from app.domain.events import (
+    AGENT_HIBERNATED,
+    AGENT_WOKEN,
+    CONTEXT_APPENDED,
+    CONTEXT_COMPACTED,
+    AgentHibernated,
+    ContextAppended,
+    ContextCompacted,
+    parse,
+)
 
-from .state import (AgentContext, ContextMessage, ContextStateError, ResumePoint, WarmSegment,
-                    chunk_from_dict, fact_from_dict, resume_point_for, working_set_digest)
-
+from .state import (
+    AgentContext,
+    ContextMessage,
+    ContextStateError,
+    ResumePoint,
+    WarmSegment,
+    chunk_from_dict,
+    fact_from_dict,
+    resume_point_for,
+    working_set_digest,
+)
 
 _FOLDED = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from .state import AgentContext
 
-
 DEFAULT_IDLE_SECONDS = 30 * 60  # an agent quiet for half an hour is parked; waking is cheap
 
 

@@ -5,7 +5,8 @@ error code and the log never holds a message, append or budget outside these bou
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
 

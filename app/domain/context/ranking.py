@@ -8,7 +8,7 @@ k = 60 is the paper's constant; it is not tuned here.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 RRF_K = 60
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 HOT, WARM, COLD = "hot", "warm", "cold"
 
@@ -83,7 +84,7 @@ class GrowthStats:
 
     window: tuple[tuple[float, int], ...] = ()
 
-    def record(self, at: float, tokens: int) -> "GrowthStats":
+    def record(self, at: float, tokens: int) -> GrowthStats:
         return GrowthStats(window=(self.window + ((at, tokens),))[-GROWTH_WINDOW:])
 
     def tokens_per_minute(self, now: float) -> float:

@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from .limits import validate_budget
-from .state import (COLD, FACT_KIND_PRIORITY, HOT, WARM, AgentContext, ColdChunk, ContextMessage, ContextStateError,
-                    KeyFact, WarmSegment, canonical_json)
-
+from .state import (
+    COLD,
+    FACT_KIND_PRIORITY,
+    HOT,
+    WARM,
+    AgentContext,
+    ColdChunk,
+    ContextMessage,
+    ContextStateError,
+    KeyFact,
+    WarmSegment,
+    canonical_json,
+)
 
 # Mirrors app.context.tokens.REPLY_PRIMING_TOKENS; repeated so the domain imports no
 # tokenizer. A view of n messages costs 3 + sum(count_message) tokens.
@@ -280,7 +291,7 @@ def _stamped(content: str, at: float, dated: bool) -> str:
     (the chat framing), most of what the stamps cost (docs/benchmarks/context.md, the
     LoCoMo ablations).
     "13:56 " is 2 tokens in cl100k, "[13:56] " 4."""
-    when = datetime.fromtimestamp(at, tz=timezone.utc)
+    when = datetime.fromtimestamp(at, tz=UTC)
     return f"{when.strftime('%a %d %b %Y %H:%M')} UTC {content}" if dated else f"{when.strftime('%H:%M')} {content}"
 
 

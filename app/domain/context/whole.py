@@ -9,7 +9,7 @@ first), then every other message of every tier in time order, each as it was app
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .limits import validate_budget
 from .state import COLD, HOT, AgentContext, ContextStateError

@@ -12,7 +12,6 @@ import httpx
 import pytest
 import pytest_asyncio
 import websockets
-
 from agentrm_fake import FakeAgentRM
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agentrm_fake import AGENT_TOKEN, OPERATOR_TOKEN, FakeAgentRM
 
 from agentrm_client import AgentRM, AgentRMError, TurnNotGranted, register_agent
-from agentrm_fake import AGENT_TOKEN, OPERATOR_TOKEN, FakeAgentRM
 
 
 async def test_a_refused_token_raises_agentrm_error_with_its_code(fake: FakeAgentRM):

@@ -6,9 +6,9 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from agentrm_fake import AGENT_TOKEN, FakeAgentRM
 
 from agentrm_client import AgentRM, SyncAgentRM, SyncTurn
-from agentrm_fake import AGENT_TOKEN, FakeAgentRM
 
 
 async def test_a_sync_turn_heartbeats_reports_and_completes(fake: FakeAgentRM):

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from agentrm_fake import AGENT_TOKEN, FakeAgentRM
 
 import agentrm_client.client
 from agentrm_client import AgentRM, QueueTimeout, RateLimited, Turn, TurnNotGranted
-from agentrm_fake import AGENT_TOKEN, FakeAgentRM
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
