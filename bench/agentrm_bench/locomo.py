@@ -152,7 +152,9 @@ def run(directory: pathlib.Path, variants: dict[str, dict[str, Any]] | None = No
             embed_ms = (time.perf_counter() - started) * 1000
             embedder.cache[q.question] = qv
 
-            def score(name: str, budget: int, text: str, n_tokens: int) -> None:
+            # called only within this question's iteration; the defaults pin that question
+            def score(name: str, budget: int, text: str, n_tokens: int,
+                      text_of=text_of, q=q, conv=conv) -> None:
                 value = sum(text_of[e] in text for e in q.evidence) / len(q.evidence)
                 recall.setdefault((name, budget), []).append(value)
                 by_cat.setdefault((name, budget, q.category), []).append(value)

@@ -47,7 +47,7 @@ async def _raw_insert_rate(url: str, connections: int, per_conn: int) -> float:
     payload = {"bench": True, "n": 1, "text": "x" * 64}
 
     async def loop(c, k):
-        for i in range(per_conn):
+        for _i in range(per_conn):
             await c.execute("INSERT INTO events (stream, version, type, data, metadata) VALUES ($1,$2,$3,$4,$5)",
                             f"raw-{k}-{uuid.uuid4().hex}", 0, "Raw", payload, {})
     start = time.perf_counter()

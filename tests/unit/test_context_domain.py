@@ -432,7 +432,7 @@ def test_hibernation_frees_the_memory_the_context_held():
     def big_context():
         state = d.new_context(AGENT)
         for i in range(300):
-            content = f"{i:04d} " + ("payload-%d " % i) * 400   # ~4 KB each, unique
+            content = f"{i:04d} " + (f"payload-{i} ") * 400   # ~4 KB each, unique
             state = d.apply(state, d.CONTEXT_APPENDED, {"agent_id": AGENT, "seq": i + 1, "role": "tool",
                                                        "content": content, "pinned": False, "tokens": 1000,
                                                        "at": float(i)})
