@@ -811,7 +811,8 @@ def _rel(row: dict) -> str:
 
 def _comparison_table(cmp_: dict) -> list[str]:
     lines = ["| metric | live (event log) | sim (agentrm, measured client delays) | diff | rel diff | criterion "
-             "| within | sim without completion path | rel diff | within |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| within | sim without completion path | rel diff | within |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for key, row in cmp_.items():
         extra = row.get("without_report_path") or {"sim": None, "rel_diff": None, "within": None}
         lines.append(f"| {key} | {_fmt(row['live'])} | {_fmt(row['sim'])} | {_fmt(row['abs_diff'])} "

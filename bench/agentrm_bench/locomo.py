@@ -102,7 +102,8 @@ def load_dir(directory: pathlib.Path) -> list[Conversation]:
     for path in sorted(directory.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         for i, d in enumerate(data if isinstance(data, list) else [data]):
-            conversations.append(parse_conversation(path.stem if not isinstance(data, list) else f"{path.stem}[{i}]", d))
+            name = path.stem if not isinstance(data, list) else f"{path.stem}[{i}]"
+            conversations.append(parse_conversation(name, d))
     if not conversations:
         raise LoCoMoFormatError(f"{directory} holds no LoCoMo conversation (*.json)")
     return conversations
