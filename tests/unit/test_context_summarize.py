@@ -20,7 +20,8 @@ from app.domain import context as d
 
 SPAN = [
     ("user", "The nightly export job keeps failing for the billing tenant. Please find out why the export fails."),
-    ("assistant", "I looked at the export job logs. The export fails because the billing tenant has rows with a null currency."),
+    ("assistant", "I looked at the export job logs. "
+                  "The export fails because the billing tenant has rows with a null currency."),
     ("tool", "2024-05-12 02:00:03 ERROR export-worker-2 row 88121 has currency=None"),
     ("assistant", "The weather in the logs is irrelevant. The null currency rows were created by the March import."),
     ("user", "OK. Fix the export so it skips rows with a null currency and reports them instead."),
