@@ -435,8 +435,7 @@ class ContextCompacted(Event):
     summary: str
     summary_tokens: int
     at: float
-    # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
-    facts: list[dict[str, Any]] | None = None
+    facts: list[dict[str, Any]] | None = None  # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
     superseded: list[dict[str, Any]] | None = None # [{fact_id, by}]
     chunks: list[dict[str, Any]] | None = None     # [{chunk_id, from_seq, to_seq, text, tokens}]
     budget_tokens: int | None = None
