@@ -6,8 +6,8 @@ strawberry's argument conversion (re-reading type annotations on every call). Th
 measurements: docs/architecture/decisions/hot-documents.md.
 An agent sends the same few documents over and over (requestTurn, completeTurn,
 heartbeat, cancelTurn with a selection of the turn's scalar fields; appendContext with a
-selection of its stats, once per message it keeps), so each such document is compiled once into a plan that does only what the general executor would do
-for it, and gives the same answer byte for byte.
+selection of its stats, once per message it keeps), so each such document is compiled once
+into a plan that does only what the general executor would do for it, and gives the same answer byte for byte.
 
 A document becomes a plan only after the general executor has taken it through parsing
 and validation without an error, in this process (`LearnHotDocuments`, the last

@@ -1,9 +1,9 @@
 """BM25 over one agent's messages that grows by appending, instead of being rebuilt.
 
 ``bm25s`` precomputes every (term, document) score, so one new message means rebuilding
-the whole index (~15-30 ms at 30k tokens, for every agent that appends). Here the index keeps postings (term -> documents and term frequencies) and
-document lengths, and scores a query's few terms at query time: an append costs its own
-tokens, a query a few hundred multiplications.
+the whole index (~15-30 ms at 30k tokens, for every agent that appends). Here the index
+keeps postings (term -> documents and term frequencies) and document lengths, and scores
+a query's few terms at query time: an append costs its own tokens, a query a few hundred multiplications.
 
 The scores are bm25s's default ("lucene": k1 = 1.5, b = 0.75, idf = ln(1 + (N - df + 0.5)
 / (df + 0.5)), tf / (tf + k1 (1 - b + b |d| / avgdl)), float32), so rankings are the ones

@@ -110,7 +110,8 @@ def facts_of_span(live_facts: Sequence[KeyFact], span: Sequence[ContextMessage],
             if previous is not None and (previous.value or normalize(previous.text)) == fact.value:
                 continue  # restating a live fact is not news
             record: dict[str, Any] = {"fact_id": f"f{message.seq}.{index}", "kind": fact.kind, "text": fact.text,
-                      "key": previous.key if previous is not None else fact.key, "value": fact.value, "source_seq": fact.source_seq,
+                      "key": previous.key if previous is not None else fact.key, "value": fact.value,
+                      "source_seq": fact.source_seq,
                       "role": message.role, "tokens": count(fact.text),
                       "shape": fact_shape(fact.kind, fact.text)}
             if previous is not None:

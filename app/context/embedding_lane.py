@@ -6,8 +6,8 @@ glue between its kernels needs the GIL). Every call goes through the lane's work
 threads:
 
 - with one model (``embedder_of`` only), one worker takes calls in priority order: a
-  view's query first, then indexing, cut into small batches (``chunk`` texts, sorted by length so a batch pads little), so a query that
-  arrives mid-indexing waits for at most one small batch;
+  view's query first, then indexing, cut into small batches (``chunk`` texts, sorted by
+  length so a batch pads little), so a query that arrives mid-indexing waits for at most one small batch;
 - with a background model too (``background_of``, the server's: a child process at a
   lower CPU priority, app.context.model_process), queries have a worker of their own on
   the in-process model, and background batches go to the other: a query then waits for

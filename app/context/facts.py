@@ -110,7 +110,8 @@ _MONTHS = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?
 # fact most often restated ("the deadline is now ...") and so most often superseded.
 _WEEKDAYS = r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day"
 _QUANTITY = re.compile(
-    r"\b" + _WEEKDAYS + r"\b|\b\d{1,2}(?::\d{2})?\s?[ap]m\b|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}\s+" + _MONTHS + r"\b|\b" + _MONTHS + r"\s+\d{1,2}(?:st|nd|rd|th)?\b"
+    r"\b" + _WEEKDAYS + r"\b|\b\d{1,2}(?::\d{2})?\s?[ap]m\b|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}\s+" + _MONTHS
+    + r"\b|\b" + _MONTHS + r"\s+\d{1,2}(?:st|nd|rd|th)?\b"
     r"|(?:[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?)?)"
     r"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:" + _UNITS + r")(?![\w])")
 _NUMERIC_SETTING = re.compile(
@@ -279,8 +280,8 @@ def classify(sentence: str, role: str = "user") -> str | None:
 
 # What a salient sentence is, from what made it salient: binding words first (they are
 # why it must not be forgotten), then the sort of its strongest value.
-_COMMITMENT_KIND = {"obligation": INSTRUCTION, "condition": INSTRUCTION, "prohibition": INSTRUCTION, "every": INSTRUCTION,
-                    "preference": INSTRUCTION, "decision": DECISION}
+_COMMITMENT_KIND = {"obligation": INSTRUCTION, "condition": INSTRUCTION, "prohibition": INSTRUCTION,
+                    "every": INSTRUCTION, "preference": INSTRUCTION, "decision": DECISION}
 _VALUE_KIND = {"exception": ERROR, "path": PATH, "url": URL, "amount": QUANTITY, "time": QUANTITY, "date": QUANTITY,
                "number": QUANTITY}
 

@@ -57,9 +57,11 @@ _VALUES: tuple[tuple[str, re.Pattern, float], ...] = (
                         r"|\b\d{1,2}:\d{2}\b|\b\d{1,2}\s?[ap]m\b", _I), 2.0),
     ("date", re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b"
                         r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}\b"
-                        r"|\b\d{1,2}(?:st|nd|rd|th)?\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b"), 1.5),
+                        r"|\b\d{1,2}(?:st|nd|rd|th)?\s+"
+                        r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b"), 1.5),
     ("amount", re.compile(r"[$€£]\s?\d[\d,.]*\s?[kKmM]?\b|\b\d[\d,.]*\s?(?:%|[KMGT]i?B|ms|s|sec|seconds?|min(?:utes?)?"
-                          r"|h|hours?|days?|weeks?|cores?|CPUs?|GPUs?|replicas?|workers?|rps|req/s|USD|EUR|GBP)\b"), 1.5),
+                          r"|h|hours?|days?|weeks?|cores?|CPUs?|GPUs?|replicas?|workers?|rps|req/s"
+                          r"|USD|EUR|GBP)\b"), 1.5),
     # A shell command. "make" and "go" are English verbs too ("make it happen", "go do"),
     # so they count only before a code-like word (make lint-api, go test ./...).
     ("command", re.compile(r"\b(?:npm|npx|yarn|pnpm|pip|pytest|tox|git|docker|kubectl|helm|cargo|python3?"
@@ -81,7 +83,8 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
     ("obligation", re.compile(
         r"\b(?:must(?!\s+have\s+been|'ve)|has\s+to|have\s+to|had\s+better|needs?\s+to\s+be|required|mandatory|shall"
         r"|should(?:n't|\s+not)?\s+(?:be|go|use|run|stay|point|target|always|never|only)"
-        r"|(?:is|are)\s+(?:not\s+)?allowed|may\s+not|can(?:no|')t(?!\s+(?:wait|believe|imagine))|only\s+(?:ever|use|run|deploy|push))\b", _I), 2.0),
+        r"|(?:is|are)\s+(?:not\s+)?allowed|may\s+not|can(?:no|')t(?!\s+(?:wait|believe|imagine))"
+        r"|only\s+(?:ever|use|run|deploy|push))\b", _I), 2.0),
     # A condition on what others do binds as much as "must": "the hook rejects you unless
     # the linter is clean", "before anybody commits, run ...".
     ("condition", re.compile(
@@ -101,12 +104,14 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
         r"|instead|rather\s+than|the\s+plan\s+is|scratch|new\s+\w+(?:\s+\w+)?\s*:|(?:is|are)\s+now\b|now\s+(?:is|are)\b"
         r"|no\s+longer|approved|signed\s+off|capped\s+at|limited\s+to"
         r"|changed\s+(?:our|my|their|the)\s+minds?|forget\s+what\s+(?:i|we)\s+said|scrap\s+that"
-        r"|set\s+to|defaults?\s+to|lives?\s+(?:in|at|on)|goes\s+to|go\s+to|sits?\s+in|is\s+(?:at|in|on)\s)\b", _I), 2.0),
+        r"|set\s+to|defaults?\s+to|lives?\s+(?:in|at|on)|goes\s+to|go\s+to|sits?\s+in"
+        r"|is\s+(?:at|in|on)\s)\b", _I), 2.0),
     # A request is an instruction said politely: "please (just) run / use / keep ...".
     ("preference", re.compile(r"\b(?:prefer|i'd\s+rather|we'd\s+rather|let's|stick\s+(?:to|with)"
                               r"|please\s+(?:just\s+|always\s+|also\s+)?(?:use|run|keep|check|add|set|put|send"
                               r"|tag|reference|include|follow|make\s+sure))\b", _I), 1.5),
-    ("remember", re.compile(r"\b(?:reminder|remember|important|note|fyi|heads[\s-]up|for\s+the\s+record|update|correction"
+    ("remember", re.compile(r"\b(?:reminder|remember|important|note|fyi|heads[\s-]up|for\s+the\s+record"
+                            r"|update|correction"
                             r"|keep\s+in\s+mind|btw)\b", _I), 1.0),
     ("definition", re.compile(r"\b(?:is|are|was)\s+(?:the|our|your|a)?\s*\w*\s*(?:id|key|name|host|address|number"
                               r"|owner|contact|url|path|port|branch|tenant|account|limit|budget|deadline)\b"

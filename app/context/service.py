@@ -134,7 +134,7 @@ class ContextService:
             if agent["hibernated"]:
                 await self.service.set_hibernated_locked(principal, agent_id, False, {"reason": "context appended"})
             now = self.clock()  # under the lock, so one agent's appends carry increasing times
-            for attempt in range(3):
+            for _attempt in range(3):
                 state = self.state(agent_id)
                 events = [NewEvent(context_stream(agent_id), ctx.CONTEXT_APPENDED,
                                    ev.ContextAppended(agent_id=agent_id, seq=state.last_seq + 1 + i, role=role,

@@ -57,7 +57,8 @@ _ENDOFPROMPT = "<|endofprompt|>"
 # Verbatim from tiktoken_ext/openai_public.py (tiktoken 0.14). A different regex would
 # still encode text, just into different (wrong) counts, hence the test that compares them.
 _CL100K_PAT = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+"""
+    r"""| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
 _O200K_PAT = "|".join(
     [

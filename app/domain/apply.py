@@ -242,7 +242,8 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
     if d.no_first_chunk and state.settings.outage_after_silent_reaps > 0:
         state.silent_reaps += 1
         if turn.granted_at is not None:
-            state.silent_from = turn.granted_at if state.silent_from is None else min(state.silent_from, turn.granted_at)
+            state.silent_from = (turn.granted_at if state.silent_from is None
+                                 else min(state.silent_from, turn.granted_at))
         if (state.outage_since is not None and turn.granted_at is not None
                 and turn.granted_at >= state.outage_since):
             state.failed_probes += 1

@@ -57,8 +57,8 @@ PROVIDER_OUTAGE_SUSPECTED = "ProviderOutageSuspected"  # one probe at a time fro
 PROVIDER_RECOVERED = "ProviderRecovered"
 RATE_RECOVERED = "RateRecovered"                    # the AIMD factor, folded forward for a waiting head
 
-DECISIONS = frozenset({AGENT_ADMITTED, QUARANTINE_LIFTED, TURN_QUEUED, TURN_GRANTED, LEASE_EXTENDED, TURN_COMPLETED, TURN_CANCELLED,
-                       TURN_REAPED, AGENT_DEMOTED, LEVELS_BOOSTED, TURN_PROMOTED, AGENT_QUARANTINED,
+DECISIONS = frozenset({AGENT_ADMITTED, QUARANTINE_LIFTED, TURN_QUEUED, TURN_GRANTED, LEASE_EXTENDED, TURN_COMPLETED,
+                       TURN_CANCELLED, TURN_REAPED, AGENT_DEMOTED, LEVELS_BOOSTED, TURN_PROMOTED, AGENT_QUARANTINED,
                        POOL_PAUSED, POOL_RESUMED, RATE_OBSERVED, LANE_LIMIT_CHANGED, PROVIDER_OUTAGE_SUSPECTED,
                        PROVIDER_RECOVERED, RATE_RECOVERED})
 
@@ -435,7 +435,7 @@ class ContextCompacted(Event):
     summary: str
     summary_tokens: int
     at: float
-    facts: list[dict[str, Any]] | None = None      # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
+    facts: list[dict[str, Any]] | None = None  # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
     superseded: list[dict[str, Any]] | None = None # [{fact_id, by}]
     chunks: list[dict[str, Any]] | None = None     # [{chunk_id, from_seq, to_seq, text, tokens}]
     budget_tokens: int | None = None

@@ -241,7 +241,8 @@ class PoolState:
             return self.settings.lanes
         if self.limit_in_use is not None:
             return self.limit_in_use
-        return LaneLimit().lanes_in_use(self.settings.lanes, self.settings.adaptive_lanes_initial)   # until the first change
+        # until the first change
+        return LaneLimit().lanes_in_use(self.settings.lanes, self.settings.adaptive_lanes_initial)
 
     def head(self) -> TurnState | None:
         for queue in self.queues:

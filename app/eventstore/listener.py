@@ -112,7 +112,7 @@ class LogListener:
             lost = asyncio.Event()
             try:
                 self._conn = await asyncpg.connect(self.url)
-                self._conn.add_termination_listener(lambda _c: lost.set())
+                self._conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await self._conn.add_listener(NOTIFY_CHANNEL, self._notified)
                 self.connected.set()
                 backoff = 0.1

@@ -119,7 +119,8 @@ class GatewayTurn:
                     raise QueueTimeout(wait)
                 model = self.rt.projector.model
                 await self.rt.projector.wait_until(
-                    lambda: model.turns[self.turn_id]["status"] != ev.QUEUED, left, turn_id=self.turn_id)
+                    lambda model=model: model.turns[self.turn_id]["status"] != ev.QUEUED, left,
+                    turn_id=self.turn_id)
                 doc = model.turns[self.turn_id]
         except asyncio.CancelledError:
             await asyncio.shield(self.cancel())   # the client left while queued

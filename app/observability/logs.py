@@ -13,9 +13,13 @@ import json
 import logging
 import logging.config
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 
 FIELDS = ("request_id", "agent_id", "pool", "turn_id", "run_id", "status", "format", "duration_s", "reason")
-_context: contextvars.ContextVar[dict] = contextvars.ContextVar("agentrm_log_context", default={})
+# Read-only default: the context is only ever replaced (bind sets a new dict), never mutated.
+_context: contextvars.ContextVar[Mapping] = contextvars.ContextVar("agentrm_log_context",
+                                                                   default=MappingProxyType({}))
 
 
 def bind(**ids) -> contextvars.Token:

@@ -30,10 +30,15 @@ def cached_count_text(text: str) -> int:
     return count_text(text)
 
 
+# frozen, so one shared default instance is safe (as the default argument was)
+DEFAULT_VIEW_SETTINGS = domain.ViewSettings()
+DEFAULT_COMPACTION = domain.CompactionSettings()
+
+
 class AgentRMContext:
     def __init__(self, compaction_budget: int, summarizer: ExtractiveSummarizer, embedder, query_embedder,
-                 view_settings: domain.ViewSettings = domain.ViewSettings(),
-                 compaction: domain.CompactionSettings = domain.CompactionSettings(),
+                 view_settings: domain.ViewSettings = DEFAULT_VIEW_SETTINGS,
+                 compaction: domain.CompactionSettings = DEFAULT_COMPACTION,
                  neighbour_weight: float | None = None, dense: bool = True, bm25: bool = True,
                  supersession: bool = True) -> None:
         self.budget = compaction_budget

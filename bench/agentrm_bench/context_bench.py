@@ -262,7 +262,8 @@ def _planted(rng: random.Random, params: SessionParameters, turns: int,
     if params.planted_errors:
         host = f"db-primary-{rng.randint(2, 9)}.{_word(rng, 5)}.internal"
         add("error", "tool",
-            f"psycopg.OperationalError: connection to server at \"{host}\" (10.0.{rng.randint(0, 9)}.{rng.randint(2, 250)}), "
+            f"psycopg.OperationalError: connection to server at \"{host}\" "
+            f"(10.0.{rng.randint(0, 9)}.{rng.randint(2, 250)}), "
             f"port 5432 failed: Connection refused", host,
             "Which database host refused the connection?")
 
@@ -346,7 +347,8 @@ PARAPHRASES: dict[str, tuple] = {
     "Where does the payment service read its configuration from in production?": (
         ["In prod, payments loads its settings from {a}.",
          "FYI the production config for the payment service is {a}."],
-        ["Which config file does payments use in prod?", "What's the production settings path of the payment service?"]),
+        ["Which config file does payments use in prod?",
+         "What's the production settings path of the payment service?"]),
     "What is the memory limit for the export worker pods?": (
         ["Export workers are capped at {a} of memory per pod.",
          "We give each export worker pod {a}, no more."],
@@ -858,7 +860,8 @@ def run_strategy(name: str, session: Session, budget: int, summarizer: Extractiv
             stale_only += (fact.stale in text) and (fact.answer not in text)
     return {"retained": retained, "planted": planted, "answered": answered, "probes": len(session.facts),
             "stale_only": stale_only, "superseded_probes": superseded_probes,
-            "ablation_answered": ablation_answered, "view_tokens": view_tokens, "latencies_ms": latencies, **asdict(strategy.stats)}
+            "ablation_answered": ablation_answered, "view_tokens": view_tokens, "latencies_ms": latencies,
+            **asdict(strategy.stats)}
 
 
 def run_styles(styles: Sequence[str], seeds: Sequence[int], params: SessionParameters,
@@ -933,9 +936,11 @@ def summarize_styles(rows: Sequence[dict]) -> list[dict]:
         answer = [r["probe_answerability_2k"] for r in mine]
         out.append({"style": style, "held_out": mine[0]["held_out"], "unseen": mine[0]["unseen"],
                     "seeds": [r["seed"] for r in mine],
-                     "fact_retention_4k": sum(r["retained_4k"] for r in mine) / max(1, sum(r["planted_4k"] for r in mine)),
+                     "fact_retention_4k": sum(r["retained_4k"] for r in mine)
+                     / max(1, sum(r["planted_4k"] for r in mine)),
                      "fact_retention_4k_min": min(retention), "fact_retention_4k_max": max(retention),
-                     "probe_answerability_2k": sum(r["answered_2k"] for r in mine) / max(1, sum(r["probes_2k"] for r in mine)),
+                     "probe_answerability_2k": sum(r["answered_2k"] for r in mine)
+                     / max(1, sum(r["probes_2k"] for r in mine)),
                      "probe_answerability_2k_min": min(answer), "probe_answerability_2k_max": max(answer),
                      "ablation_answerability_2k": {
                          a: sum(r["ablation_answered_2k"][a] for r in mine) / max(1, sum(r["probes_2k"] for r in mine))

@@ -162,7 +162,7 @@ def render_markdown(r: dict) -> str:
         f"messages/s ({r['embed_cpu_ms_per_message']:.1f} ms CPU each) |",
         f"| fleet append rate assumed | {r['fleet_appends_per_second']:.0f} messages/s |",
         f"| indexer utilisation | {r['indexer_utilisation']:.0%} |",
-        f"| indexer lag at that rate | {'%.2f s' % lag if lag is not None else 'unbounded (falls behind)'} |",
+        f"| indexer lag at that rate | {f'{lag:.2f} s' if lag is not None else 'unbounded (falls behind)'} |",
         "",
     ]
     return "\n".join(rows)

@@ -135,8 +135,9 @@ async def one_round(root: Path, url: str, rate: float, seconds: float, agents: i
     summary = phase.summary()
     half = [(a, b) for name, _, a, b in driver.timing if name == "half"]
     window = [min(a for a, _ in half), max(b for _, b in half)] if half else None
-    return {"window": window, "phase": {k: summary[k] for k in ("turns", "turns_per_s", "errors", "grant_p50_ms", "grant_p99_ms",
-                                               "server_cpu_ms_per_turn", "db_cpu_ms_per_turn")},
+    return {"window": window,
+            "phase": {k: summary[k] for k in ("turns", "turns_per_s", "errors", "grant_p50_ms", "grant_p99_ms",
+                                              "server_cpu_ms_per_turn", "db_cpu_ms_per_turn")},
             "commit_timestamps": found["commit_timestamps"], "decomposition": summarise(found["per_turn"])}
 
 

@@ -519,7 +519,7 @@ async def _sweep(operator: Gql, pool: str, timeout: float = 15.0) -> int:
     cancelled, deadline = 0, time.time() + timeout
     while time.time() < deadline:
         state = (await operator(SCHEDULER, pool=pool))["scheduler"]
-        open_turns = {l["turnId"] for l in state["lanes"] if l["turnId"]}
+        open_turns = {lane["turnId"] for lane in state["lanes"] if lane["turnId"]}
         open_turns |= {q["turnId"] for lvl in state["levels"] for q in lvl["queued"]}
         if not open_turns:
             return cancelled
@@ -579,7 +579,7 @@ async def live_run(endpoint: str, store, trace: Trace, s: LiveSettings, pool: st
         await operator.close()
     return {"t0": t0, "end": t0 + clock.end, "created_at": created_at, "events": events,
             "provider": provider, "stats": stats, "swept": swept, "cpu_s": cpu_s, "wall_s": wall_s,
-            "lanes_held_after_sweep": sum(1 for l in state_after["lanes"] if l["turnId"])}
+            "lanes_held_after_sweep": sum(1 for lane in state_after["lanes"] if lane["turnId"])}
 
 
 # -- metrics from the event log -------------------------------------------------------------------
@@ -811,7 +811,8 @@ def _rel(row: dict) -> str:
 
 def _comparison_table(cmp_: dict) -> list[str]:
     lines = ["| metric | live (event log) | sim (agentrm, measured client delays) | diff | rel diff | criterion "
-             "| within | sim without completion path | rel diff | within |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| within | sim without completion path | rel diff | within |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for key, row in cmp_.items():
         extra = row.get("without_report_path") or {"sim": None, "rel_diff": None, "within": None}
         lines.append(f"| {key} | {_fmt(row['live'])} | {_fmt(row['sim'])} | {_fmt(row['abs_diff'])} "

@@ -203,7 +203,8 @@ class Driver:
 
     async def _gql(self, token: str, query: str, variables: dict | None = None) -> dict | None:
         try:
-            response = await self.http.post("/graphql", content=orjson.dumps({"query": query, "variables": variables or {}}),
+            response = await self.http.post("/graphql",
+                                            content=orjson.dumps({"query": query, "variables": variables or {}}),
                                             headers={"Authorization": f"Bearer {token}",
                                                      "Content-Type": "application/json"})
             body = orjson.loads(response.content)
@@ -458,7 +459,8 @@ def to_markdown(r: dict) -> str:
     sat = [run[0] for run in r["runs"]]
     lines += ["", f"Turn events per second against the raw-insert anchor: {r['ratio_turn_events_to_raw_insert']:.2f} "
               f"({r['events_per_turn']} events appended per turn).",
-              f"CPU per turn at saturation (median): server {statistics.median(p['server_cpu_ms_per_turn'] for p in sat):.1f} ms, "
+              "CPU per turn at saturation (median): "
+              f"server {statistics.median(p['server_cpu_ms_per_turn'] for p in sat):.1f} ms, "
               f"PostgreSQL {statistics.median(p['db_cpu_ms_per_turn'] for p in sat):.1f} ms, "
               f"driver {statistics.median(p['driver_cpu_ms_per_turn'] for p in sat):.1f} ms.",
               f"Errors: {r['errors']}. `agentrm audit verify`: {'ok' if r['verify_ok'] else 'FAILED'}.", "",

@@ -102,7 +102,8 @@ def load_dir(directory: pathlib.Path) -> list[Conversation]:
     for path in sorted(directory.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         for i, d in enumerate(data if isinstance(data, list) else [data]):
-            conversations.append(parse_conversation(path.stem if not isinstance(data, list) else f"{path.stem}[{i}]", d))
+            name = path.stem if not isinstance(data, list) else f"{path.stem}[{i}]"
+            conversations.append(parse_conversation(name, d))
     if not conversations:
         raise LoCoMoFormatError(f"{directory} holds no LoCoMo conversation (*.json)")
     return conversations
@@ -152,7 +153,9 @@ def run(directory: pathlib.Path, variants: dict[str, dict[str, Any]] | None = No
             embed_ms = (time.perf_counter() - started) * 1000
             embedder.cache[q.question] = qv
 
-            def score(name: str, budget: int, text: str, n_tokens: int) -> None:
+            # called only within this question's iteration; the defaults pin that question
+            def score(name: str, budget: int, text: str, n_tokens: int,
+                      text_of=text_of, q=q, conv=conv) -> None:
                 value = sum(text_of[e] in text for e in q.evidence) / len(q.evidence)
                 recall.setdefault((name, budget), []).append(value)
                 by_cat.setdefault((name, budget, q.category), []).append(value)

@@ -211,7 +211,8 @@ def summarize(recorder: Recorder, agents_by_class: dict[str, list[str]], limit: 
         "p99_wait_s": {c: v["p99_wait_s"] for c, v in per_class.items()},
         "run_completion_mean_s": float(np.mean(runs)) if runs else None,
         "run_completion_p95_s": percentile(runs, 95), "run_completion_p99_s": percentile(runs, 99),
-        "rate_limited": len(recorder.rate_limited_at) / completed if completed else float(len(recorder.rate_limited_at)),
+        "rate_limited": (len(recorder.rate_limited_at) / completed if completed
+                         else float(len(recorder.rate_limited_at))),
         "failed_calls": sum(r.failed for r in recorder.calls),
         "hung_lane_seconds": hung_s,
         "live_calls_cut": recorder.live_calls_cut,

@@ -231,7 +231,8 @@ def write_scheduler_report(out: Path, result: dict) -> None:
     (out / f"scheduler_{name}.json").write_text(json.dumps(body, indent=1, sort_keys=True, default=str))
     lines = [f"# Scheduler benchmark: `{name}`", "", result["about"], "",
              f"Seeds {result['workload']['seeds']}; physical limit "
-             f"{result['physical_limit_calls_per_min']:.1f} calls/min (bound by {result['physical_limit']['binding']}). "
+             f"{result['physical_limit_calls_per_min']:.1f} calls/min "
+             f"(bound by {result['physical_limit']['binding']}). "
              f"Means over seeds, (min–max) over seeds.", "",
              scenario_table(result, spread=True), "", "## Metrics", "", metrics.__doc__.strip(), ""]
     (out / f"scheduler_{name}.md").write_text("\n".join(lines))
@@ -240,28 +241,33 @@ def write_scheduler_report(out: Path, result: dict) -> None:
 # The columns each scenario's headline table shows (the full tables keep every column).
 _COMMON = (("throughput_per_min", "calls/min", 1), ("fraction_of_limit", "of limit", 2))
 HEADLINE_COLUMNS = {
-    "mixed-lanes": _COMMON + (("p95_wait_s:INTERACTIVE", "int. P95 wait s", 2), ("p95_wait_s:BATCH", "batch P95 wait s", 1),
+    "mixed-lanes": _COMMON + (("p95_wait_s:INTERACTIVE", "int. P95 wait s", 2),
+                              ("p95_wait_s:BATCH", "batch P95 wait s", 1),
                               ("p95_latency_s", "P95 s", 1), ("run_completion_mean_s", "run mean s", 1),
                               ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0),
                               ("lane_waste", "lane waste", 3), ("jain:INTERACTIVE", "Jain int.", 3),
                               ("jain:BATCH", "Jain batch", 3), ("max_service_gap", "max gap ktok", 1)),
-    "provider-bound": _COMMON + (("goodput_tokens_per_min", "Mtok/min", 2), ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0),
+    "provider-bound": _COMMON + (("goodput_tokens_per_min", "Mtok/min", 2), ("rate_limited", "429s/call", 3),
+                                 ("failed_calls", "failed", 0),
                                  ("p95_latency_s", "P95 s", 1), ("p99_latency_s", "P99 s", 1),
                                  ("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1), ("over_admission", "over-adm.", 3),
                                  ("jain:INTERACTIVE", "Jain int.", 3), ("max_service_gap", "max gap ktok", 1)),
     "hangs": _COMMON + (("hung_lane_seconds", "hung lane-s", 0), ("live_calls_cut", "live cut", 0),
-                        ("failed_calls", "failed", 0), ("zombies", "zombies", 1), ("stuck_agents", "stuck agents", 1), ("p95_latency_s", "P95 s", 1),
+                        ("failed_calls", "failed", 0), ("zombies", "zombies", 1), ("stuck_agents", "stuck agents", 1),
+                        ("p95_latency_s", "P95 s", 1),
                         ("p99_latency_s", "P99 s", 1), ("lane_waste", "lane waste", 3),
                         ("max_service_gap", "max gap ktok", 1)),
     "runs": _COMMON + (("run_completion_mean_s", "run mean s", 1), ("run_completion_p95_s", "run P95 s", 1),
                        ("run_completion_p99_s", "run P99 s", 1), ("p95_latency_s", "P95 s", 1),
                        ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0),
                        ("jain:BATCH", "Jain batch", 3), ("max_service_gap", "max gap ktok", 1)),
-    "saturating-provider": _COMMON + (("goodput_tokens_per_min", "Mtok/min", 2), ("p95_latency_s", "P95 s", 1), ("p99_latency_s", "P99 s", 1),
-                                      ("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1), ("live_calls_cut", "live cut", 0),
+    "saturating-provider": _COMMON + (("goodput_tokens_per_min", "Mtok/min", 2), ("p95_latency_s", "P95 s", 1),
+                                      ("p99_latency_s", "P99 s", 1), ("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1),
+                                      ("live_calls_cut", "live cut", 0),
                                       ("failed_calls", "failed", 0), ("stuck_agents", "stuck agents", 1),
                                       ("max_service_gap", "max gap ktok", 1)),
-    "replicas": _COMMON + (("goodput_tokens_per_min", "Mtok/min", 2), ("over_admission", "over-adm.", 3), ("rate_limited", "429s/call", 3),
+    "replicas": _COMMON + (("goodput_tokens_per_min", "Mtok/min", 2), ("over_admission", "over-adm.", 3),
+                           ("rate_limited", "429s/call", 3),
                            ("failed_calls", "failed", 0), ("p95_latency_s", "P95 s", 1),
                            ("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1)),
     "paper": _COMMON + (("p95_latency_s", "P95 s", 1), ("p99_latency_s", "P99 s", 1), ("lane_waste", "lane waste", 3),

@@ -46,7 +46,8 @@ class Scenario:
         return {"name": self.name, "about": self.about, "params": dict(self.params), "lanes": self.lanes,
                 "rpm": self.rpm, "tpm": self.tpm, "outages": [list(o) for o in self.outages],
                 "saturation": None if self.saturation is None else vars(self.saturation),
-                "replicas": self.replicas, "provider_concurrency_is_lanes": self.provider_concurrency_is_lanes, "sweep_lanes": list(self.sweep_lanes), "sources": dict(self.sources)}
+                "replicas": self.replicas, "provider_concurrency_is_lanes": self.provider_concurrency_is_lanes,
+                "sweep_lanes": list(self.sweep_lanes), "sources": dict(self.sources)}
 
 
 NO_FAULTS = {"hang_rate": 0.0}

@@ -3,11 +3,14 @@ measured in the same run on the same database.
 
 | figure | baseline it is divided by |
 |---|---|
-| grant latency (requestTurn -> GRANTED, lanes free), 1/100/1000 concurrent agents | one durable single-row INSERT + COMMIT (the floor any event-sourced grant pays twice: the request and the decision) |
-| sustained turns per second (request, grant, complete) | raw asyncpg INSERT loop, events/s, divided by the events one turn writes |
-| EventStore.append events/s (8 concurrent single-event appends; and batches of 100) | raw asyncpg INSERT loop on 8 connections, and COPY, into the same table |
+| grant latency (requestTurn -> GRANTED, lanes free), 1/100/1000 agents | one durable single-row INSERT + COMMIT (1) |
+| sustained turns per second (request, grant, complete) | raw INSERT loop, events/s, over the events of one turn |
+| EventStore.append events/s (8 concurrent single appends; batches of 100) | raw INSERTs on 8 connections, and COPY |
 | projection rebuild events/s | reading the same log back with JSON decoding and nothing else |
 | subscription delivery latency P99 | a bare LISTEN/NOTIFY round trip |
+
+(1) The floor any event-sourced grant pays twice: the request and the decision.
+The raw INSERT loops and COPY are asyncpg's own, into the same table.
 
 The in-process service is driven directly (no HTTP) so the figures isolate the event store,
 the scheduler loop and the projector; the HTTP layer is exercised by the test suite.
@@ -47,7 +50,7 @@ async def _raw_insert_rate(url: str, connections: int, per_conn: int) -> float:
     payload = {"bench": True, "n": 1, "text": "x" * 64}
 
     async def loop(c, k):
-        for i in range(per_conn):
+        for _i in range(per_conn):
             await c.execute("INSERT INTO events (stream, version, type, data, metadata) VALUES ($1,$2,$3,$4,$5)",
                             f"raw-{k}-{uuid.uuid4().hex}", 0, "Raw", payload, {})
     start = time.perf_counter()
@@ -262,7 +265,8 @@ def to_markdown(r: dict) -> str:
                      f"{r['commit_latency_ms']['p50']:.2f} ms (1 commit) | {v['p99_ratio']:.1f}x |")
     lines += [
         f"| sustained turns/s (16 agents; {s['events_per_turn']} events per turn) | {s['turns_per_s']:.0f} turns/s "
-        f"= {s['turns_per_s'] * s['events_per_turn']:.0f} events/s | {a['raw_insert_8conn']:.0f} raw inserts/s (8 conn) | "
+        f"= {s['turns_per_s'] * s['events_per_turn']:.0f} events/s | "
+        f"{a['raw_insert_8conn']:.0f} raw inserts/s (8 conn) | "
         f"{s['ratio_events_vs_raw']:.2f} |",
         f"| EventStore.append, single events, 8 tasks | {a['event_store_single']:.0f}/s | "
         f"{a['raw_insert_8conn']:.0f}/s raw INSERT (8 conn) | {a['single_vs_raw']:.2f} |",
@@ -270,7 +274,8 @@ def to_markdown(r: dict) -> str:
         f"{a['copy']:.0f}/s COPY | {a['batch_vs_copy']:.2f} |",
         f"| projection rebuild ({rb['events']} events) | {rb['rebuild_events_per_s']:.0f} events/s | "
         f"{rb['read_events_per_s']:.0f} events/s read+decode | {rb['ratio']:.2f} |",
-        f"| subscription delivery p99 | {sub['delivery_p99_ms']:.2f} ms | {sub['notify_p99_ms']:.2f} ms LISTEN/NOTIFY | "
+        f"| subscription delivery p99 | {sub['delivery_p99_ms']:.2f} ms | "
+        f"{sub['notify_p99_ms']:.2f} ms LISTEN/NOTIFY | "
         f"{sub['p99_ratio']:.1f}x |", ""]
     return "\n".join(lines)
 

@@ -104,13 +104,13 @@ async def test_expired_leases_are_reaped_on_the_clock_and_repeated_reaps_quarant
     me = await register()
     settings = app.service.model.pools["default"].settings
     assert REAP_GRACE_S == 0.25
-    for n in range(settings.quarantine_after_reaps):
+    for _n in range(settings.quarantine_after_reaps):
         turn = await app.service.request_turn(me, 10)
         assert turn["status"] == ev.GRANTED
         clock.advance(30_249)   # past the lease, inside the reap grace: nothing to reap yet
         clock.advance(1)        # lease + grace (REAP_GRACE_S) exactly: due
         assert await app.projector.wait_until(
-            lambda: app.service.turn_view(turn["turn_id"])["status"] == ev.REAPED, SETTLE,
+            lambda turn=turn: app.service.turn_view(turn["turn_id"])["status"] == ev.REAPED, SETTLE,
             turn_id=turn["turn_id"])
         assert app.service.turn_view(turn["turn_id"])["finished_at"] == clock()
     assert await app.projector.wait_until(

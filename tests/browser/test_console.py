@@ -270,7 +270,8 @@ async def test_an_agents_context_view_opens(page, console, operator):
         await agent(APPEND, role="user", content="The deadline is 2026-12-15 for ticket PAY-4411.", pinned=False)
         for i in range(12):
             await agent(APPEND, role="assistant", content=f"Step {i}. " + FILLER, pinned=False)
-        await agent(APPEND, role="user", content="Update: the deadline is 2027-01-20 for ticket PAY-4411.", pinned=False)
+        await agent(APPEND, role="user", content="Update: the deadline is 2027-01-20 for ticket PAY-4411.",
+                    pinned=False)
         for i in range(12):
             stats = (await agent(APPEND, role="assistant", content=f"Later step {i}. " + FILLER, pinned=False))
     assert stats["appendContext"]["messages"] == 27

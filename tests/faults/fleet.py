@@ -20,8 +20,10 @@ from app.audit.history_check import FAIL, INFO, OK, Op
 from .cluster import FaultCluster
 
 TURN = "id status lane"
-REQUEST = f"mutation {{ requestTurn(input: {{estimatedTokens: 10, maxOutputTokens: 10, waitSeconds: 20}}) {{ {TURN} }} }}"
-COMPLETE = f"mutation($id: ID!) {{ completeTurn(input: {{turnId: $id, outcome: OK, promptTokens: 10, completionTokens: 10}}) {{ {TURN} }} }}"
+REQUEST = (f"mutation {{ requestTurn(input: {{estimatedTokens: 10, maxOutputTokens: 10, waitSeconds: 20}}) "
+           f"{{ {TURN} }} }}")
+COMPLETE = (f"mutation($id: ID!) {{ completeTurn(input: {{turnId: $id, outcome: OK, promptTokens: 10, "
+            f"completionTokens: 10}}) {{ {TURN} }} }}")
 CANCEL = f"mutation($id: ID!) {{ cancelTurn(turnId: $id) {{ {TURN} }} }}"
 RETRIABLE = {"UNAVAILABLE"}
 

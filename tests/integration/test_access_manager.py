@@ -68,7 +68,7 @@ async def test_default_deny_grant_revoke_and_every_refusal_recorded(isolated):
             cases = [(a, "repo:billing", "EXCLUSIVE", f"grant:{grant['id']}", "does not allow EXCLUSIVE"),
                      (b, "repo:billing", "SHARED", "default-deny", "default deny"),
                      (b, "env:staging", "EXCLUSIVE", "default-deny", "default deny")]
-            for client, name, mode, rule, words in cases:
+            for client, name, mode, _rule, words in cases:
                 with pytest.raises(GraphQLError) as refused:
                     await client(ACQUIRE, name=name, mode=mode, wait=0.0)
                 assert refused.value.code == "FORBIDDEN" and words in str(refused.value)

@@ -362,8 +362,9 @@ async def test_streaming_turn_that_never_starts_is_reaped_at_its_start_deadline(
     assert err.value.code == "BAD_USER_INPUT" and "startTimeoutFloorSeconds" in str(err.value)
 
 
-RUN_REQUEST = f"""mutation($run: String) {{
-  requestTurn(input: {{estimatedTokens: 10, maxOutputTokens: 10, waitSeconds: 5, runId: $run}}) {{ {TURN_FIELDS} }} }}"""
+RUN_REQUEST = (f"""mutation($run: String) {{
+  requestTurn(input: {{estimatedTokens: 10, maxOutputTokens: 10, waitSeconds: 5, runId: $run}}) """
+               f"{{ {TURN_FIELDS} }} }}")
 
 
 async def test_a_run_id_travels_from_graphql_into_the_log_and_a_bad_one_is_refused(server, operator):

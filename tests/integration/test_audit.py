@@ -78,7 +78,8 @@ async def test_replay_under_the_recorded_settings_reproduces_the_real_run(server
     report = what_if(w, w.settings)
     assert report.grants_compared == 12 and report.same_grant_order, report.first_divergence
     assert report.actual_grants == report.whatif_grants
-    assert (report.whatif.completed_ok, report.whatif.reaped) == (report.actual.completed_ok, report.actual.reaped) == (12, 1)
+    assert ((report.whatif.completed_ok, report.whatif.reaped)
+            == (report.actual.completed_ok, report.actual.reaped) == (12, 1))
     one_lane = what_if(w, counterfactual_settings(w.settings, lanes=1))
     assert one_lane.whatif.completed_ok == 12 and one_lane.whatif.lane_seconds > 0
 

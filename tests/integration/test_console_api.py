@@ -68,7 +68,8 @@ async def test_context_tiers_show_pinned_and_hot_with_their_tokens(server, opera
 
 
 async def test_verify_and_log_head(operator):
-    report = (await operator("{ verify { ok eventsChecked decisionsChecked pools firstViolation { position } } }"))["verify"]
+    report = (await operator("{ verify { ok eventsChecked decisionsChecked pools "
+                             "firstViolation { position } } }"))["verify"]
     assert report["ok"] is True and report["firstViolation"] is None
     assert report["decisionsChecked"] > 0 and "default" in report["pools"]
     head = (await operator("{ logHead }"))["logHead"]

@@ -37,10 +37,13 @@ async def test_tiers_budget_pinned_first_and_supersession(server, operator):
         await agent(APPEND, role="system", content="You must never delete files under /srv/data.", pinned=True)
         await agent(APPEND, role="user", content="The deadline is 2026-12-15 for ticket PAY-4411.", pinned=False)
         for i in range(12):
-            stats = (await agent(APPEND, role="assistant", content=f"Step {i}. " + FILLER, pinned=False))["appendContext"]
-        await agent(APPEND, role="user", content="Update: the deadline is 2027-01-20 for ticket PAY-4411.", pinned=False)
+            stats = (await agent(APPEND, role="assistant", content=f"Step {i}. " + FILLER,
+                                 pinned=False))["appendContext"]
+        await agent(APPEND, role="user", content="Update: the deadline is 2027-01-20 for ticket PAY-4411.",
+                    pinned=False)
         for i in range(12):
-            stats = (await agent(APPEND, role="assistant", content=f"Later step {i}. " + FILLER, pinned=False))["appendContext"]
+            stats = (await agent(APPEND, role="assistant", content=f"Later step {i}. " + FILLER,
+                                 pinned=False))["appendContext"]
         # hot passed the high watermark: the appends handed the agent to the compaction
         # worker, which moved spans to warm (summaries, facts) and cold
         assert await server.runtime.context.run_compactions() >= 0
@@ -93,7 +96,8 @@ async def test_hibernate_and_wake_restore_the_view_byte_for_byte(server, operato
             stored = await conn.fetchval("SELECT doc::text FROM read_models WHERE projection = 'context' AND key = $1",
                                          agent_id)
         assert "order #100" not in stored and "French" not in stored
-        stats = (await agent("{ contextStats { hotTokens warmTokens coldTokens messages hibernated } }"))["contextStats"]
+        stats = (await agent("{ contextStats { hotTokens warmTokens coldTokens messages hibernated } }")
+                 )["contextStats"]
         assert stats["hibernated"] and stats["hotTokens"] == 0 and stats["warmTokens"] == 0
         assert stats["messages"] == stats_awake["messages"] == 11
         # Reading a hibernated context shows what a wake restores, and does not wake it.
@@ -108,8 +112,9 @@ async def test_hibernate_and_wake_restore_the_view_byte_for_byte(server, operato
         report = (await operator("{ replayCheck { matches } }"))["replayCheck"]
         assert report["matches"]
         # time travel: the view at an earlier position holds only what existed then
-        position = (await operator("query($id: ID) { events(after: 0, limit: 1000, agentId: $id, "
-                                   "types: [\"ContextAppended\"]) { position } }", id=agent_id))["events"][2]["position"]
+        events = (await operator("query($id: ID) { events(after: 0, limit: 1000, agentId: $id, "
+                                 "types: [\"ContextAppended\"]) { position } }", id=agent_id))["events"]
+        position = events[2]["position"]
         past = (await agent("query($p: Int!) { contextAt(position: $p, budgetTokens: 800) { items { content } } }",
                             p=position))["contextAt"]
         text = " ".join(i["content"] for i in past["items"])

@@ -82,7 +82,8 @@ async def test_documents_too_deep_too_long_or_too_aliased_are_refused(server, op
     monkeypatch.undo()
     long = "{ " + " ".join(["__typename"] * 2_500) + " }"
     aliased = "{ " + " ".join(f"a{i}: __typename" for i in range(30)) + " }"
-    for body, code in ((too_deep, "GRAPHQL_VALIDATION_FAILED"), (await operator.raw(aliased), "GRAPHQL_VALIDATION_FAILED"),
+    for body, code in ((too_deep, "GRAPHQL_VALIDATION_FAILED"),
+                       (await operator.raw(aliased), "GRAPHQL_VALIDATION_FAILED"),
                        (await operator.raw(long), "GRAPHQL_PARSE_FAILED")):   # the parser counts tokens
         assert body.get("data") is None and len(body["errors"]) == 1, body
         assert body["errors"][0]["extensions"]["code"] == code, body

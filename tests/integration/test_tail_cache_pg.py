@@ -41,7 +41,7 @@ async def test_followers_woken_by_another_process_share_one_read(two_processes):
         for n in range(1, 6):
             recorded = await theirs.append([NewEvent(f"turn-{n}", "Asked", {"n": n}, {}),
                                             NewEvent("pool-p", "Other", {"n": n}, {})])
-            await until(lambda: projector.model.position == recorded[-1].position
+            await until(lambda recorded=recorded: projector.model.position == recorded[-1].position
                         and all(i.seen == recorded[-1].position for i in inboxes))
             if reads is None:
                 # Every follower has read the first commit, so each has made its own first

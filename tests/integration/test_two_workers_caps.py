@@ -25,8 +25,9 @@ EVENTS = """query($a: ID!) { events(after: 0, limit: 1000, agentId: $a) { type d
 TURN = "id status leaseExpiresAt finishedAt"
 HEARTBEAT = f"mutation($id: ID!, $rid: String) {{ heartbeat(turnId: $id, requestId: $rid) {{ {TURN} }} }}"
 CANCEL = f"mutation($id: ID!, $rid: String) {{ cancelTurn(turnId: $id, requestId: $rid) {{ {TURN} }} }}"
-COMPLETE = f"""mutation($id: ID!, $rid: String) {{
-  completeTurn(input: {{turnId: $id, outcome: OK, promptTokens: 5, completionTokens: 5, requestId: $rid}}) {{ {TURN} }} }}"""
+COMPLETE = (f"""mutation($id: ID!, $rid: String) {{
+  completeTurn(input: {{turnId: $id, outcome: OK, promptTokens: 5, completionTokens: 5, requestId: $rid}}) """
+            f"{{ {TURN} }} }}")
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ class Log:
     decisions they cause in pool-<name> with `cause` = the input's position."""
 
     def __init__(self, at: float = 1000.0, **settings):
-        self.settings = PoolSettings(**{"name": "p", "lanes": 2, "rpm": 600, "tpm": 100_000, "policy": "mlfq", **settings})
+        self.settings = PoolSettings(**{"name": "p", "lanes": 2, "rpm": 600, "tpm": 100_000, "policy": "mlfq",
+                                        **settings})
         self.pool = self.settings.name
         self.records: list[Record] = []
         self.versions: dict[str, int] = {}

@@ -108,7 +108,8 @@ def test_a_slow_but_alive_call_is_cut_only_by_a_shorter_timeout():
 
 def test_a_lane_is_held_only_while_an_attempt_is_in_flight_never_through_tool_time():
     # One lane. a: 2 s call, 10 s tool, 2 s call. b asks at 1 s and gets the lane during a's tool.
-    run = run_policy("gateway-fifo", trace(agent("a", call("a1", tool=10.0), call("a2")), agent("b", call("b1"), at=1.0)),
+    run = run_policy("gateway-fifo",
+                     trace(agent("a", call("a1", tool=10.0), call("a2")), agent("b", call("b1"), at=1.0)),
                      1, BIG_RPM, BIG_TPM)
     assert spans(run) == [(0.0, 2.0), (2.0, 4.0), (12.0, 14.0)]
     assert all(h.inflight_s == pytest.approx(h.ended_at - h.started_at) for h in run.recorder.holds)
@@ -148,8 +149,9 @@ def test_an_answer_refunds_its_unused_reservation():
 def test_a_retry_goes_ahead_of_calls_that_have_not_been_tried():
     # One lane. a hangs at 0 and is cut at 30; b (asked at 1) takes the lane at 30 for 5 s;
     # a's retry becomes due at 30 + b1 and goes before c (asked at 2) when the lane frees at 35.
-    run = run_policy("gateway-fifo@30s", trace(agent("a", call("a1", fault="hang")), agent("b", call("b1", latency=5.0), at=1.0),
-                                               agent("c", call("c1"), at=2.0)), 1, BIG_RPM, BIG_TPM)
+    run = run_policy("gateway-fifo@30s",
+                     trace(agent("a", call("a1", fault="hang")), agent("b", call("b1", latency=5.0), at=1.0),
+                           agent("c", call("c1"), at=2.0)), 1, BIG_RPM, BIG_TPM)
     assert spans(run) == [(0.0, 30.0), (30.0, 35.0), (35.0, 37.0), (37.0, 39.0)]
     done = sorted(run.recorder.calls, key=lambda r: r.completed_at)
     assert [(r.agent_id, r.completed_at) for r in done] == [("b", 35.0), ("a", 37.0), ("c", 39.0)]

@@ -149,6 +149,8 @@ def test_the_priority_variant_is_the_proxy_when_nothing_cools_down():
     plain = run("litellm-proxy", *agents, lanes=1)
     prio = run("litellm-proxy-priority", *agents, lanes=1)
     # (the jitter differs: each policy's rng is seeded with its own name)
-    strip = lambda rec: [(c.agent_id, c.attempts, c.failed, c.completed_at is not None) for c in rec.calls]
+    def strip(rec):
+        return [(c.agent_id, c.attempts, c.failed, c.completed_at is not None) for c in rec.calls]
+
     assert strip(prio.recorder) == strip(plain.recorder)
     assert prio.policy.notes["queued"] == 0

@@ -138,7 +138,8 @@ def test_without_cron_jobs_every_lane_serves_main_and_subagent_runs():
 
 def test_a_success_resets_the_retry_window_so_a_later_hang_in_the_run_is_retried_too():
     # two hung calls 200 s apart in one run: each is cut at 120 s and retried once
-    rec = run(agent("a", BATCH, call("c1", latency=2.0, tool=200.0, fault="hang"), call("c2", latency=2.0, fault="hang")))
+    rec = run(agent("a", BATCH, call("c1", latency=2.0, tool=200.0, fault="hang"),
+                    call("c2", latency=2.0, fault="hang")))
     first, second = rec.calls
     assert first.attempts == 2 and second.attempts == 2
     assert first.failed == 0 and second.failed == 0 and second.completed_at is not None

@@ -119,7 +119,8 @@ def test_same_seed_same_numbers():
 
 
 def test_every_scenario_is_defined_with_its_sources_and_runs():
-    assert {"mixed-lanes", "provider-bound", "hangs", "runs", "saturating-provider", "replicas", "paper"} <= set(SCENARIOS)
+    assert ({"mixed-lanes", "provider-bound", "hangs", "runs", "saturating-provider", "replicas", "paper"}
+            <= set(SCENARIOS))
     for sc in SCENARIOS.values():
         assert sc.about and sc.sources, sc.name
         WorkloadParams(**sc.params)            # every preset names real workload parameters
@@ -178,7 +179,8 @@ def test_saturation_model_reproduces_its_cited_fit_and_plateaus():
         calls = [_call(i, latency=5.0) for i in range(k)]
         agents = tuple(AgentScript(f"bat{i:04d}", BATCH, (RunSpec(0.0, 0.0, (c,)),)) for i, c in enumerate(calls))
         trace = Trace(params=WorkloadParams(agents=k, minutes=10), agents=agents)
-        rec = run_policy("gateway-fifo@120s", trace, 1000, 10_000_000, 10**10, saturation=Saturation(max_running=8)).recorder
+        rec = run_policy("gateway-fifo@120s", trace, 1000, 10_000_000, 10**10,
+                         saturation=Saturation(max_running=8)).recorder
         return max(r.completed_at for r in rec.calls)
     assert makespan(16) == pytest.approx(2 * makespan(8), rel=0.1)
 

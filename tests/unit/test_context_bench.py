@@ -62,7 +62,7 @@ def test_quick_run_writes_table_plot_and_reports_honestly(tmp_path):
     json.dumps(results)
     rows = {(r["strategy"], r["budget"]): r for r in results["rows"]}
     assert set(rows) == {(s, b) for s in strategies for b in bench.BUDGETS}
-    for (strategy, budget), row in rows.items():
+    for (_strategy, budget), row in rows.items():
         assert row["max_view_tokens"] <= budget
         assert 0.0 <= row["fact_retention"] <= 1.0 and 0.0 <= row["probe_answerability"] <= 1.0
     # With the probe as its query, AgentRM's view answers at least as many probes as the

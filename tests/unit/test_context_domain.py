@@ -35,7 +35,8 @@ def compaction(state, seqs, facts=(), superseded=(), at=0.0, summary="A summary.
 def session(n=30, pinned_text="You are a careful agent. Never delete data."):
     state = append(d.new_context(AGENT), "system", pinned_text, 0.0, pinned=True)
     for i in range(n):
-        state = append(state, "user" if i % 2 else "assistant", f"Message number {i} about the billing refactor step {i}.", 10.0 * (i + 1))
+        state = append(state, "user" if i % 2 else "assistant",
+                       f"Message number {i} about the billing refactor step {i}.", 10.0 * (i + 1))
     return state
 
 
@@ -206,7 +207,8 @@ def states(draw):
     at = 0.0
     for _ in range(draw(st.integers(0, 25))):
         at += draw(st.floats(0.0, 100.0))
-        state = append(state, draw(st.sampled_from(d.ROLES)), draw(texts), at, pinned=draw(st.booleans()) and draw(st.booleans()))
+        state = append(state, draw(st.sampled_from(d.ROLES)), draw(texts), at,
+                       pinned=draw(st.booleans()) and draw(st.booleans()))
     unpinned = [m.seq for m in state.hot if not m.pinned]
     if len(unpinned) >= 3 and draw(st.booleans()):
         k = draw(st.integers(1, len(unpinned) - 1))
@@ -432,7 +434,7 @@ def test_hibernation_frees_the_memory_the_context_held():
     def big_context():
         state = d.new_context(AGENT)
         for i in range(300):
-            content = f"{i:04d} " + ("payload-%d " % i) * 400   # ~4 KB each, unique
+            content = f"{i:04d} " + (f"payload-{i} ") * 400   # ~4 KB each, unique
             state = d.apply(state, d.CONTEXT_APPENDED, {"agent_id": AGENT, "seq": i + 1, "role": "tool",
                                                        "content": content, "pinned": False, "tokens": 1000,
                                                        "at": float(i)})

@@ -44,7 +44,7 @@ def test_a_run_scores_every_strategy_and_budget_within_budget(tmp_path):
     results = locomo.run(TINY, variants={"agentrm": {}})
     rows = {(r["strategy"], r["budget"]): r for r in results["rows"]}
     assert set(rows) == {(s, b) for s in (*locomo.BASELINES, *locomo.REFERENCES, "agentrm") for b in locomo.BUDGETS}
-    for (strategy, budget), row in rows.items():
+    for (_strategy, budget), row in rows.items():
         assert row["mean_tokens"] <= budget
     # the whole conversation fits 1k tokens: every strategy that reads it all recalls all
     assert rows[("recency", 1000)]["recall"] == 1.0 and rows[("agentrm", 1000)]["recall"] == 1.0

@@ -112,9 +112,12 @@ def test_a_compaction_in_the_child_records_what_the_compactor_gives_in_process()
         state = d.apply(state, d.CONTEXT_APPENDED, {"agent_id": "a", "seq": seq, "role": "user", "content": content,
                                                    "pinned": False, "tokens": count_message("user", content),
                                                    "at": float(seq)})
-    plan = lambda seqs, n: d.CompactionPlan("a", f"seg-{n}", seqs, seqs[0], seqs[-1], 0, 0, 0, 0.5, 0.3, 0.0, 64)
+    def plan(seqs, n):
+        return d.CompactionPlan("a", f"seg-{n}", seqs, seqs[0], seqs[-1], 0, 0, 0, 0.5, 0.3, 0.0, 64)
+
     summarizer = ExtractiveSummarizer(default_embedder())
-    state = d.apply(state, d.CONTEXT_COMPACTED, compact(state, plan(tuple(range(1, 16)), 1), summarizer, count_text, 50.0))
+    state = d.apply(state, d.CONTEXT_COMPACTED,
+                    compact(state, plan(tuple(range(1, 16)), 1), summarizer, count_text, 50.0))
     assert state.cold.messages                           # the second compaction has history behind it
 
     slim = compaction_input(state)

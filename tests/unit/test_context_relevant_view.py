@@ -22,7 +22,10 @@ from tests.unit.test_context_view import context, fact, msg, states
 DAY = 86_400.0
 
 
-def relevant(state, budget, ranking, s=d.ViewSettings()):
+DEFAULT_VIEW = d.ViewSettings()
+
+
+def relevant(state, budget, ranking, s=DEFAULT_VIEW):
     return d.assemble_view(state, budget, None, count_message, 0.0, s, ranking=ranking)
 
 

@@ -20,7 +20,8 @@ from app.domain import context as d
 
 SPAN = [
     ("user", "The nightly export job keeps failing for the billing tenant. Please find out why the export fails."),
-    ("assistant", "I looked at the export job logs. The export fails because the billing tenant has rows with a null currency."),
+    ("assistant", "I looked at the export job logs. "
+                  "The export fails because the billing tenant has rows with a null currency."),
     ("tool", "2024-05-12 02:00:03 ERROR export-worker-2 row 88121 has currency=None"),
     ("assistant", "The weather in the logs is irrelevant. The null currency rows were created by the March import."),
     ("user", "OK. Fix the export so it skips rows with a null currency and reports them instead."),
@@ -162,7 +163,9 @@ def test_compact_produces_event_data_with_facts_supersession_and_chunks():
 def test_restating_a_live_fact_is_not_a_new_fact():
     state = _state([("user", "The order id is ORD-1.", False), ("user", "x", False),
                     ("user", "The order id is ORD-1.", False), ("user", "y", False)])
-    plan = lambda seqs, n: d.CompactionPlan("a", f"seg-{n}", seqs, seqs[0], seqs[-1], 0, 0, 0, 0.5, 0.3, 0.0, 32)
+    def plan(seqs, n):
+        return d.CompactionPlan("a", f"seg-{n}", seqs, seqs[0], seqs[-1], 0, 0, 0, 0.5, 0.3, 0.0, 32)
+
     summarizer = ExtractiveSummarizer(default_embedder())
     state = d.apply(state, d.CONTEXT_COMPACTED, compact(state, plan((1, 2), 1), summarizer, count_text, 5.0))
     data = compact(state, plan((3,), 2), summarizer, count_text, 6.0)

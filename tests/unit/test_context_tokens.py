@@ -67,10 +67,12 @@ def test_cookbook_chat_example_counts_129_prompt_tokens():
     gpt-3.5-turbo-0613: 3 per message + role + content (+1 + name when a name is set),
     plus 3 for reply priming."""
     example = [
-        ("system", None, "You are a helpful, pattern-following assistant that translates corporate jargon into plain English."),
+        ("system", None, "You are a helpful, pattern-following assistant that translates corporate jargon "
+                         "into plain English."),
         ("system", "example_user", "New synergies will help drive top-line growth."),
         ("system", "example_assistant", "Things working well together will increase revenue."),
-        ("system", "example_user", "Let's circle back when we have more bandwidth to touch base on opportunities for increased leverage."),
+        ("system", "example_user", "Let's circle back when we have more bandwidth to touch base on opportunities "
+                                   "for increased leverage."),
         ("system", "example_assistant", "Let's talk later when we're less busy about how to do better."),
         ("user", None, "This late pivot means we don't have time to boil the ocean for the client deliverable."),
     ]

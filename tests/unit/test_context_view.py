@@ -188,7 +188,8 @@ def test_the_reference_model_can_tell_a_defect_apart(monkeypatch):
 
 # -- exact budgets, worked -------------------------------------------------------------------
 def test_pinned_messages_fit_exactly_and_one_token_less_omits_the_newest():
-    p1, p2 = msg(1, "system", "You are a careful agent. " * 30, pinned=True), msg(2, "user", "Rule two. " * 40, pinned=True)
+    p1 = msg(1, "system", "You are a careful agent. " * 30, pinned=True)
+    p2 = msg(2, "user", "Rule two. " * 40, pinned=True)
     state = context(hot=[p1, p2])
     exact = 3 + p1.tokens + p2.tokens
     assert exact > d.MIN_BUDGET_TOKENS
@@ -229,12 +230,14 @@ def test_facts_take_at_most_their_share_and_the_rest_flows_on():
 
 def test_warm_is_held_back_from_hot_and_summaries_come_newest_first():
     hot = [msg(i, "user", "long recent message " * 25) for i in range(100, 140)]
-    segments = [d.WarmSegment(f"seg-{i}", i * 10, i * 10 + 9, f"summary number {i} " * 8, 0, float(i)) for i in (1, 2, 3)]
+    segments = [d.WarmSegment(f"seg-{i}", i * 10, i * 10 + 9, f"summary number {i} " * 8, 0, float(i))
+                for i in (1, 2, 3)]
     state = context(hot=hot, segments=segments)
     budget = 3 + 24 * hot[0].tokens + 20        # 24 hot messages alone would fill it
     got = view(state, budget)
     summaries = [i for i in got.items if i.kind == "summary"]
-    assert summaries and summaries[0].ref == "seg-3" and [s.ref for s in summaries] == ["seg-3", "seg-2", "seg-1"][:len(summaries)]
+    assert summaries and summaries[0].ref == "seg-3"
+    assert [s.ref for s in summaries] == ["seg-3", "seg-2", "seg-1"][:len(summaries)]
     assert summaries[0].content == f"Summary of messages 30-39: {segments[2].summary}"
     assert all(s.role == "system" for s in summaries)
     # without the reserve, hot alone would have filled the budget

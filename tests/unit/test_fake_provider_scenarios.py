@@ -33,7 +33,8 @@ async def test_a_slow_call_answers_and_an_outage_hangs_every_admitted_call():
     provider.outage_origin = time.time() + 3600.0           # the outage has not begun yet
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(None)) as http:
-            async with http.stream("POST", f"{provider.url}/v1/chat/completions", headers={"x-client-request-id": "slow"},
+            async with http.stream("POST", f"{provider.url}/v1/chat/completions",
+                                   headers={"x-client-request-id": "slow"},
                                    json=_body(fault="slow", slow_extra_s=0.02)) as response:
                 lines = await _lines_until(response, lambda seen: seen[-1] == "data: [DONE]")
             assert lines[-1] == "data: [DONE]"
@@ -75,7 +76,8 @@ async def test_the_saturating_engine_runs_at_most_max_running_and_queues_the_res
         async with httpx.AsyncClient(timeout=httpx.Timeout(None)) as http:
             async def one(i: int) -> list[str]:
                 async with http.stream("POST", f"{provider.url}/v1/chat/completions",
-                                       headers={"x-client-request-id": f"c{i}"}, json=_body(output_tokens=200)) as response:
+                                       headers={"x-client-request-id": f"c{i}"},
+                                       json=_body(output_tokens=200)) as response:
                     return await _lines_until(response, lambda seen: seen[-1] == "data: [DONE]")
             serving = asyncio.ensure_future(asyncio.gather(*(one(i) for i in range(5))))
             queued_seen = False

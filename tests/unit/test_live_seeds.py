@@ -17,7 +17,8 @@ def test_seeds_are_numbers_and_ranges_each_once_in_order(text, seeds):
 
 
 @pytest.mark.parametrize("text,message", [("", "no seeds"), ("5-1", "is empty"), ("a", "whole numbers"),
-                                          ("1-2-3", "whole numbers"), ("-1", "whole numbers"), ("1.5", "whole numbers")])
+                                          ("1-2-3", "whole numbers"), ("-1", "whole numbers"),
+                                          ("1.5", "whole numbers")])
 def test_bad_seeds_are_refused_with_the_reason(text, message):
     with pytest.raises(ValueError, match=message):
         live_seeds.parse_seeds(text)

@@ -272,8 +272,9 @@ def test_output_credit_settings_are_stored_only_when_they_matter_and_bad_ones_ar
     assert PoolSettings.from_dict(old_deadline).output_credit_per_ktoken == 0.0   # recorded before the rule
     mlfq = PoolSettings(policy="mlfq")
     assert "output_credit_per_ktoken" not in mlfq.to_dict() and PoolSettings.from_dict(mlfq.to_dict()) == mlfq
-    for field, value, message in (("output_credit_per_ktoken", -1.0, "outputCreditPerKtoken must be between 0 and 3600"),
-                                  ("output_credit_cap_seconds", 4000.0, "outputCreditCapSeconds must be between 0 and 3600")):
+    for field, value, message in (
+            ("output_credit_per_ktoken", -1.0, "outputCreditPerKtoken must be between 0 and 3600"),
+            ("output_credit_cap_seconds", 4000.0, "outputCreditCapSeconds must be between 0 and 3600")):
         try:
             PoolSettings(**{field: value}).validate()
         except ValueError as error:

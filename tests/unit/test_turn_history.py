@@ -21,7 +21,8 @@ def test_a_turn_that_waited_for_a_lane_and_completed():
     assert (t1.requested_at, t1.queued_at, t1.granted_at, t1.finished_at) == (1001.0, 1001.0, 1001.0, 1020.0)
     assert (t2.requested_at, t2.queued_at, t2.granted_at, t2.finished_at) == (1002.0, 1002.0, 1020.0, 1030.0)
     assert (t2.lane, t2.level, t2.priority_class, t2.pool) == (0, 0, ev.INTERACTIVE, "p")
-    assert (t1.status, t1.outcome, t1.end, t1.prompt_tokens, t1.completion_tokens) == (ev.COMPLETED, ev.OK, ev.OK, 80, 40)
+    assert ((t1.status, t1.outcome, t1.end, t1.prompt_tokens, t1.completion_tokens)
+            == (ev.COMPLETED, ev.OK, ev.OK, 80, 40))
     assert t2.end == ev.RATE_LIMITED and t2.lease_expires_at is None
     assert [beat.at for _, beat in t1.heartbeats] == [1010.0]
     assert t1.last_life_at == 1010.0            # the heartbeat's lease extension

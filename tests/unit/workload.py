@@ -38,7 +38,8 @@ headers = st.one_of(
 action = st.one_of(
     st.tuples(st.just("request"), st.integers(0, len(AGENTS) - 1), st.integers(0, 8_000),
               st.integers(0, 4_000), st.booleans(), st.sampled_from(RUNS)),
-    st.tuples(st.just("complete"), st.integers(0, 60), st.sampled_from([ev.OK, ev.OK, ev.OK, ev.RATE_LIMITED, ev.ERROR]),
+    st.tuples(st.just("complete"), st.integers(0, 60),
+              st.sampled_from([ev.OK, ev.OK, ev.OK, ev.RATE_LIMITED, ev.ERROR]),
               st.integers(0, 9_000), st.integers(0, 3_000), headers),
     st.tuples(st.just("heartbeat"), st.integers(0, 60)),
     st.tuples(st.just("cancel"), st.integers(0, 60)),

@@ -44,10 +44,11 @@ class AgentRM(Policy):
       firing), as a client that knows its own program does, so the pool can charge the run;
     - it requests turns with `streams: true`: it heartbeats when the answer's first chunk
       arrives and then every stall_timeout/3 s (lease/3 without a stall deadline) from the
-      task that reads the stream, i.e. only while chunks arrive. A call that never returns sends no chunk, so it never heartbeats
-      and is reaped at its start deadline. (A client that heartbeats from an independent
-      timer would keep a hung call's lease alive forever; tying heartbeats to stream
-      progress is the behaviour a correct client library must have.)
+      task that reads the stream, i.e. only while chunks arrive. A call that never returns
+      sends no chunk, so it never heartbeats and is reaped at its start deadline. (A client
+      that heartbeats from an independent timer would keep a hung call's lease alive
+      forever; tying heartbeats to stream progress is the behaviour a correct client
+      library must have.)
     - it calls completeTurn with the outcome, the usage and the provider's x-ratelimit-*
       headers; on a 429 it reports RATE_LIMITED and requests a new turn at once (the scheduler
       is the only retry loop and decides when the retry may go);
