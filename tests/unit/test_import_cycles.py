@@ -17,7 +17,7 @@ from __future__ import annotations
 import grimp
 import pytest
 
-PACKAGES = ("app", "agentrm_bench")
+PACKAGES = ("app", "agentrm_bench", "agentrm_client")
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
