@@ -1,5 +1,5 @@
 # The two commands of the README: `make run` and `make test`. Both install what is missing.
-.PHONY: setup run test bench schema clean mutate docs docs-serve
+.PHONY: setup run test lint bench schema clean mutate docs docs-serve
 
 setup:
 	@bash ops/setup.sh
@@ -9,6 +9,11 @@ run: setup
 
 test: setup
 	.venv/bin/python -m pytest -q -p no:cacheprovider
+
+# The static checks alone (make test runs them too, as tests/unit/test_static_checks.py).
+lint: setup
+	.venv/bin/ruff check app bench clients tests
+	.venv/bin/mypy
 
 bench: setup
 	.venv/bin/agentrm bench all
