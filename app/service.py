@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from app import idempotency
 from app.auth import (
@@ -47,6 +47,7 @@ MAX_HEADERS = 100
 MAX_QUEUED_PER_AGENT = 32   # containment: turns one agent may have waiting at once
 MAX_RUN_ID = 200           # characters of a runId (a client's own name for its run)
 MAX_ATTEMPTS = 5           # a command with a request id, against concurrent appends to its turn
+_Found = TypeVar("_Found")   # what a `fresh` lookup returns
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -165,7 +166,7 @@ class Service:
                         pool, upstream_api_key)
 
     # -- agents -----------------------------------------------------------------------
-    async def fresh(self, lookup, *args):
+    async def fresh(self, lookup: Callable[..., _Found], *args: Any) -> _Found:
         """Look something up; on a miss, catch up with the log once and look again. Another
         worker may have written it a moment ago (read-your-writes across workers)."""
         try:
