@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 
 from app.errors import BadInput, Conflict
+from app.projections.documents import TurnDoc
 
 MAX_REQUEST_ID_CHARS = 128
 _NAMESPACE = uuid.UUID("5b0c3f7e-6b1e-4a53-9d43-0f3e7f1c2a10")   # fixed: ids must not change
@@ -35,7 +36,7 @@ def turn_id_for(agent_id: str, request_id: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{agent_id}\n{request_id}"))
 
 
-def same_turn_request(doc: dict, request_id: str, estimated: int, max_output: int, streams: bool) -> dict:
+def same_turn_request(doc: TurnDoc, request_id: str, estimated: int, max_output: int, streams: bool) -> TurnDoc:
     """The first answer's turn, if the retry asks for what the first attempt asked for."""
     if (doc["estimated_tokens"], doc["max_output_tokens"], bool(doc["streams"])) != (estimated, max_output, streams):
         raise Conflict(f"requestId {request_id!r} was already used for a different turn request")

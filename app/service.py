@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from app import idempotency
 from app.auth import (
@@ -36,6 +36,7 @@ from app.errors import BadInput, Conflict, Forbidden, LimitExceeded, NotFound
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, RecordedEvent
 from app.eventstore.store import EventStore
 from app.ports import Clock, EventLog, Ids
+from app.projections.documents import AgentView, RequestIdKey, TurnDoc
 from app.projections.runner import Projector
 from app.replies import Replies, answers_request, changes_turn, ends_turn, leaves_queue, lifts_quarantine
 
@@ -46,6 +47,7 @@ MAX_HEADERS = 100
 MAX_QUEUED_PER_AGENT = 32   # containment: turns one agent may have waiting at once
 MAX_RUN_ID = 200           # characters of a runId (a client's own name for its run)
 MAX_ATTEMPTS = 5           # a command with a request id, against concurrent appends to its turn
+_Found = TypeVar("_Found")   # what a `fresh` lookup returns
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -164,7 +166,7 @@ class Service:
                         pool, upstream_api_key)
 
     # -- agents -----------------------------------------------------------------------
-    async def fresh(self, lookup, *args):
+    async def fresh(self, lookup: Callable[..., _Found], *args: Any) -> _Found:
         """Look something up; on a miss, catch up with the log once and look again. Another
         worker may have written it a moment ago (read-your-writes across workers)."""
         try:
@@ -173,17 +175,17 @@ class Service:
             await self.projector.catch_up()
             return lookup(*args)
 
-    def agent_view(self, agent_id: str) -> dict:
+    def agent_view(self, agent_id: str) -> AgentView:
         view = self.model.agent_view(agent_id)
         if view is None:
             raise NotFound(f"no agent with id {agent_id!r}")
         return view
 
-    def visible_agent(self, principal: Principal | None, agent_id: str) -> dict:
+    def visible_agent(self, principal: Principal | None, agent_id: str) -> AgentView:
         require_self_or_operator(principal, agent_id)
         return self.agent_view(agent_id)
 
-    def list_agents(self, principal: Principal | None, pool: str | None = None) -> list[dict]:
+    def list_agents(self, principal: Principal | None, pool: str | None = None) -> list[AgentView]:
         require_operator(principal)
         ids = sorted(self.model.agents, key=lambda a: (self.model.agents[a]["registered_at"], a))
         views = [self.model.agent_view(a) for a in ids]
@@ -191,7 +193,7 @@ class Service:
 
     async def register_agent(self, principal: Principal | None, name: str, pool: str = "default",
                              priority_class: str = ev.INTERACTIVE,
-                             context_budget_tokens: int | None = None) -> tuple[dict, str]:
+                             context_budget_tokens: int | None = None) -> tuple[AgentView, str]:
         principal = require_operator(principal)
         if not isinstance(name, str) or not 1 <= len(name.strip()) <= 128 or "\x00" in name:
             raise BadInput("name must be 1 to 128 characters, without NUL")
@@ -212,7 +214,7 @@ class Service:
                                      self._meta(principal))], {agent_stream(agent_id): NO_STREAM})
         return self.agent_view(agent_id), token
 
-    async def rotate_agent_token(self, principal: Principal | None, agent_id: str) -> tuple[dict, str]:
+    async def rotate_agent_token(self, principal: Principal | None, agent_id: str) -> tuple[AgentView, str]:
         """A new token for the agent (returned once, stored only as its hash); the old one,
         or a revoked state, ends when the event is folded."""
         principal = require_operator(principal)
@@ -223,7 +225,7 @@ class Service:
                                      self._meta(principal))])
         return self.agent_view(view["agent_id"]), token
 
-    async def revoke_agent_token(self, principal: Principal | None, agent_id: str) -> dict:
+    async def revoke_agent_token(self, principal: Principal | None, agent_id: str) -> AgentView:
         """No token works for the agent until the operator rotates a new one."""
         principal = require_operator(principal)
         view = await self.fresh(self.agent_view, agent_id)
@@ -233,7 +235,7 @@ class Service:
                                      {"agent_id": agent_id, "at": self.clock()}, self._meta(principal))])
         return self.agent_view(agent_id)
 
-    async def release_agent(self, principal: Principal | None, agent_id: str) -> dict:
+    async def release_agent(self, principal: Principal | None, agent_id: str) -> AgentView:
         principal = require_operator(principal)
         view = await self.fresh(self.agent_view, agent_id)
         if rules.release_refusal(view["state"]):
@@ -246,13 +248,13 @@ class Service:
         return self.agent_view(agent_id)
 
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
-                             extra: dict | None = None) -> dict:
+                             extra: dict | None = None) -> AgentView:
         """Hibernate or wake an agent, under its lock."""
         async with self.agent_lock(agent_id):
             return await self.set_hibernated_locked(principal, agent_id, hibernated, extra)
 
     async def set_hibernated_locked(self, principal: Principal | None, agent_id: str, hibernated: bool,
-                                    extra: dict | None = None) -> dict:
+                                    extra: dict | None = None) -> AgentView:
         """set_hibernated for a caller that already holds `agent_lock(agent_id)`."""
         principal = require_self_or_operator(principal, agent_id)
         view = await self.fresh(self.agent_view, agent_id)
@@ -267,7 +269,7 @@ class Service:
         return self.agent_view(agent_id)
 
     # -- turns ------------------------------------------------------------------------
-    def turn_view(self, turn_id: str) -> dict:
+    def turn_view(self, turn_id: str) -> TurnDoc:
         doc = self.model.turns.get(turn_id)
         if doc is None:
             raise NotFound(f"no turn with id {turn_id!r}")
@@ -278,14 +280,14 @@ class Service:
         if isinstance(turn_id, str) and turn_id and turn_id not in self.model.turns:
             await self.projector.recall_turn(turn_id)
 
-    def visible_turn(self, principal: Principal | None, turn_id: str) -> dict:
+    def visible_turn(self, principal: Principal | None, turn_id: str) -> TurnDoc:
         principal = require(principal)
         doc = self.turn_view(turn_id)
         if not principal.is_operator and doc["agent_id"] != principal.agent_id:
             raise Forbidden("this turn belongs to another agent")
         return doc
 
-    def _calling_agent(self, principal: Principal | None) -> dict:
+    def _calling_agent(self, principal: Principal | None) -> AgentView:
         principal = require(principal)
         if principal.is_operator:
             raise Forbidden("turns are requested by agents; use an agent token")
@@ -294,7 +296,7 @@ class Service:
     async def request_turn(self, principal: Principal | None, estimated_tokens: int,
                            max_output_tokens: int | None = None, wait_seconds: float = 0.0,
                            streams: bool = False, request_id: str | None = None,
-                           run_id: str | None = None) -> dict:
+                           run_id: str | None = None) -> TurnDoc:
         agent = await self.fresh(self._calling_agent, principal)
         request_id = idempotency.checked(request_id)
         est = _check_int("estimatedTokens", estimated_tokens, 0, MAX_TOKENS_PER_CALL)
@@ -387,14 +389,14 @@ class Service:
         if pool_access.is_refused_reason(doc.get("reason")):
             raise Forbidden(doc["reason"])
 
-    async def _await_grant(self, turn_id: str, wait: float) -> dict:
+    async def _await_grant(self, turn_id: str, wait: float) -> TurnDoc:
         """A queued turn's view once granted (or ended), or after `wait` seconds."""
         async with self.replies.expect(turn_id, leaves_queue) as left_queue:
             if wait > 0 and self.turn_view(turn_id)["status"] == ev.QUEUED:
                 await left_queue.wait(wait)
         return self.turn_view(turn_id)
 
-    def _own_turn(self, principal: Principal | None, turn_id: str, *, operator_ok: bool = False) -> dict:
+    def _own_turn(self, principal: Principal | None, turn_id: str, *, operator_ok: bool = False) -> TurnDoc:
         principal = require(principal)
         if not isinstance(turn_id, str) or not turn_id:
             raise BadInput("turnId is required")
@@ -406,7 +408,7 @@ class Service:
             raise Forbidden("this turn belongs to another agent")
         return doc
 
-    async def _granted_turn(self, principal: Principal | None, turn_id: str) -> dict:
+    async def _granted_turn(self, principal: Principal | None, turn_id: str) -> TurnDoc:
         """The caller's turn; if this worker does not see it GRANTED yet, catch up once:
         another worker's scheduler may have granted it a moment ago."""
         await self.recall_turn(turn_id)
@@ -416,8 +418,8 @@ class Service:
             doc = self._own_turn(principal, turn_id)
         return doc
 
-    async def _input_and_wait(self, principal: Principal, doc: dict, type_: str, data: dict,
-                              answered, expected: int | None = None) -> dict:
+    async def _input_and_wait(self, principal: Principal, doc: TurnDoc, type_: str, data: dict,
+                              answered, expected: int | None = None) -> TurnDoc:
         """Append a turn's input and wait (briefly) for the first decision that `answered`
         takes as the scheduler's reply to it. `expected`: the turn stream's version the
         append requires (ConcurrencyError if anything was appended to it since)."""
@@ -429,7 +431,7 @@ class Service:
             await reply.wait(DECISION_TIMEOUT)
         return self.turn_view(turn_id)
 
-    async def heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> dict:
+    async def heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> TurnDoc:
         request_id = idempotency.checked(request_id)
         if request_id is None:
             return await self._heartbeat(principal, turn_id, None)
@@ -438,7 +440,7 @@ class Service:
                                                                               expected))
 
     async def _heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None,
-                         expected: int | None = None) -> dict:
+                         expected: int | None = None) -> TurnDoc:
         doc = await self._granted_turn(principal, turn_id)
         if request_id is not None and (last := await self._answered_before(doc, "heartbeat_request_id",
                                                                            request_id)):
@@ -451,7 +453,7 @@ class Service:
     async def complete_turn(self, principal: Principal | None, turn_id: str, outcome: str = ev.OK,
                             prompt_tokens: int | None = None, completion_tokens: int | None = None,
                             retry_after_seconds: float | None = None,
-                            rate_limit_headers: Any = None, request_id: str | None = None) -> dict:
+                            rate_limit_headers: Any = None, request_id: str | None = None) -> TurnDoc:
         request_id = idempotency.checked(request_id)
         if request_id is not None:
             async with self._retry_lock(turn_id):
@@ -463,7 +465,7 @@ class Service:
 
     async def _complete_turn(self, principal, turn_id, outcome, prompt_tokens, completion_tokens,
                              retry_after_seconds, rate_limit_headers, request_id: str | None,
-                             expected: int | None = None) -> dict:
+                             expected: int | None = None) -> TurnDoc:
         doc = await self._granted_turn(principal, turn_id)
         if request_id is not None and (first := await self._answered_before(doc, "completion_request_id",
                                                                             request_id)):
@@ -487,7 +489,7 @@ class Service:
                            else f"turn {turn_id} is {doc['status']}; only a GRANTED turn can complete")
         return await self._input_and_wait(principal, doc, ev.COMPLETION_REPORTED, data, ends_turn, expected)
 
-    async def cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> dict:
+    async def cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> TurnDoc:
         request_id = idempotency.checked(request_id)
         if request_id is None:
             return await self._cancel_turn(principal, turn_id, None)
@@ -496,7 +498,7 @@ class Service:
                                                                                 expected))
 
     async def _cancel_turn(self, principal: Principal | None, turn_id: str, request_id: str | None,
-                           expected: int | None = None) -> dict:
+                           expected: int | None = None) -> TurnDoc:
         await self.recall_turn(turn_id)
         doc = await self.fresh(lambda: self._own_turn(principal, turn_id, operator_ok=True))
         if request_id is not None and (first := await self._answered_before(doc, "cancel_request_id", request_id)):
@@ -539,7 +541,7 @@ class Service:
                 continue   # something was appended to the turn meanwhile: look again
         raise Conflict(f"turn {turn_id} kept changing under this command; retry it")
 
-    async def _answered_before(self, doc: dict, key: str, request_id: str) -> dict | None:
+    async def _answered_before(self, doc: TurnDoc, key: RequestIdKey, request_id: str) -> TurnDoc | None:
         """The turn as the first command with `request_id` left it, if there was one; the
         log is read up to its head first (the first attempt may have gone to another worker,
         and a heartbeat's key may hold an earlier heartbeat's id)."""
@@ -550,7 +552,7 @@ class Service:
             return None
         return await self._once_answered(doc, key, request_id)
 
-    async def _once_answered(self, doc: dict, key: str, request_id: str) -> dict:
+    async def _once_answered(self, doc: TurnDoc, key: RequestIdKey, request_id: str) -> TurnDoc:
         """The turn once the scheduler has answered that first command: on another worker
         it may have been appended a moment ago and not be answered yet."""
         turn_id = doc["turn_id"]

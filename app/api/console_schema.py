@@ -24,6 +24,7 @@ from app.auth import require_operator
 from app.domain.streams import pool_stream
 from app.errors import BadInput, NotFound
 from app.projections.context_archive import archived_context
+from app.projections.documents import TurnDoc
 
 from . import types as t
 from .context import principal, runtime
@@ -107,7 +108,7 @@ def _message(m) -> ContextMessageView:
     return ContextMessageView(seq=m.seq, role=m.role, content=m.content, tokens=m.tokens, pinned=m.pinned)
 
 
-def activity_by_agent(turns: dict[str, dict]) -> dict[str, dict]:
+def activity_by_agent(turns: dict[str, TurnDoc]) -> dict[str, dict]:
     """Counters per agent over the turns read model (one pass)."""
     out: dict[str, dict] = {}
     for doc in turns.values():

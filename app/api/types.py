@@ -9,6 +9,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.domain.settings import PoolSettings
+from app.projections.documents import AgentView, TurnDoc
 
 
 @overload
@@ -122,7 +123,7 @@ class Agent:
     registered_at: datetime
 
     @classmethod
-    def of(cls, v: dict) -> Agent:
+    def of(cls, v: AgentView) -> Agent:
         return cls(id=strawberry.ID(v["agent_id"]), name=v["name"], pool=v["pool"],
                    priority_class=PriorityClass(v["priority_class"]), level=v["level"],
                    state=AgentStateEnum(v["state"]), context_budget_tokens=v.get("context_budget_tokens"),
@@ -159,7 +160,7 @@ class Turn:
         "The run the request named (TurnRequestInput.runId), if any."))
 
     @classmethod
-    def of(cls, v: dict) -> Turn:
+    def of(cls, v: TurnDoc) -> Turn:
         return cls(id=strawberry.ID(v["turn_id"]), agent_id=strawberry.ID(v["agent_id"]), pool=v["pool"],
                    status=TurnStatus(v["status"]), lane=v["lane"], level=v["level"],
                    estimated_tokens=v["estimated_tokens"], max_output_tokens=v["max_output_tokens"],

@@ -35,6 +35,7 @@ from app.errors import BadInput, Conflict, Forbidden
 from app.eventstore.model import ConcurrencyError, NewEvent, RecordedEvent
 from app.eventstore.store import EventStore
 from app.projections.context_archive import archived_context
+from app.projections.documents import AgentView
 from app.service import Service
 from app.tasks import cancel_all
 
@@ -101,11 +102,11 @@ class ContextService:
             self._embedder = default_embedder()
         return self._embedder
 
-    def _encoding(self, agent: dict) -> str:
+    def _encoding(self, agent: AgentView) -> str:
         pool = self.service.model.pools.get(agent["pool"])
         return pool.settings.tokenizer if pool else "cl100k_base"
 
-    def _target(self, principal: Principal | None, agent_id: str | None) -> dict:
+    def _target(self, principal: Principal | None, agent_id: str | None) -> AgentView:
         principal = require(principal)
         if agent_id is None:
             if principal.is_operator:
@@ -158,7 +159,7 @@ class ContextService:
         return ctx.context_stats(self.state(agent_id))
 
     @staticmethod
-    def _budget(agent: dict) -> int:
+    def _budget(agent: AgentView) -> int:
         return agent.get("context_budget_tokens") or 8192
 
     async def run_compactions(self) -> int:
@@ -220,7 +221,7 @@ class ContextService:
         await self.projector.wait_position(recorded[-1].position)
         return recorded
 
-    async def _maybe_compact(self, agent: dict, settings: ctx.CompactionSettings,
+    async def _maybe_compact(self, agent: AgentView, settings: ctx.CompactionSettings,
                              principal: Principal | None, now: float, *, lock: bool) -> dict | None:
         """Compact if ``settings`` say so at ``now``: the plan, the summary and the event's
         ``at`` all use that one time. The compaction runs in the background model's
@@ -262,7 +263,7 @@ class ContextService:
                 "summarizer": data.get("summarizer")}
 
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
-                             extra: dict | None = None) -> dict:
+                             extra: dict | None = None) -> AgentView:
         """The Service's, which takes the agent's lock (the one this service's appends take).
         A parked agent's caches leave memory with its context."""
         result = await self.service.set_hibernated(principal, agent_id, hibernated, extra)

@@ -18,6 +18,7 @@ from app.auth import Principal
 from app.domain import events as ev
 from app.domain.decide import available
 from app.errors import Conflict, ServiceError
+from app.projections.documents import TurnDoc
 from app.service import MAX_WAIT_SECONDS
 
 log = logging.getLogger("agentrm.gateway")
@@ -92,7 +93,7 @@ class GatewayTurn:
         self._watch: asyncio.Task | None = None
 
     async def take(self, estimated_tokens: int, max_output_tokens: int, *, streams: bool,
-                   run_id: str | None, max_wait_s: float | None, mean_hold_s: float) -> dict:
+                   run_id: str | None, max_wait_s: float | None, mean_hold_s: float) -> TurnDoc:
         started = time.monotonic()
         # No wait inside request_turn: it returns at the scheduler's first answer (queued or
         # granted) with the turn's id, so a client that leaves while queued can be cancelled.
@@ -168,7 +169,7 @@ class GatewayTurn:
             log.info("heartbeat refused", extra={"turn_id": self.turn_id, "reason": str(exc)})
 
     async def complete(self, outcome: str, prompt_tokens: int | None, completion_tokens: int | None,
-                       retry_after: float | None = None, headers: dict | None = None) -> dict | None:
+                       retry_after: float | None = None, headers: dict | None = None) -> TurnDoc | None:
         self._completing = True
         if self._beat is not None and not self._beat.done():
             with contextlib.suppress(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -21,6 +21,7 @@ from app.domain.state import PoolState
 from app.domain.streams import category_of, id_of
 from app.eventstore.model import RecordedEvent
 
+from .documents import AgentDoc, AgentView, PoolDoc, RequestIdKey, TurnDoc
 from .resources import ResourceModel
 
 PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context", "resources", "leases")
@@ -37,8 +38,9 @@ TURN_DOC = ("turn_id", "agent_id", "pool", "status", "level", "lane", "estimated
 
 # Turn inputs a client may retry with a requestId, and where the turn's document keeps it:
 # the first completion's and cancel's, the latest heartbeat's (a heartbeat repeats).
-_IDEMPOTENT_INPUTS = {ev.COMPLETION_REPORTED: "completion_request_id", ev.CANCEL_REQUESTED: "cancel_request_id",
-                      ev.HEARTBEAT_SENT: "heartbeat_request_id"}
+_IDEMPOTENT_INPUTS: dict[str, RequestIdKey] = {
+    ev.COMPLETION_REPORTED: "completion_request_id", ev.CANCEL_REQUESTED: "cancel_request_id",
+    ev.HEARTBEAT_SENT: "heartbeat_request_id"}
 
 
 # Kept in a turn's document only when set, so the documents of turns without one (every
@@ -46,25 +48,29 @@ _IDEMPOTENT_INPUTS = {ev.COMPLETION_REPORTED: "completion_request_id", ev.CANCEL
 TURN_DOC_WHEN_SET = ("run_id",)
 
 
-def turn_doc(history: turn_history.TurnHistory) -> dict:
+def turn_doc(history: turn_history.TurnHistory) -> TurnDoc:
     doc = {name: getattr(history, name) for name in TURN_DOC}
     for name in TURN_DOC_WHEN_SET:
         if getattr(history, name) is not None:
             doc[name] = getattr(history, name)
-    return doc
+    # Built by name, so untyped. This model starts a history only from a request, which
+    # the service always sends with its pool, sizes and time: TurnDoc has them as set.
+    return cast(TurnDoc, doc)
 
 
-def turn_from_doc(doc: dict) -> turn_history.TurnHistory:
-    return turn_history.TurnHistory(**{name: doc[name] for name in TURN_DOC + TURN_DOC_WHEN_SET if name in doc})
+def turn_from_doc(doc: TurnDoc) -> turn_history.TurnHistory:
+    fields: Mapping[str, Any] = doc   # read by name
+    return turn_history.TurnHistory(**{name: fields[name] for name in TURN_DOC + TURN_DOC_WHEN_SET
+                                       if name in fields})
 
 
 @dataclass
 class CoreModel:
     position: int = 0
     pools: dict[str, PoolState] = field(default_factory=dict)
-    pool_docs: dict[str, dict] = field(default_factory=dict)
-    agents: dict[str, dict] = field(default_factory=dict)
-    turns: dict[str, dict] = field(default_factory=dict)          # documents of `histories`
+    pool_docs: dict[str, PoolDoc] = field(default_factory=dict)
+    agents: dict[str, AgentDoc] = field(default_factory=dict)
+    turns: dict[str, TurnDoc] = field(default_factory=dict)          # documents of `histories`
     histories: dict[str, turn_history.TurnHistory] = field(default_factory=dict)
     token_index: dict[str, str] = field(default_factory=dict)
     contexts: dict[str, ctx.AgentContext] = field(default_factory=dict)
@@ -151,11 +157,12 @@ class CoreModel:
         agent_id: Any = event.data.get("agent_id")   # as logged
         if event.type == ev.AGENT_REGISTERED:
             d = ev.AgentRegistered.from_dict(event.data)
+            # The service registers an agent in a pool, at a time (AgentDoc has them as set).
             self.agents[agent_id] = {
-                "agent_id": agent_id, "name": d.name, "pool": d.pool,
+                "agent_id": agent_id, "name": d.name, "pool": cast(str, d.pool),
                 "priority_class": d.priority_class, "token_hash": d.token_hash,
                 "context_budget_tokens": d.context_budget_tokens,
-                "registered_at": d.at, "hibernated": False, "last_active_at": d.at}
+                "registered_at": cast(float, d.at), "hibernated": False, "last_active_at": cast(float, d.at)}
             self.token_index[d.token_hash] = agent_id  # type: ignore[index]  # a registration carries its hash
         elif agent_id not in self.agents:
             return
@@ -166,13 +173,15 @@ class CoreModel:
             self.agents[agent_id]["hibernated"] = self.context_of(agent_id).hibernated
         elif event.type == ev.AGENT_WOKEN:
             woken = ev.AgentWoken.from_dict(event.data)
-            self.agents[agent_id].update(hibernated=False, last_active_at=woken.at)
+            # update's keyword form is not typed for a TypedDict; the service stamps a wake
+            self.agents[agent_id].update({"hibernated": False, "last_active_at": cast(float, woken.at)})
             self._fold_context(agent_id, event)
         elif event.type in (ev.AGENT_TOKEN_ROTATED, ev.AGENT_TOKEN_REVOKED):
             # One token per agent: the old one stops working the moment this is folded.
             doc = self.agents[agent_id]
-            if self.token_index.get(doc["token_hash"]) == agent_id:
-                del self.token_index[doc["token_hash"]]
+            old = doc["token_hash"]   # None once revoked, and never a key of the index
+            if old is not None and self.token_index.get(old) == agent_id:
+                del self.token_index[old]
             doc["token_hash"] = event.data["token_hash"] if event.type == ev.AGENT_TOKEN_ROTATED else None
             if doc["token_hash"]:
                 self.token_index[doc["token_hash"]] = agent_id
@@ -189,7 +198,7 @@ class CoreModel:
             self.dirty.add(("turns", d.turn_id))
             agent = self.agents.get(d.agent_id)
             if agent is not None:
-                agent["last_active_at"] = d.at
+                agent["last_active_at"] = cast(float, d.at)   # the service stamps a request
                 self.dirty.add(("agents", d.agent_id))
         elif event.type in _IDEMPOTENT_INPUTS and isinstance(event.data.get("request_id"), str):
             # The client's id of the first such command, so that a retry finds its answer
@@ -220,7 +229,7 @@ class CoreModel:
             evicted += 1
         return evicted
 
-    def recall(self, doc: dict) -> None:
+    def recall(self, doc: TurnDoc) -> None:
         """Bring a finished turn's persisted document back (a client asked about it)."""
         turn_id = doc["turn_id"]
         if turn_id in self.turns:
@@ -230,7 +239,7 @@ class CoreModel:
         self.finished[turn_id] = -1  # clean and persisted: the first to go again
 
     # -- views the API needs -------------------------------------------------------------
-    def agent_view(self, agent_id: str) -> dict | None:
+    def agent_view(self, agent_id: str) -> AgentView | None:
         doc = self.agents.get(agent_id)
         if doc is None:
             return None
@@ -245,13 +254,15 @@ class CoreModel:
                 "reaps": live.reaps if live else 0, "completions": live.completions if live else 0}
 
     # -- documents (persistence and replay comparison) ------------------------------------
+    # The persistence path is generic over projections: a typed document is a dict[str, Any]
+    # here (cast), and a loaded one is taken to be of its projection's shape.
     def doc(self, projection: str, key: str) -> dict | None:
         if projection == "pools":
-            return self.pool_docs.get(key)
+            return cast(dict | None, self.pool_docs.get(key))
         if projection == "agents":
-            return self.agents.get(key)
+            return cast(dict | None, self.agents.get(key))
         if projection == "turns":
-            return self.turns.get(key)
+            return cast(dict | None, self.turns.get(key))
         if projection == "scheduler":
             state = self.pools.get(key)
             return state.to_dict() if state else None
@@ -271,14 +282,14 @@ class CoreModel:
 
     def all_docs(self) -> dict[tuple[str, str], dict]:
         out: dict[tuple[str, str], dict] = {}
-        for name, doc in self.pool_docs.items():
-            out[("pools", name)] = doc
+        for name, pool in self.pool_docs.items():
+            out[("pools", name)] = cast(dict, pool)
         for name, state in self.pools.items():
             out[("scheduler", name)] = state.to_dict()
-        for key, doc in self.agents.items():
-            out[("agents", key)] = doc
-        for key, doc in self.turns.items():
-            out[("turns", key)] = doc
+        for key, agent in self.agents.items():
+            out[("agents", key)] = cast(dict, agent)
+        for key, turn in self.turns.items():
+            out[("turns", key)] = cast(dict, turn)
         for key, context in self.contexts.items():
             out[("context", key)] = ctx.state_to_dict(context)
         out.update(self.resources.docs())
@@ -289,16 +300,16 @@ class CoreModel:
         model = cls(position=position)
         for (projection, key), doc in docs.items():
             if projection == "pools":
-                model.pool_docs[key] = doc
+                model.pool_docs[key] = cast(PoolDoc, doc)
             elif projection == "scheduler":
                 model.pools[key] = PoolState.from_dict(doc)
             elif projection == "agents":
-                model.agents[key] = doc
+                model.agents[key] = cast(AgentDoc, doc)
                 if doc["token_hash"]:   # None once revoked
                     model.token_index[doc["token_hash"]] = key
             elif projection == "turns":
-                model.turns[key] = doc
-                model.histories[key] = turn_from_doc(doc)
+                model.turns[key] = cast(TurnDoc, doc)
+                model.histories[key] = turn_from_doc(model.turns[key])
                 if doc.get("finished_at") is not None:
                     model.finished[key] = -1
             elif projection == "context":

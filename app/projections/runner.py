@@ -14,6 +14,7 @@ from app.tasks import cancel_all
 from .context_archive import restore_if_parked
 from .core import PROJECTIONS, CoreModel
 from .doc_text import doc_text
+from .documents import TurnDoc
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class PostgresDocuments:
             return await conn.fetchval("SELECT position FROM projection_checkpoints WHERE name = $1",
                                        CHECKPOINT) or 0
 
-    async def turn(self, turn_id: str) -> dict | None:
+    async def turn(self, turn_id: str) -> TurnDoc | None:   # as the turns projection persisted it
         async with self.pool.acquire() as conn:
             return await conn.fetchval("SELECT doc FROM read_models WHERE projection = 'turns' AND key = $1",
                                        turn_id)
