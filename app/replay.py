@@ -45,7 +45,7 @@ async def rebuild(store: EventStore, up_to: int | None = None) -> tuple[CoreMode
         events = await store.read(after, PAGE, up_to=up_to)
         # Fold in a worker thread; an event that needs a context hibernation parked stops
         # the run, has that context read back from the log here, and the fold goes on.
-        start = 0
+        start: int | None = 0
         while start is not None:
             start = await asyncio.to_thread(_fold_until_parked, model, events, start)
             if start is not None:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from app.domain import events as ev
 from app.domain.turn_history import RECORD_CHANGES
@@ -54,7 +55,7 @@ class Replies:
         replies = self._waiting.get(subject) if isinstance(subject, str) else None
         if not replies:
             return  # parse only what somebody waits for
-        decision = ev.parse(event.type, data)
+        decision = cast(ev.Decided, ev.parse(event.type, data))   # a type in ev.DECISIONS, checked above
         for reply in replies:
             if not reply.future.done() and reply.accept(decision):
                 reply.future.set_result(decision)

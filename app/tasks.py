@@ -19,8 +19,8 @@ async def cancel_all(tasks: Iterable[asyncio.Task | None]) -> None:
     """Cancel background tasks and wait for each to finish; their errors are not ours now.
     A task that swallows its cancel is cancelled again; one still running after
     _GIVE_UP_AFTER_S is left behind with a warning, so a stop always returns."""
-    tasks = [t for t in tasks if t is not None]
-    pending = {t for t in tasks if not t.done()}
+    present = [t for t in tasks if t is not None]
+    pending = {t for t in present if not t.done()}
     rounds = int(_GIVE_UP_AFTER_S / _RECANCEL_EVERY_S)
     for _ in range(rounds):
         if not pending:
@@ -31,6 +31,6 @@ async def cancel_all(tasks: Iterable[asyncio.Task | None]) -> None:
     for task in pending:
         log.warning("background task %s did not stop within %.0f s of being cancelled; left behind",
                     task.get_name(), _GIVE_UP_AFTER_S)
-    for task in tasks:
+    for task in present:
         if task.done() and not task.cancelled():
             task.exception()   # retrieved: no "exception was never retrieved" at exit

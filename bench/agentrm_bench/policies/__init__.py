@@ -7,6 +7,7 @@ Each baseline models what a real system does, cited in its module next to each b
 from __future__ import annotations
 
 import importlib
+from typing import Protocol, cast
 
 from ..workload import AgentScript
 from .base import Context, Cursor, Policy, sdk_backoff
@@ -69,9 +70,16 @@ def _number(text: str) -> bool:
         return False
 
 
-def _baseline_class(base: str) -> type[Policy]:
+class _Baseline(Protocol):
+    """A baseline's class, as BASELINES names it: called with (ctx, agents, variant)."""
+
+    def __call__(self, ctx: Context, agents: tuple[AgentScript, ...] | None = None,
+                 variant: str | None = None) -> Policy: ...
+
+
+def _baseline_class(base: str) -> _Baseline:
     module, cls = BASELINES[base]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+    return cast(_Baseline, getattr(importlib.import_module(f"{__name__}.{module}"), cls))
 
 
 def make_policy(name: str, ctx: Context, agentrm_overrides: dict | None = None,
@@ -84,6 +92,7 @@ def make_policy(name: str, ctx: Context, agentrm_overrides: dict | None = None,
     if base == "fixed-lanes":
         # The saturating-provider sweep: the plain gateway (30 s first-chunk timeout) at a
         # fixed number of lanes; the lane count is the variant.
+        assert variant is not None  # the bench runs only names known() passes: fixed-lanes@N
         ctx.lanes = int(variant)
         policy = _baseline_class("gateway-fifo")(ctx, agents, "30s")
     elif base == BOUND_NAME:
