@@ -30,7 +30,7 @@ from app.auth import (
 from app.domain import events as ev
 from app.domain import pool_access, rules
 from app.domain.context import resume_point_for
-from app.domain.settings import PoolSettings
+from app.domain.settings import MAX_MODEL_NAME, PoolSettings
 from app.domain.streams import agent_stream, pool_stream, turn_stream
 from app.errors import BadInput, Conflict, Forbidden, LimitExceeded, NotFound
 from app.eventstore.model import NO_STREAM, ConcurrencyError, NewEvent, RecordedEvent
@@ -296,7 +296,8 @@ class Service:
     async def request_turn(self, principal: Principal | None, estimated_tokens: int,
                            max_output_tokens: int | None = None, wait_seconds: float = 0.0,
                            streams: bool = False, request_id: str | None = None,
-                           run_id: str | None = None) -> TurnDoc:
+                           run_id: str | None = None, *, held_by_gateway: bool = False,
+                           model: str | None = None) -> TurnDoc:
         agent = await self.fresh(self._calling_agent, principal)
         request_id = idempotency.checked(request_id)
         est = _check_int("estimatedTokens", estimated_tokens, 0, MAX_TOKENS_PER_CALL)
@@ -346,6 +347,11 @@ class Service:
             data["streams"] = True
         if request_id is not None:
             data["request_id"] = request_id
+        if held_by_gateway:
+            # The gateway renews the lease while its upstream call is open (deadlines.py).
+            data["holder"] = "gateway"
+        if isinstance(model, str) and 0 < len(model) <= MAX_MODEL_NAME:
+            data["model"] = model
         if run_id is not None:
             data["run_id"] = run_id   # the pool charges the run's attained service (ordering.py)
         agent_id = agent["agent_id"]
@@ -431,8 +437,11 @@ class Service:
             await reply.wait(DECISION_TIMEOUT)
         return self.turn_view(turn_id)
 
-    async def heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None = None) -> TurnDoc:
+    async def heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None = None, *,
+                        keepalive: bool = False) -> TurnDoc:
         request_id = idempotency.checked(request_id)
+        if keepalive:
+            return await self._heartbeat(principal, turn_id, None, keepalive=True)
         if request_id is None:
             return await self._heartbeat(principal, turn_id, None)
         async with self._retry_lock(turn_id):
@@ -440,14 +449,16 @@ class Service:
                                                                               expected))
 
     async def _heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None,
-                         expected: int | None = None) -> TurnDoc:
+                         expected: int | None = None, *, keepalive: bool = False) -> TurnDoc:
         doc = await self._granted_turn(principal, turn_id)
         if request_id is not None and (last := await self._answered_before(doc, "heartbeat_request_id",
                                                                            request_id)):
             return last   # a retry of the latest heartbeat: its lease extension stands
         if rules.report_refusal(doc["status"]):
             raise Conflict(f"turn {turn_id} is {doc['status']}; only a GRANTED turn takes heartbeats")
-        data = {} if request_id is None else {"request_id": request_id}
+        data: dict[str, Any] = {} if request_id is None else {"request_id": request_id}
+        if keepalive:
+            data["keepalive"] = True   # the holder is alive; the call has shown nothing yet
         return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, data, changes_turn, expected)
 
     async def complete_turn(self, principal: Principal | None, turn_id: str, outcome: str = ev.OK,

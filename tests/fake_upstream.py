@@ -62,12 +62,25 @@ class FakeUpstream:
         self._reject: list[float] = []
         self._hang = 0
         self._stall_after: list[int] = []
+        self._delays: list[tuple[float, str | None]] = []
         self._t0 = time.time()
         self.arrived = asyncio.Condition()
 
     # -- knobs ---------------------------------------------------------------------------
     def reject_next(self, n: int = 1, retry_after: float = 1.0) -> None:
         self._reject.extend([retry_after] * n)
+
+    def delay_next(self, seconds: float, model: str | None = None) -> None:
+        """The next answer's (to `model`, if named) first byte, headers included, comes after
+        `seconds`: a slow model."""
+        self._delays.append((seconds, model))
+
+    def _delay_for(self, model: str) -> float:
+        for i, (seconds, for_model) in enumerate(self._delays):
+            if for_model in (None, model):
+                del self._delays[i]
+                return seconds
+        return self.first_chunk_s
 
     def hang_next(self, n: int = 1) -> None:
         self._hang += n
@@ -159,7 +172,7 @@ class FakeUpstream:
             await seen.closed.wait()      # admitted, charged, and silent until the client leaves
             return
         seen.status = 200
-        await asyncio.sleep(self.first_chunk_s)
+        await asyncio.sleep(self._delay_for(seen.model))
         words = [f"word{i} " for i in range(self.words)]
         completion = count_text("".join(words))
         headers = self._rate_headers(wire)

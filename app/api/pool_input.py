@@ -19,7 +19,7 @@ PLAIN_FIELDS = (
     "run_slack_per_service", "run_slack_cap_seconds", "size_slack_per_ktoken",
     "size_slack_cap_seconds", "run_forget_seconds", "output_credit_per_ktoken", "output_credit_cap_seconds",
     "adaptive_lanes", "adaptive_lanes_initial", "adaptive_lanes_minimum",
-    "outage_after_silent_reaps", "probe_backoff_cap",
+    "outage_after_silent_reaps", "probe_backoff_cap", "request_timeout_seconds", "stream_idle_timeout_seconds",
 )
 
 
@@ -38,4 +38,7 @@ def settings_of(data) -> PoolSettings:
     # left out, the default.
     if data.stall_timeout_seconds is not strawberry.UNSET:
         given["stall_timeout_seconds"] = data.stall_timeout_seconds
+    if data.model_timeouts is not None:
+        given["model_timeouts"] = tuple((m.model, m.request_timeout_seconds, m.stream_idle_timeout_seconds)
+                                        for m in data.model_timeouts)
     return PoolSettings(**given)

@@ -90,6 +90,9 @@ class Pool:
     stall_timeout_seconds: float | None
     outage_after_silent_reaps: int
     probe_backoff_cap: int
+    request_timeout_seconds: float
+    stream_idle_timeout_seconds: float
+    model_timeouts: list[ModelTimeout]
 
     @classmethod
     def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> Pool:
@@ -106,7 +109,25 @@ class Pool:
                    adaptive_lanes_initial=s.adaptive_lanes_initial,
                    adaptive_lanes_minimum=s.adaptive_lanes_minimum,
                    stall_timeout_seconds=s.stall_timeout_seconds,
-                   outage_after_silent_reaps=s.outage_after_silent_reaps, probe_backoff_cap=s.probe_backoff_cap)
+                   outage_after_silent_reaps=s.outage_after_silent_reaps, probe_backoff_cap=s.probe_backoff_cap,
+                   request_timeout_seconds=s.request_timeout_seconds,
+                   stream_idle_timeout_seconds=s.stream_idle_timeout_seconds,
+                   model_timeouts=[ModelTimeout(model=m, request_timeout_seconds=r, stream_idle_timeout_seconds=i)
+                                   for m, r, i in s.model_timeouts])
+
+
+@strawberry.type(description="A model's own timeouts for the calls the gateway holds.")
+class ModelTimeout:
+    model: str
+    request_timeout_seconds: float
+    stream_idle_timeout_seconds: float
+
+
+@strawberry.input(description="A model's own timeouts for the calls the gateway holds.")
+class ModelTimeoutInput:
+    model: str
+    request_timeout_seconds: float
+    stream_idle_timeout_seconds: float
 
 
 @strawberry.type
@@ -294,6 +315,15 @@ class PoolInput:
     probe_backoff_cap: int | None = strawberry.field(default=None, description=(
         "During an outage, how many times a failed probe doubles the next probe's start deadline "
         "(default 2), 0-16."))
+    request_timeout_seconds: float | None = strawberry.field(default=None, description=(
+        "Gateway calls: the longest one call may take, first byte to last (default 600, as the SDKs), "
+        "1-86400. The gateway keeps a live call's lease itself; this is its wall-clock limit."))
+    stream_idle_timeout_seconds: float | None = strawberry.field(default=None, description=(
+        "Gateway calls: the longest silence allowed before a stream's first chunk and between its chunks "
+        "(default 120), 1-86400."))
+    model_timeouts: list[ModelTimeoutInput] | None = strawberry.field(default=None, description=(
+        "Per-model request and stream idle timeouts of gateway calls (at most 32 models), overriding "
+        "the pool's two for calls that name that model."))
 
 
 @strawberry.input

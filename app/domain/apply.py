@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any, cast
 
+from . import deadlines
 from . import events as ev
 from .admission import aimd_factor
 from .settings import PoolSettings
@@ -148,7 +149,7 @@ def _turn_queued(state: PoolState, d: ev.TurnQueued) -> None:
     turn = TurnState(turn_id=d.turn_id, agent_id=d.agent_id, level=d.level, seq=d.seq,
                      status=ev.QUEUED, estimated_tokens=d.estimated_tokens,
                      max_output_tokens=d.max_output_tokens, requested_at=d.requested_at,
-                     queued_at=d.at, streams=bool(d.streams), run_id=d.run_id)
+                     queued_at=d.at, streams=bool(d.streams), run_id=d.run_id, holder=d.holder, model=d.model)
     state.turns[turn.turn_id] = turn
     _run_joined(state, turn, d.at)
     state.next_seq = max(state.next_seq, turn.seq + 1)
@@ -161,6 +162,7 @@ def _turn_granted(state: PoolState, d: ev.TurnGranted) -> None:
     turn.status, turn.lane, turn.granted_at = ev.GRANTED, d.lane, d.at
     turn.lease_expires_at, turn.reserved_tokens = d.lease_expires_at, d.reserved_tokens
     turn.start_backoff = int(d.start_backoff or 0)
+    turn.suspect_at = d.suspect_at
     state.lanes[turn.lane] = turn.turn_id
     state.requests.level -= 1
     state.tokens.level -= turn.reserved_tokens
@@ -172,9 +174,11 @@ def _turn_granted(state: PoolState, d: ev.TurnGranted) -> None:
 def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
     turn = state.turns[d.turn_id]
     turn.lease_expires_at = d.lease_expires_at
+    if d.keepalive:
+        return   # the holder is alive; the call has shown nothing
     turn.progressed = True
     if d.first_chunk_s is not None:
-        state.start.observe(float(d.first_chunk_s), turn.estimated_tokens)
+        deadlines.estimator(state, turn, learn=True).observe(float(d.first_chunk_s), turn.estimated_tokens)
         agent = state.agents.get(turn.agent_id)
         if agent is not None:
             agent.start_misses = 0
@@ -191,6 +195,10 @@ def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
 
 def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
     turn = state.turns.pop(d.turn_id)
+    if turn.holder is not None and not turn.streams and d.outcome == ev.OK:
+        # A held call that does not stream: its whole answer's time is what its suspicion
+        # deadline is learned from.
+        deadlines.estimator(state, turn, learn=True).observe(d.lane_seconds, turn.estimated_tokens)
     if state.settings.adaptive_lanes and not turn.streams and d.outcome == ev.OK:
         busy = state.busy_lanes()
         state.lane_limit.grow_unmeasured(busy, state.settings.lanes, state.settings.adaptive_lanes_initial)
@@ -255,7 +263,7 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
         agent.reaps += 1
         if d.no_first_chunk:
             agent.start_misses += 1
-        if not cut_short:
+        if not cut_short and turn.holder is None:   # a held turn's expiry is its holder's failure
             agent.consecutive_reaps += 1
     if (cut_short and not d.stalled and turn.granted_at is not None and turn.start_backoff == 0
             and not (silent_pool and state.settings.outage_after_silent_reaps > 0)):
@@ -270,6 +278,30 @@ def _turn_reaped(state: PoolState, d: ev.TurnReaped) -> None:
         expires_at = cast(float, turn.lease_expires_at)   # a granted turn holds a lease
         state.start.observe(expires_at - turn.granted_at, turn.estimated_tokens,
                             spread=state.settings.outage_after_silent_reaps == 0)
+
+
+def _turn_suspected(state: PoolState, d: ev.TurnSuspected) -> None:
+    """A held call is late (deadlines.py): it stays granted; its lane may go. The deadline it
+    missed is a censored sample of its model (the mean only: a censored sample has no spread
+    to tell), unless the deadline was backed off (Karn); the agent's next one backs off."""
+    turn = state.turns[d.turn_id]
+    turn.suspected = True
+    if d.lane_freed:
+        _release_lane(state, turn)
+    if turn.start_backoff == 0 and turn.granted_at is not None:
+        deadlines.estimator(state, turn, learn=True).observe(d.waited_s, turn.estimated_tokens, spread=False)
+    agent = state.agents.get(turn.agent_id)
+    if agent is not None:
+        agent.start_misses += 1
+    if turn.streams and state.settings.outage_after_silent_reaps > 0:
+        # As a start-deadline reap: no first chunk, evidence of a provider that answers nobody.
+        state.silent_reaps += 1
+        if turn.granted_at is not None:
+            state.silent_from = (turn.granted_at if state.silent_from is None
+                                 else min(state.silent_from, turn.granted_at))
+        if (state.outage_since is not None and turn.granted_at is not None
+                and turn.granted_at >= state.outage_since):
+            state.failed_probes += 1
 
 
 def _agent_demoted(state: PoolState, d: ev.AgentDemoted) -> None:
@@ -362,6 +394,7 @@ _HANDLERS: dict[str, Callable[[PoolState, Any], None]] = {
     ev.TURN_COMPLETED: _turn_completed,
     ev.TURN_CANCELLED: _turn_cancelled,
     ev.TURN_REAPED: _turn_reaped,
+    ev.TURN_SUSPECTED: _turn_suspected,
     ev.AGENT_DEMOTED: _agent_demoted,
     ev.LEVELS_BOOSTED: _levels_boosted,
     ev.TURN_PROMOTED: _turn_promoted,

@@ -21,17 +21,90 @@ timer and none of them needs the whole lease:
   The outage ends (ProviderRecovered) when a turn granted during it shows its first chunk.
   A first chunk of a call sent before the outage proves nothing about new calls, and does
   not end it.
+
+Held calls (TurnRequested.holder = "gateway") follow other rules, because their holder is
+known to be alive: the gateway renews the lease itself (keepalive heartbeats) while its
+upstream request is open and its client connected, so a lease expiry there means the
+holder is gone, and nothing else. A slow call is not a dead one:
+- the lease is the plain lease from the grant; no start or stall deadline cuts the call.
+  The gateway enforces the call's own wall-clock limit and the silence allowed between a
+  stream's chunks (PoolSettings.request_timeout_seconds, stream_idle_timeout_seconds), as
+  an SDK's own timeouts would.
+- a learned deadline is a suspicion, not a verdict: when a held call has shown no first
+  chunk (streaming) or no answer (not streaming) by its model's deadline (the same
+  RFC 6298-style estimate, learned per model: one pool may serve a fast chat model and a
+  slow reasoning model), it becomes a suspect (TurnSuspected). Its lane is freed so the
+  pool keeps moving, while the call itself stays open and is billed once when it ends.
+  Suspects off their lanes are at most as many as the lanes in use, which bounds the calls
+  open at the provider at twice the lanes; past that a suspect keeps its lane.
+- no reap of a held call counts towards quarantine: quarantine is for agents whose own
+  turns expire, and a held turn's expiry is the gateway's failure, not the agent's.
 """
 from __future__ import annotations
 
 from . import events as ev
 from .settings import PoolSettings
-from .state import PoolState, TurnState
+from .state import PoolState, StartEstimator, TurnState
+
+GATEWAY = "gateway"                 # the one holder there is
+MAX_MODEL_ESTIMATORS = 64           # models are named by agents: the state stays bounded
+OTHER_MODELS = "*"                  # the estimator shared by models past that bound
+WHOLE_ANSWER = " (whole answer)"    # the key suffix of non-streaming calls' estimators
+
+
+def estimator_key(turn: TurnState) -> str | None:
+    """Which per-model estimator times this call, None for the pool's own (unheld calls)."""
+    if turn.holder is None or not turn.model:
+        return None
+    return turn.model if turn.streams else turn.model + WHOLE_ANSWER
+
+
+def estimator(state: PoolState, turn: TurnState, *, learn: bool = False) -> StartEstimator:
+    """The estimator of `turn`'s start (or whole answer). With `learn`, one is created for a
+    new model (while there is room; past it the models share one)."""
+    key = estimator_key(turn)
+    if key is None:
+        return state.start
+    found = state.model_starts.get(key)
+    if found is not None:
+        return found
+    if len(state.model_starts) >= MAX_MODEL_ESTIMATORS:
+        key = OTHER_MODELS
+        found = state.model_starts.get(key)
+        if found is not None:
+            return found
+    if not learn:
+        return StartEstimator()   # cold: no deadline yet
+    created = state.model_starts[key] = StartEstimator()
+    return created
+
+
+def suspicion_after(state: PoolState, turn: TurnState, backoff: int) -> float | None:
+    """Seconds after its grant at which a held call becomes a suspect; None while its model's
+    estimate is cold, or when the deadline would not come before the call's own timeout."""
+    est = estimator(state, turn)
+    if est.srtt is None or est.samples < est.WARM_AFTER:
+        return None
+    request_timeout, _idle = state.settings.timeouts_for(turn.model)
+    after = est.timeout(turn.estimated_tokens, state.settings.start_timeout_floor_seconds, request_timeout, backoff)
+    return after if after < request_timeout else None
+
+
+def suspects_off_lane(state: PoolState) -> int:
+    return sum(1 for t in state.turns.values()
+               if t.suspected and (t.lane is None or state.lanes[t.lane] != t.turn_id))
+
+
+def frees_lane(state: PoolState) -> bool:
+    """Whether a new suspect may leave its lane (bounded: see the module's docstring)."""
+    return suspects_off_lane(state) < state.lanes_in_use()
 
 
 def lease_after_heartbeat(settings: PoolSettings, turn: TurnState) -> tuple[float, bool]:
     """(seconds the lease is extended by, whether that is the stall deadline)."""
     stall = settings.stall_timeout_seconds
+    if turn.holder is not None:
+        return settings.lease_seconds, False   # its holder watches the stream (see above)
     if turn.streams and stall is not None and stall < settings.lease_seconds:
         return stall, True
     return settings.lease_seconds, False

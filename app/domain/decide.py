@@ -40,7 +40,7 @@ from . import events as ev
 from .access import AccessPolicy
 from .admission import MAX_RETRY_AFTER_S, RateObservation, aimd_factor, jitter, parse_rate_headers
 from .apply import apply_event
-from .settings import PoolSettings
+from .settings import MAX_MODEL_NAME, PoolSettings
 from .state import AgentState, PoolState, TurnState
 
 Decision = tuple[str, dict[str, Any]]   # (type, data): a decision as the log stores it
@@ -135,6 +135,7 @@ def next_deadline(state: PoolState, now: float) -> float | None:
     """When decide(state, None, ...) next has something to do, or None for never."""
     times: list[float] = [t.lease_expires_at + REAP_GRACE_S for t in state.turns.values()
                           if t.status == ev.GRANTED and t.lease_expires_at is not None]
+    times.extend(cast(float, t.suspect_at) for t in state.turns.values() if _may_become_suspect(t))
     if state.agents:
         times.append(state.last_boost_at + state.settings.boost_seconds)
     if not ordering.by_deadline(state):  # deadlines age by themselves (ordering.py)
@@ -174,6 +175,31 @@ def _in_time(turn: TurnState, inputs: list[ev.Event]) -> bool:
                for e in inputs)
 
 
+def _may_become_suspect(turn: TurnState) -> bool:
+    return (turn.status == ev.GRANTED and turn.suspect_at is not None and not turn.suspected
+            and not turn.progressed)
+
+
+def _answered_by(turn: TurnState, inputs: list[ev.Event]) -> bool:
+    """An input of this pass that shows `turn` progressed by its suspicion deadline (a first
+    chunk or an answer; a keepalive only shows its holder is alive)."""
+    deadline = cast(float, turn.suspect_at)
+    return any(isinstance(e, _IN_TIME_INPUTS) and e.turn_id == turn.turn_id
+               and not (isinstance(e, ev.HeartbeatSent) and e.keepalive)
+               and isinstance(e.at, (int, float)) and e.at <= deadline
+               for e in inputs)
+
+
+def _fire_suspicions(step: _Step, inputs: list[ev.Event]) -> None:
+    state, now = step.state, step.now
+    late = sorted((t for t in state.turns.values() if _may_become_suspect(t)
+                   and cast(float, t.suspect_at) <= now and not _answered_by(t, inputs)),
+                  key=lambda t: (t.suspect_at, t.turn_id))
+    for turn in late:
+        step.emit(ev.TurnSuspected, turn_id=turn.turn_id, agent_id=turn.agent_id, lane=turn.lane,
+                  waited_s=_held(turn, now), lane_freed=deadlines.frees_lane(state))
+
+
 def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
     state, now = step.state, step.now
     expired = sorted((t for t in state.turns.values()
@@ -184,7 +210,7 @@ def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
         if state.turns.get(turn.turn_id) is not turn:
             continue  # already settled earlier in this step
         agent_id = turn.agent_id
-        silent = turn.streams and not turn.progressed
+        silent = turn.streams and not turn.progressed and turn.holder is None
         stalled = turn.streams and turn.progressed and deadlines.lease_after_heartbeat(state.settings, turn)[1]
         step.emit(ev.TurnReaped, turn_id=turn.turn_id, agent_id=agent_id, lane=turn.lane,
                   lease_expires_at=turn.lease_expires_at, granted_at=turn.granted_at,
@@ -202,6 +228,7 @@ def _fire_timers(step: _Step, inputs: list[ev.Event]) -> None:
                                   if t.agent_id == agent_id and t.status == ev.QUEUED), key=lambda t: t.seq):
                 step.emit(ev.TurnCancelled, turn_id=queued.turn_id, agent_id=agent_id,
                           reason="agent quarantined")
+    _fire_suspicions(step, inputs)
     if deadlines.outage_suspected(state):
         step.emit(ev.ProviderOutageSuspected, silent_reaps=state.silent_reaps)
     if state.agents and now >= state.last_boost_at + state.settings.boost_seconds:
@@ -277,7 +304,9 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
               seq=state.next_seq, estimated_tokens=d.estimated_tokens,
               max_output_tokens=max_output, requested_at=d.at if d.has("at") else step.now,
               priority_class=agent.priority_class, streams=bool(d.streams or False),
-              run_id=d.run_id if isinstance(d.run_id, str) and d.run_id else None)
+              run_id=d.run_id if isinstance(d.run_id, str) and d.run_id else None,
+              holder=deadlines.GATEWAY if d.holder == deadlines.GATEWAY else None,
+              model=d.model if isinstance(d.model, str) and 0 < len(d.model) <= MAX_MODEL_NAME else None)
 
 
 def _queue_refusal(state: PoolState, agent_id: str, cap: object) -> rules.Refusal | None:
@@ -302,6 +331,11 @@ def _reason(refusal: rules.Refusal) -> str:
 def _on_heartbeat(step: _Step, d: ev.HeartbeatSent) -> None:
     turn = step.state.turns.get(d.turn_id)
     if turn is None or rules.report_refusal(turn.status):
+        return
+    if d.keepalive and turn.holder is not None:
+        # Its holder is alive: the full lease again, and nothing learned about the call.
+        step.emit(ev.LeaseExtended, turn_id=turn.turn_id, agent_id=turn.agent_id,
+                  lease_expires_at=step.now + step.state.settings.lease_seconds, keepalive=True)
         return
     first_chunk_s = None
     if turn.streams and not turn.progressed:
@@ -453,9 +487,14 @@ def _dispatch(step: _Step) -> None:
                 continue
             return
         after = lane + 1
-        lease, deadline, backoff = state.settings.lease_seconds, None, 0
+        lease, deadline, backoff, suspect_at = state.settings.lease_seconds, None, 0, None
         probe = state.outage_since is not None
-        if head.streams:
+        if head.holder is not None:
+            agent = state.agents.get(head.agent_id)
+            backoff = agent.start_misses if agent else 0
+            suspect_in = deadlines.suspicion_after(state, head, backoff)
+            suspect_at = None if suspect_in is None else now + suspect_in
+        elif head.streams:
             agent = state.agents.get(head.agent_id)
             backoff = max(agent.start_misses if agent else 0, deadlines.probe_backoff(state))
             lease = state.start.timeout(head.estimated_tokens, state.settings.start_timeout_floor_seconds, lease,
@@ -464,6 +503,7 @@ def _dispatch(step: _Step) -> None:
         step.emit(ev.TurnGranted, turn_id=head.turn_id, agent_id=head.agent_id, lane=lane,
                   level=head.level, lease_expires_at=now + lease, reserved_tokens=head.need_tokens,
                   start_deadline=deadline, start_backoff=backoff or None, probe=True if probe else None,
+                  suspect_at=suspect_at,
                   **ordering.grant_fields(state, head))
 
 

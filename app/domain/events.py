@@ -44,6 +44,7 @@ LEASE_EXTENDED = "LeaseExtended"
 TURN_COMPLETED = "TurnCompleted"
 TURN_CANCELLED = "TurnCancelled"
 TURN_REAPED = "TurnReaped"
+TURN_SUSPECTED = "TurnSuspected"              # a held call is late: its lane may go, the call stays
 AGENT_DEMOTED = "AgentDemoted"
 LEVELS_BOOSTED = "LevelsBoosted"
 TURN_PROMOTED = "TurnPromoted"
@@ -58,7 +59,8 @@ PROVIDER_RECOVERED = "ProviderRecovered"
 RATE_RECOVERED = "RateRecovered"                    # the AIMD factor, folded forward for a waiting head
 
 DECISIONS = frozenset({AGENT_ADMITTED, QUARANTINE_LIFTED, TURN_QUEUED, TURN_GRANTED, LEASE_EXTENDED, TURN_COMPLETED,
-                       TURN_CANCELLED, TURN_REAPED, AGENT_DEMOTED, LEVELS_BOOSTED, TURN_PROMOTED, AGENT_QUARANTINED,
+                       TURN_CANCELLED, TURN_REAPED, TURN_SUSPECTED, AGENT_DEMOTED, LEVELS_BOOSTED, TURN_PROMOTED,
+                       AGENT_QUARANTINED,
                        POOL_PAUSED, POOL_RESUMED, RATE_OBSERVED, LANE_LIMIT_CHANGED, PROVIDER_OUTAGE_SUSPECTED,
                        PROVIDER_RECOVERED, RATE_RECOVERED})
 
@@ -150,6 +152,8 @@ class TurnRequested(Event):
     request_id: str | None = None      # the client's id for the command: a retry appends nothing
     run_id: str | None = None          # the client's run (program); absent in older logs
     queue_cap: int | None = None       # the most turns its agent may have queued; absent: no cap
+    holder: str | None = None          # "gateway": the gateway holds the call and renews its lease
+    model: str | None = None           # the model the call names (start deadlines are learned per model)
 
 
 @event
@@ -160,6 +164,7 @@ class HeartbeatSent(Event):
     pool: str | None = None
     at: float | None = None
     request_id: str | None = None
+    keepalive: bool | None = None      # the holder is alive; says nothing of the call's progress
 
 
 @event
@@ -218,6 +223,8 @@ class TurnQueued(Decided):
     priority_class: str
     streams: bool | None = None        # absent in logs written before the start deadline
     run_id: str | None = None          # set when the request named its run
+    holder: str | None = None          # set when the gateway holds the call
+    model: str | None = None           # set when the request named its model
 
 
 @event
@@ -236,6 +243,8 @@ class TurnGranted(Decided):
     order_deadline: float | None = None
     run_service_s: float | None = None     # its run's attained service when granted
     rate_bound: bool | None = None         # set (True) when chosen by the rate-bound order
+    # A held turn (its holder renews the lease): when a call this slow becomes a suspect.
+    suspect_at: float | None = None
 
 
 @event
@@ -246,6 +255,7 @@ class LeaseExtended(Decided):
     lease_expires_at: float
     first_chunk_s: float | None = None     # set on a streaming turn's first heartbeat
     stall_deadline: bool | None = None     # set (True) when the lease ends at the stall deadline
+    keepalive: bool | None = None          # set (True) when the holder renewed it (no progress)
 
 
 @event
@@ -294,6 +304,19 @@ class TurnReaped(Decided):
     no_first_chunk: bool | None = None     # set (True) for a streaming call that never started
     full_lease: bool | None = None         # with it: whether that call had held a whole lease
     stalled: bool | None = None            # set (True) for a stream that started and went silent
+
+
+@event
+class TurnSuspected(Decided):
+    """A held call is slower than its model's learned deadline: it may be hung. It is not
+    cut (its holder is alive and may yet get an answer); its lane is freed so the pool keeps
+    moving, unless as many suspects are already off their lanes as the pool has lanes."""
+    TYPE = TURN_SUSPECTED
+    turn_id: str
+    agent_id: str
+    lane: int
+    waited_s: float
+    lane_freed: bool
 
 
 @event
@@ -466,7 +489,7 @@ _REGISTRY = _catalogue(
     PoolCreated, AgentRegistered, AgentReleased, AgentHibernated, AgentWoken, AgentTokenRotated,
     AgentTokenRevoked, TurnRequested, HeartbeatSent, CompletionReported, CancelRequested,
     AgentAdmitted, QuarantineLifted, TurnQueued, TurnGranted, LeaseExtended, TurnCompleted,
-    TurnCancelled, TurnReaped, AgentDemoted, LevelsBoosted, TurnPromoted, AgentQuarantined,
+    TurnCancelled, TurnReaped, TurnSuspected, AgentDemoted, LevelsBoosted, TurnPromoted, AgentQuarantined,
     PoolPaused, PoolResumed, RateObserved, LaneLimitChanged, ProviderOutageSuspected,
     ProviderRecovered, RateRecovered,
     ContextAppended, ContextCompacted,

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 MAX_LANES = 1024
+MAX_MODEL_TIMEOUTS = 32
+MAX_MODEL_NAME = 200
 POLICIES = ("mlfq", "fifo", "deadline")
 ORDER_FIELDS = ("class_slack_seconds", "run_slack_per_service", "run_slack_cap_seconds",
                 "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds",
@@ -80,6 +82,13 @@ class PoolSettings:
     adaptive_lanes_initial: int = 16            # lanes in use before any sample (at most `lanes`)
     adaptive_lanes_minimum: int = 2             # the learned limit never goes below this
     probe_backoff_cap: int = 2                  # a probe's start deadline doubles at most this often
+    # Calls the gateway holds (it renews their leases while the upstream request is open): the
+    # wall-clock limit of one call and the longest silence between a stream's chunks (before the
+    # first one too), both enforced by the gateway; per model when `model_timeouts` names it
+    # ((model, request timeout, stream idle timeout), ...).
+    request_timeout_seconds: float = 600.0
+    stream_idle_timeout_seconds: float = 120.0
+    model_timeouts: tuple[tuple[str, float, float], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # The grant order of policy "deadline" (app/domain/ordering.py has the rule and the reasons).
     # Written to the log only by pools of that policy, so logs of the other policies keep their
@@ -165,6 +174,16 @@ class PoolSettings:
             problems.append("adaptiveLanesMinimum must be a whole number between 1 and adaptiveLanesInitial")
         if not _is_int(self.probe_backoff_cap) or not 0 <= self.probe_backoff_cap <= 16:
             problems.append("probeBackoffCap must be a whole number between 0 and 16 (doublings)")
+        for label, value in (("requestTimeoutSeconds", self.request_timeout_seconds),
+                             ("streamIdleTimeoutSeconds", self.stream_idle_timeout_seconds)):
+            if not (isinstance(value, (int, float)) and 1 <= value <= 86_400):
+                problems.append(f"{label} must be between 1 and 86400 seconds")
+        if len(self.model_timeouts) > MAX_MODEL_TIMEOUTS or not all(
+                len(entry) == 3 and isinstance(entry[0], str) and 1 <= len(entry[0]) <= MAX_MODEL_NAME
+                and all(isinstance(v, (int, float)) and 1 <= v <= 86_400 for v in entry[1:])
+                for entry in self.model_timeouts):
+            problems.append(f"modelTimeouts must be at most {MAX_MODEL_TIMEOUTS} entries of a model name "
+                            f"(1-{MAX_MODEL_NAME} characters) and two timeouts between 1 and 86400 seconds")
         if self.tokenizer not in ("cl100k_base", "o200k_base"):
             problems.append("tokenizer must be cl100k_base or o200k_base")
         if problems:
@@ -195,9 +214,18 @@ class PoolSettings:
                     del d[key]
         return d
 
+    def timeouts_for(self, model: str | None) -> tuple[float, float]:
+        """(request timeout, stream idle timeout) of a held call to `model`."""
+        for name, request, idle in self.model_timeouts:
+            if name == model:
+                return float(request), float(idle)
+        return self.request_timeout_seconds, self.stream_idle_timeout_seconds
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PoolSettings:
         d = dict(d)
+        if isinstance(d.get("model_timeouts"), list):
+            d["model_timeouts"] = tuple(tuple(entry) for entry in d["model_timeouts"])
         for key in ("allotment_seconds", "allotment_tokens"):
             if key in d:
                 d[key] = tuple(math.inf if v is None else v for v in d[key])
@@ -226,7 +254,8 @@ LEGACY_ORDER: dict[str, Any] = {"output_credit_per_ktoken": 0.0}
 # which is what a stored pool without the key meant all along.
 DEFAULTED: dict[str, Any] = {key: PoolSettings.__dataclass_fields__[key].default
                    for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap",
-                               "output_credit_cap_seconds")}
+                               "output_credit_cap_seconds", "request_timeout_seconds",
+                               "stream_idle_timeout_seconds", "model_timeouts")}
 
 
 def _is_int(value: object) -> bool:

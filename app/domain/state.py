@@ -39,16 +39,26 @@ class TurnState:
     start_backoff: int = 0       # how many times its start deadline was doubled (Karn)
     progressed: bool = False     # a heartbeat arrived since the grant
     run_id: str | None = None    # the client's run (program) this call belongs to, if it said
+    # A held call (the gateway renews its lease while the upstream request is open): when it
+    # becomes a suspect, and whether it has (app/domain/deadlines.py, "held calls").
+    holder: str | None = None
+    model: str | None = None
+    suspect_at: float | None = None
+    suspected: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = flat_dict(self)
-        if d["run_id"] is None:
-            del d["run_id"]      # as before runs existed: old logs keep their state hash
+        for key in _LATER_TURN_FIELDS:
+            if d[key] is None or d[key] is False:
+                del d[key]       # as before the rule existed: old logs keep their state hash
         return d
 
     @property
     def need_tokens(self) -> int:
         return self.estimated_tokens + self.max_output_tokens
+
+
+_LATER_TURN_FIELDS = ("run_id", "holder", "model", "suspect_at", "suspected")
 
 
 def flat_dict(obj: Any) -> dict[str, Any]:
@@ -191,6 +201,9 @@ class PoolState:
     silent_from: float | None = None  # the earliest grant among those reaps
     outage_since: float | None = None  # a suspected provider outage began (one probe at a time)
     failed_probes: int = 0
+    # First-chunk (and whole-answer) times of held calls, one estimator per model: one pool may
+    # serve a fast chat model and a slow reasoning model (deadlines.estimator_key).
+    model_starts: dict[str, StartEstimator] = field(default_factory=dict)
 
     # Each agent's QUEUED turns, counted: an index of the queues, not state of its own (not
     # stored, not compared). Built from the queues by the first queued_of(), then kept by
@@ -268,6 +281,8 @@ class PoolState:
             d["runs"] = {k: flat_dict(v) for k, v in sorted(self.runs.items())}
         if self.lane_limit != LaneLimit():
             d["lane_limit"] = asdict(self.lane_limit)
+        if self.model_starts:
+            d["model_starts"] = {k: asdict(v) for k, v in sorted(self.model_starts.items())}
         for key in self._LATER:
             value = getattr(self, key)
             if value != PoolState.__dataclass_fields__[key].default:
@@ -285,6 +300,7 @@ class PoolState:
         state.granted_total = d.get("granted_total", 0)
         state.start = StartEstimator(**d.get("start", {}))
         state.lane_limit = LaneLimit(**d.get("lane_limit", {}))
+        state.model_starts = {k: StartEstimator(**v) for k, v in d.get("model_starts", {}).items()}
         for key in cls._LATER:
             if key in d:
                 setattr(state, key, d[key])

@@ -85,14 +85,15 @@ class _Exchange:
                 self.gone.set()
                 return
 
-    async def race(self, awaitable, ended: asyncio.Future | None = None):
-        """`awaitable`'s result, unless the client leaves (ClientGone) or the turn ends
-        first (returns `_ENDED`). The loser is cancelled."""
+    async def race(self, awaitable, ended: asyncio.Future | None = None, timeout: float | None = None):
+        """`awaitable`'s result, unless the client leaves (ClientGone), the turn ends
+        first (returns `_ENDED`) or `timeout` seconds pass (returns `_TIMED_OUT`). The loser
+        is cancelled."""
         task = asyncio.ensure_future(awaitable)
         gone = asyncio.ensure_future(self.gone.wait())
         waits = {task, gone} | ({ended} if ended is not None else set())
         try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED, timeout=timeout)
         except asyncio.CancelledError:
             task.cancel()
             raise
@@ -103,7 +104,7 @@ class _Exchange:
         task.cancel()
         if gone in done or self.gone.is_set():
             raise ClientGone()
-        return _ENDED
+        return _ENDED if done else _TIMED_OUT
 
     async def reply(self, status: int, payload: dict | bytes, headers: dict | None = None) -> None:
         body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
@@ -131,6 +132,7 @@ class _Exchange:
 
 
 _ENDED = object()
+_TIMED_OUT = object()
 _background: set[asyncio.Task] = set()
 
 
@@ -216,10 +218,11 @@ class GatewayEndpoint:
         prompt = self.wire.count_prompt(body, encoding)
         max_out = self.wire.max_output_tokens(body)
         streaming = body.get("stream") is True
+        model = body.get("model") if isinstance(body.get("model"), str) else None
         turn = GatewayTurn(rt, principal, pool)
         try:
             await x.race(turn.take(prompt, max_out, streams=streaming, run_id=run_id,
-                                   max_wait_s=max_wait, mean_hold_s=self.mean_hold_s))
+                                   max_wait_s=max_wait, mean_hold_s=self.mean_hold_s, model=model))
         except QueueTimeout as exc:
             wait = max(1, math.ceil(exc.estimated_wait_s))
             await x.error(429, f"queued longer than {MAX_WAIT_HEADER}; estimated wait {wait}s",
@@ -233,9 +236,11 @@ class GatewayEndpoint:
             return
         logs.bind(turn_id=turn.turn_id)
         granted_at = time.monotonic()
+        turn.set_limits(*rt.projector.model.pools[pool].settings.timeouts_for(model))
         try:
             await self._forward(x, turn, upstream, raw, body, pool, prompt, encoding, streaming)
         finally:
+            turn.close()
             hold = time.monotonic() - granted_at
             self.mean_hold_s += (hold - self.mean_hold_s) / 8
 
@@ -245,7 +250,8 @@ class GatewayEndpoint:
             "POST", upstream.url(self.wire.path), content=raw,
             headers=self.wire.upstream_headers(x.headers, upstream.api_key))
         try:
-            response = await x.race(upstream.client.send(request, stream=True), turn.ended)
+            response = await x.race(upstream.client.send(request, stream=True), turn.ended,
+                                    turn.budget(idle=streaming))
         except ClientGone:
             _in_background(turn.complete(ev.ERROR, prompt, 0))
             raise
@@ -254,10 +260,13 @@ class GatewayEndpoint:
             await turn.complete(ev.ERROR, prompt, 0)
             await x.error(502, f"the upstream could not be reached: {type(exc).__name__}")
             return
+        if response is _TIMED_OUT:
+            await turn.complete(ev.ERROR, prompt, 0)
+            await x.error(504, turn.timeout_message(idle=streaming))
+            return
         if response is _ENDED:
-            deadline = "start deadline" if streaming else "lease"
-            await x.error(504, f"the upstream sent nothing before the turn's {deadline}; AgentRM reaped "
-                               "the turn and closed the call")
+            await x.error(504, "AgentRM ended the turn before the upstream answered (its lease expired: "
+                               "the gateway could not renew it)")
             return
         metrics.UPSTREAM_STATUS.labels(pool, str(response.status_code)).inc()
         try:
@@ -272,11 +281,11 @@ class GatewayEndpoint:
 
     async def _relay_failure(self, x: _Exchange, turn: GatewayTurn, response, prompt: int) -> None:
         try:
-            content = await x.race(response.aread(), turn.ended)
+            content = await x.race(response.aread(), turn.ended, turn.budget(idle=False))
         except ClientGone:
             _in_background(turn.complete(ev.ERROR, prompt, 0))
             raise
-        if content is _ENDED:
+        if content is _ENDED or content is _TIMED_OUT:
             content = b""
         headers = _client_headers(response.headers)
         if response.status_code == 429:
@@ -293,11 +302,16 @@ class GatewayEndpoint:
         stream = response.aiter_raw()
         try:
             while True:
-                part = await x.race(anext(stream, None), turn.ended)
+                part = await x.race(anext(stream, None), turn.ended, turn.budget(idle=False))
                 if part is None:
                     break
+                if part is _TIMED_OUT:
+                    await turn.complete(ev.ERROR, prompt, 0)
+                    await x.error(504, turn.timeout_message(idle=False))
+                    return
                 if part is _ENDED:
-                    await x.error(504, "the upstream call outlived its lease; AgentRM reaped the turn")
+                    await x.error(504, "AgentRM ended the turn before the upstream answered (its lease "
+                                       "expired: the gateway could not renew it)")
                     return
                 turn.on_chunk()
                 parts.append(part)
@@ -331,19 +345,23 @@ class GatewayEndpoint:
 
         try:
             while True:
-                part = await x.race(anext(stream, None), turn.ended)
+                part = await x.race(anext(stream, None), turn.ended, turn.budget(idle=True))
                 if part is None:
                     break
-                if part is _ENDED:   # reaped: the scheduler already settled the turn
+                if part is _ENDED or part is _TIMED_OUT:
                     settled = True
+                    if part is _TIMED_OUT:   # the gateway's own cut: settled with what was streamed
+                        used_prompt = usage.prompt_tokens if usage.prompt_tokens is not None else prompt
+                        await turn.complete(ev.ERROR, used_prompt, usage.completion())
+                        message = turn.timeout_message(idle=True)
+                    else:                    # reaped: the scheduler already settled the turn
+                        message = ("AgentRM ended the turn mid-call (its lease expired: the gateway "
+                                   "could not renew it) and closed the upstream call")
                     if began:
-                        await x.chunk(self.wire.stream_error(
-                            504, "the stream stalled past the turn's lease; AgentRM reaped the turn "
-                                 "and closed the upstream call"))
+                        await x.chunk(self.wire.stream_error(504, message))
                         await x.send({"type": "http.response.body", "body": b"", "more_body": False})
                     else:
-                        await x.error(504, "the upstream sent nothing before the turn's start deadline; "
-                                           "AgentRM reaped the turn and closed the call")
+                        await x.error(504, message)
                     return
                 turn.on_chunk()
                 for payload in parser.feed(part):

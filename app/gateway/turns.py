@@ -1,9 +1,13 @@
-"""One gateway call's turn: take it (waiting in the queue), heartbeat from the stream,
-watch for a reap, complete it with what the upstream reported.
+"""One gateway call's turn: take it (waiting in the queue), hold it while the upstream call
+is open, watch for a reap, complete it with what the upstream reported.
 
-The gateway is an ordinary agent-side client of the Service, like a GraphQL caller: it
-uses request_turn / heartbeat / complete_turn / cancel_turn, so every rule (MLFQ,
-admission, start deadline, pauses) applies to it unchanged.
+The gateway is the holder of its turns (TurnRequested.holder = "gateway"; the rules are in
+app/domain/deadlines.py): while its upstream request is open it renews the lease itself,
+on a timer (keepalive heartbeats), so a lease expiry means the gateway is gone, never
+that a call is slow. The first chunk of a stream is reported at once (a heartbeat that
+is the model's first-chunk sample). Otherwise the gateway uses request_turn / heartbeat /
+complete_turn / cancel_turn like any client, so every other rule (the grant order,
+admission, pauses) applies to it unchanged.
 """
 from __future__ import annotations
 
@@ -86,19 +90,26 @@ class GatewayTurn:
         self.svc = runtime.service
         self.turn_id: str | None = None
         self.lease_s = runtime.projector.model.pools[pool].settings.lease_seconds
-        self._last_beat: float | None = None
+        self._streams = False
+        self._first_chunk_sent = False
         self._beat: asyncio.Task | None = None
+        self._keepalive: asyncio.Task | None = None
         self._completing = False
+        self._deadline = math.inf
+        self.request_timeout_s = self.idle_timeout_s = math.inf
         self.ended: asyncio.Future | None = None     # set when the turn leaves GRANTED
         self._watch: asyncio.Task | None = None
 
     async def take(self, estimated_tokens: int, max_output_tokens: int, *, streams: bool,
-                   run_id: str | None, max_wait_s: float | None, mean_hold_s: float) -> TurnDoc:
+                   run_id: str | None, max_wait_s: float | None, mean_hold_s: float,
+                   model: str | None = None) -> TurnDoc:
         started = time.monotonic()
+        self._streams = streams
         # No wait inside request_turn: it returns at the scheduler's first answer (queued or
         # granted) with the turn's id, so a client that leaves while queued can be cancelled.
         request = asyncio.ensure_future(self.svc.request_turn(
-            self.principal, estimated_tokens, max_output_tokens, 0.0, streams=streams, run_id=run_id))
+            self.principal, estimated_tokens, max_output_tokens, 0.0, streams=streams, run_id=run_id,
+            held_by_gateway=True, model=model))
         try:
             doc = await asyncio.shield(request)
         except asyncio.CancelledError:
@@ -118,23 +129,52 @@ class GatewayTurn:
                     wait = estimated_wait(state, self.turn_id, time.time(), mean_hold_s)
                     await self.cancel()
                     raise QueueTimeout(wait)
-                model = self.rt.projector.model
+                read_model = self.rt.projector.model
                 await self.rt.projector.wait_until(
-                    lambda model=model: model.turns[self.turn_id]["status"] != ev.QUEUED, left,
+                    lambda read_model=read_model: read_model.turns[self.turn_id]["status"] != ev.QUEUED, left,
                     turn_id=self.turn_id)
-                doc = model.turns[self.turn_id]
+                doc = read_model.turns[self.turn_id]
         except asyncio.CancelledError:
             await asyncio.shield(self.cancel())   # the client left while queued
             raise
         if doc["status"] != ev.GRANTED:
             raise TurnEnded(f"turn {self.turn_id} ended {doc['status']}: {doc.get('reason') or ''}".strip())
-        if not streams:
-            # A plain lease from the grant: no start deadline to meet, so the first heartbeat
-            # is due only a third of a lease in (a short call then costs no heartbeat at all).
-            self._last_beat = time.monotonic()
         self.ended = asyncio.get_running_loop().create_future()
         self._watch = asyncio.create_task(self._watch_end())
+        self._keepalive = asyncio.create_task(self._keep_alive())
         return doc
+
+    def set_limits(self, request_timeout_s: float, idle_timeout_s: float) -> None:
+        """The call's own timeouts (PoolSettings.timeouts_for its model), from now (the grant)."""
+        self._deadline = time.monotonic() + request_timeout_s
+        self.request_timeout_s, self.idle_timeout_s = request_timeout_s, idle_timeout_s
+
+    def budget(self, *, idle: bool) -> float:
+        """How long the next read from the upstream may take: what is left of the call's
+        wall-clock limit, and for a stream at most the idle timeout between chunks."""
+        left = max(0.0, self._deadline - time.monotonic())
+        return min(left, self.idle_timeout_s) if idle else left
+
+    def timeout_message(self, *, idle: bool) -> str:
+        if idle and self.idle_timeout_s <= max(0.0, self._deadline - time.monotonic()):
+            return (f"the upstream sent nothing for {self.idle_timeout_s:g} s (the pool's "
+                    "streamIdleTimeoutSeconds); AgentRM closed the call")
+        return (f"the upstream call took longer than {self.request_timeout_s:g} s (the pool's "
+                "requestTimeoutSeconds); AgentRM closed the call")
+
+    async def _keep_alive(self) -> None:
+        """Renew the lease every third of it while the call is open (this task is cancelled
+        when the turn completes or the exchange ends). A short call costs no heartbeat at all;
+        a refused one (the turn ended meanwhile) stops the renewals."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.svc.heartbeat(self.principal, self.turn_id, keepalive=True)
+            except ServiceError as exc:
+                log.info("keepalive refused", extra={"turn_id": self.turn_id, "reason": str(exc)})
+                return
+            except Exception as exc:  # noqa: BLE001 - a database blip: the next renewal may pass
+                log.warning("keepalive failed", extra={"turn_id": self.turn_id, "reason": str(exc)})
 
     async def _watch_end(self) -> None:
         model = self.rt.projector.model
@@ -151,15 +191,12 @@ class GatewayTurn:
         return self.ended is not None and self.ended.done() and not self._completing
 
     def on_chunk(self) -> None:
-        """Called from the code that reads the upstream's bytes, never from a timer: a
-        streaming call's first chunk starts the full lease, later ones (and a long
-        non-streaming body's) keep it alive every lease/3."""
-        now = time.monotonic()
-        if self._last_beat is not None and now - self._last_beat < self.lease_s / 3:
+        """Called from the code that reads the upstream's bytes: a stream's first chunk is
+        reported at once (its model's first-chunk sample, and the end of any suspicion);
+        the lease itself is the keepalive's to renew."""
+        if not self._streams or self._first_chunk_sent:
             return
-        if self._beat is not None and not self._beat.done():
-            return
-        self._last_beat = now
+        self._first_chunk_sent = True
         self._beat = asyncio.create_task(self._heartbeat())
 
     async def _heartbeat(self) -> None:
@@ -190,5 +227,6 @@ class GatewayTurn:
             await self.svc.cancel_turn(self.principal, self.turn_id)
 
     def close(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
+        for task in (self._watch, self._keepalive):
+            if task is not None:
+                task.cancel()

@@ -213,42 +213,46 @@ async def test_a_client_that_disconnects_mid_stream(server, operator):
         await fake.stop()
 
 
-async def test_a_hung_upstream_call_is_reaped_at_its_start_deadline(server, operator, upstream):
-    pool = await make_pool(operator, upstream, startTimeoutFloorSeconds=0.5)
+async def test_a_hung_stream_becomes_a_suspect_frees_its_lane_and_is_closed_at_the_idle_timeout(
+        server, operator, upstream):
+    pool = await make_pool(operator, upstream, lanes=1, adaptiveLanes=False, startTimeoutFloorSeconds=0.5,
+                           streamIdleTimeoutSeconds=3.0)
     agent_id, token = await make_agent(operator, pool)
     client = openai_client(server, token)
-    for _ in range(8):   # the start deadline is learned from 8 first chunks, then it applies
+    for _ in range(8):   # the model's deadline is learned from 8 first chunks, then it applies
         stream = await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=16,
                                                       stream=True)
         async for _chunk in stream:
             pass
     upstream.hang_next(1)
-    with pytest.raises(openai.APIStatusError) as raised:
+
+    async def hung_call():
         stream = await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=16,
                                                       stream=True)
         async for _chunk in stream:
             pass
-    assert raised.value.status_code == 504 and "start deadline" in raised.value.message
-    hung = upstream.seen[-1]
-    assert hung.hung
-    await asyncio.wait_for(hung.closed.wait(), 30)   # the gateway closed the hung upstream call
-    reaped = await events_of(server, {ev.TURN_REAPED}, agent_id=agent_id)
-    assert len(reaped) == 1
-    assert reaped[0].data["no_first_chunk"] is True and not reaped[0].data.get("full_lease")
-    granted = (await events_of(server, {ev.TURN_GRANTED}, turn_id=reaped[0].data["turn_id"]))[0]
-    assert granted.data["lease_expires_at"] - granted.data["at"] < 30.0   # a deadline, not the lease
-    async with httpx.AsyncClient() as http:
-        metrics = (await http.get(f"{server.base}/metrics")).text
-    assert f'agentrm_reaps_total{{kind="start_deadline",pool="{pool}"}} 1.0' in metrics or \
-        f'agentrm_reaps_total{{pool="{pool}",kind="start_deadline"}} 1.0' in metrics
-    # The lane is free again: the next call is served.
+    hung = asyncio.create_task(hung_call())
+    await upstream.wait_for(lambda seen: len(seen) == 9 and seen[-1].hung)
+    # One lane, held by the hung call: the next call is served once the hung one is a suspect.
     reply = await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=16)
     assert reply.choices[0].message.content == REPLY
+    assert not hung.done()                       # the suspect was not cut: its holder is alive
+    with pytest.raises(openai.APIStatusError) as raised:
+        await hung
+    assert raised.value.status_code == 504 and "streamIdleTimeoutSeconds" in raised.value.message
+    await asyncio.wait_for(upstream.seen[8].closed.wait(), 30)   # the gateway closed the hung upstream call
+    [suspected] = await events_of(server, {ev.TURN_SUSPECTED}, agent_id=agent_id)
+    assert suspected.data["lane_freed"] is True and suspected.data["waited_s"] < 3.0
+    assert not await events_of(server, {ev.TURN_REAPED}, agent_id=agent_id)
+    turn = next(t for t in turns_of(server, agent_id) if t["turn_id"] == suspected.data["turn_id"])
+    assert turn["status"] == ev.COMPLETED and turn["outcome"] == ev.ERROR
+    assert len(upstream.seen) == 10              # nothing was sent twice
     await client.close()
 
 
-async def test_a_stream_that_stalls_is_reaped_at_its_lease_and_closed(server, operator, upstream):
-    pool = await make_pool(operator, upstream, leaseSeconds=5.0)
+async def test_a_stream_that_stalls_is_closed_at_the_idle_timeout_and_charged_what_it_sent(
+        server, operator, upstream):
+    pool = await make_pool(operator, upstream, leaseSeconds=5.0, streamIdleTimeoutSeconds=2.0)
     agent_id, token = await make_agent(operator, pool)
     client = openai_client(server, token)
     upstream.stall_next_after(3)
@@ -258,12 +262,11 @@ async def test_a_stream_that_stalls_is_reaped_at_its_lease_and_closed(server, op
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
                 got.append(chunk.choices[0].delta.content)
-    assert got == ["word0 ", "word1 ", "word2 "] and "stalled" in raised.value.message
+    assert got == ["word0 ", "word1 ", "word2 "] and "sent nothing for 2 s" in raised.value.message
     await asyncio.wait_for(upstream.seen[0].closed.wait(), 30)   # and the upstream call was closed
+    await wait_model(server, lambda: turns_of(server, agent_id)[0]["status"] == ev.COMPLETED)
     turn = turns_of(server, agent_id)[0]
-    assert turn["status"] == ev.REAPED
-    reaped = (await events_of(server, {ev.TURN_REAPED}, turn_id=turn["turn_id"]))[0]
-    assert not reaped.data.get("no_first_chunk")       # it had started: a lease reap
+    assert turn["outcome"] == ev.ERROR and turn["completion_tokens"] == 7   # "word0 word1 word2 "
     await client.close()
 
 

@@ -82,6 +82,9 @@ class Turn:
     level: int | None
     lease_seconds: float
     _rm: AgentRM = field(repr=False)
+    # How far apart chunk() heartbeats: a third of what each one extends the lease by (a
+    # streaming turn's heartbeat after its first chunk extends it by the pool's stall deadline).
+    beat_every: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -93,7 +96,8 @@ class Turn:
         heartbeats at once (the start deadline is met), later ones every lease/3. Never
         call it from a timer: a timer keeps a hung call alive."""
         now = time.monotonic()
-        if self._last_beat is not None and now - self._last_beat < self.lease_seconds / 3:
+        every = self.beat_every if self.beat_every is not None else self.lease_seconds / 3
+        if self._last_beat is not None and now - self._last_beat < every:
             return
         if self._beat is not None and not self._beat.done():
             return
@@ -144,7 +148,10 @@ class _TurnBlock:
         if doc["status"] != "GRANTED":
             raise TurnNotGranted(f"turn {self.turn_id} ended {doc['status']}: {doc.get('reason') or ''}",
                                  doc["status"])
-        self.turn = Turn(doc["id"], doc["lane"], doc["level"], await self.rm.lease_seconds(), self.rm)
+        lease = await self.rm.lease_seconds()
+        stall = self.rm._stall if streams else None
+        self.turn = Turn(doc["id"], doc["lane"], doc["level"], lease, self.rm,
+                         beat_every=min(lease, stall if stall is not None else lease) / 3)
         return self.turn
 
     async def _granted(self) -> Data:
@@ -187,6 +194,7 @@ class AgentRM:
     def __init__(self, url: str, token: str, *, timeout: float = 60.0):
         self.transport = Transport(url, token, timeout=timeout)
         self._lease: float | None = None
+        self._stall: float | None = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -206,8 +214,11 @@ class AgentRM:
 
     async def lease_seconds(self) -> float:
         if self._lease is None:
-            data = await self.transport.query("{ pools { leaseSeconds } }")
-            self._lease = float(data["pools"][0]["leaseSeconds"])
+            data = await self.transport.query("{ pools { leaseSeconds stallTimeoutSeconds } }")
+            pool = data["pools"][0]   # an agent sees its own pool only
+            self._lease = float(pool["leaseSeconds"])
+            stall = pool.get("stallTimeoutSeconds")
+            self._stall = float(stall) if stall is not None else None
         return self._lease
 
     async def _heartbeat(self, turn_id: str) -> None:

@@ -43,6 +43,7 @@ class Watcher:
 class FakeAgentRM:
     lanes: int = 1
     lease_seconds: float = 30.0
+    stall_timeout_seconds: float | None = 6.0
     base: str = ""                               # http://127.0.0.1:<port of the websockets server>
     holders: list[str | None] = field(default_factory=list)
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -148,7 +149,7 @@ class FakeAgentRM:
             self._finish(variables["t"], "CANCELLED", reason="cancelled by the agent")
             return {"id": variables["t"]}
         if name == "pools":
-            return [{"leaseSeconds": self.lease_seconds}]
+            return [{"leaseSeconds": self.lease_seconds, "stallTimeoutSeconds": self.stall_timeout_seconds}]
         if name == "appendContext":
             self.messages.append(variables["i"])
             return {"agentId": self.agents[token], "hotTokens": sum(len(m["content"].split()) for m in self.messages),

@@ -66,20 +66,23 @@ async def test_a_queued_turn_enters_when_the_subscription_says_granted(fake: Fak
     assert fake.connection_payloads == [{"authorization": f"Bearer {AGENT_TOKEN}"}]
 
 
-async def test_the_first_chunk_heartbeats_at_once_and_later_ones_every_lease_third(
-        fake: FakeAgentRM, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("streams, every", [(True, 2.0), (False, 10.0)])
+async def test_the_first_chunk_heartbeats_at_once_and_later_ones_a_third_of_what_each_extends(
+        fake: FakeAgentRM, monkeypatch: pytest.MonkeyPatch, streams: bool, every: float):
+    # Lease 30 s, stall deadline 6 s: a stream's heartbeat after its first chunk extends the
+    # lease by 6 s only, so they go every 2 s; a call that does not stream, every 10 s.
     clock = [100.0]     # the client's clock only, so the throttle is checked without sleeping
     monkeypatch.setattr(agentrm_client.client, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     async with AgentRM(fake.base, AGENT_TOKEN) as rm:
-        async with rm.turn(estimated_tokens=10) as turn:   # lease 30 s: a heartbeat per 10 s at most
+        async with rm.turn(estimated_tokens=10, streams=streams) as turn:
             for _ in range(50):
                 turn.chunk()
             await until(lambda: len(fake.heartbeats) == 1)
-            clock[0] = 109.9
+            clock[0] = 100.0 + every - 0.1
             turn.chunk()
             await asyncio.sleep(0.05)
             assert len(fake.heartbeats) == 1
-            clock[0] = 110.1
+            clock[0] = 100.0 + every + 0.1
             fake.delays["heartbeat"] = 0.2
             turn.chunk()
         # The block waited for the (slow) heartbeat it started before completing.

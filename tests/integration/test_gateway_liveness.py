@@ -1,0 +1,63 @@
+"""Slow models are not zombies: the gateway holds its calls' turns and renews their leases
+while the upstream is working, so a call slower than any lease or learned deadline
+succeeds with one provider call, and the agent is never quarantined for it."""
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest_asyncio
+
+from app.domain import events as ev
+from tests.fake_upstream import FakeUpstream
+from tests.integration.test_gateway import MESSAGES, REPLY, events_of, make_agent, make_pool, turns_of
+
+
+@pytest_asyncio.fixture
+async def upstream():
+    fake = await FakeUpstream().start()
+    yield fake
+    await fake.stop()
+
+
+async def test_slow_calls_succeed_once_with_the_sdks_defaults_and_nobody_is_quarantined(server, operator, upstream):
+    # Default pool settings: a 30 s lease, the learned start deadline. Default SDK settings:
+    # its own retries (2) and timeout (600 s) - a 504 would have been retried.
+    slow_pool = await make_pool(operator, upstream)
+    stream_pool = await make_pool(operator, upstream)
+    slow_agent, slow_token = await make_agent(operator, slow_pool, "slow-reply")
+    stream_agent, stream_token = await make_agent(operator, stream_pool, "slow-stream")
+    slow_client = openai.AsyncOpenAI(base_url=f"{server.base}/v1", api_key=slow_token)
+    stream_client = openai.AsyncOpenAI(base_url=f"{server.base}/v1", api_key=stream_token)
+
+    async def answered_after_45_s() -> str:
+        upstream.delay_next(45.0, "fake-reasoner")
+        reply = await slow_client.chat.completions.create(model="fake-reasoner", messages=MESSAGES)
+        return reply.choices[0].message.content
+
+    async def first_chunk_after_20_s() -> str:
+        for _ in range(12):        # a warm pool: its first-chunk deadline is learned (about 0.1 s)
+            stream = await stream_client.chat.completions.create(model="fake-gpt", messages=MESSAGES, stream=True)
+            async for _chunk in stream:
+                pass
+        upstream.delay_next(20.0, "fake-gpt")
+        stream = await stream_client.chat.completions.create(model="fake-gpt", messages=MESSAGES, stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    slow, streamed = await asyncio.gather(answered_after_45_s(), first_chunk_after_20_s())
+    assert slow == REPLY and streamed == REPLY
+    assert [s.model for s in upstream.seen].count("fake-reasoner") == 1      # one provider call each
+    assert len([s for s in upstream.seen if s.model == "fake-gpt"]) == 13
+    model = server.runtime.projector.model
+    for agent_id in (slow_agent, stream_agent):
+        assert model.agent_view(agent_id)["state"] == ev.ACTIVE
+        assert {t["status"] for t in turns_of(server, agent_id)} == {ev.COMPLETED}
+        assert not await events_of(server, {ev.TURN_REAPED}, agent_id=agent_id)
+    # The slow stream was a suspect (its lane freed) and was not cut; the 45 s call's lease
+    # was renewed by the gateway's keepalives.
+    assert await events_of(server, {ev.TURN_SUSPECTED}, agent_id=stream_agent)
+    [slow_turn] = turns_of(server, slow_agent)
+    keepalives = await events_of(server, {ev.HEARTBEAT_SENT}, turn_id=slow_turn["turn_id"], keepalive=True)
+    assert len(keepalives) >= 4
+    await slow_client.close()
+    await stream_client.close()
