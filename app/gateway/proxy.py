@@ -30,7 +30,7 @@ from app.auth import authenticate
 from app.context.tokens import encoding_ready
 from app.db.outage import is_outage
 from app.domain import events as ev
-from app.errors import BadInput, Forbidden, NotFound, ServiceError, Unauthenticated, Unavailable
+from app.errors import BadInput, Forbidden, LimitExceeded, NotFound, ServiceError, Unauthenticated, Unavailable
 from app.observability import logs, metrics
 
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
@@ -44,7 +44,8 @@ MAX_WAIT_HEADER = "x-agentrm-max-wait"
 RECORD_CONTEXT_HEADER = "x-agentrm-record-context"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms")
-_STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, Unavailable: 503}
+_STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, LimitExceeded: 429,
+           Unavailable: 503}
 
 
 class ClientGone(Exception):

@@ -21,7 +21,7 @@ from typing import cast
 from app.auth import Principal
 from app.domain import events as ev
 from app.domain.decide import available
-from app.errors import Conflict, ServiceError
+from app.errors import Conflict, LimitExceeded, ServiceError
 from app.projections.documents import TurnDoc
 from app.service import MAX_WAIT_SECONDS
 
@@ -105,20 +105,22 @@ class GatewayTurn:
                    model: str | None = None) -> TurnDoc:
         started = time.monotonic()
         self._streams = streams
-        # No wait inside request_turn: it returns at the scheduler's first answer (queued or
-        # granted) with the turn's id, so a client that leaves while queued can be cancelled.
-        request = asyncio.ensure_future(self.svc.request_turn(
-            self.principal, estimated_tokens, max_output_tokens, 0.0, streams=streams, run_id=run_id,
-            held_by_gateway=True, model=model))
-        try:
-            doc = await asyncio.shield(request)
-        except asyncio.CancelledError:
-            # The client left before the scheduler's first answer: the request is in the log
-            # already, so let it finish (seconds at most) and cancel the turn it made.
-            with contextlib.suppress(Exception):
-                self.turn_id = (await request)["turn_id"]
-                await self.cancel()
-            raise
+
+        def wait_left() -> float:
+            return MAX_WAIT_SECONDS if max_wait_s is None else max_wait_s - (time.monotonic() - started)
+        while True:
+            try:
+                doc = await self._request(estimated_tokens, max_output_tokens, streams, run_id, model)
+                break
+            except LimitExceeded:
+                # The agent's queue is at its cap (AGENTRM_MAX_QUEUED_PER_AGENT). A burst from one
+                # agent (asyncio.gather, abatch) waits here for a slot, within the client's own
+                # wait, rather than failing: no SDK retries a 400, and a 429 the SDK retries twice
+                # would fail a burst of 50 all the same. Only the wait running out answers 429.
+                left = wait_left()
+                if left <= 0:
+                    raise QueueTimeout(max(1.0, mean_hold_s)) from None
+                await self._slot_freed(min(left, 1.0))
         self.turn_id = doc["turn_id"]
         try:
             while doc["status"] == ev.QUEUED:
@@ -143,6 +145,30 @@ class GatewayTurn:
         self._watch = asyncio.create_task(self._watch_end())
         self._keepalive = asyncio.create_task(self._keep_alive())
         return doc
+
+    async def _request(self, estimated_tokens: int, max_output_tokens: int, streams: bool, run_id: str | None,
+                       model: str | None) -> TurnDoc:
+        # No wait inside request_turn: it returns at the scheduler's first answer (queued or
+        # granted) with the turn's id, so a client that leaves while queued can be cancelled.
+        request = asyncio.ensure_future(self.svc.request_turn(
+            self.principal, estimated_tokens, max_output_tokens, 0.0, streams=streams, run_id=run_id,
+            held_by_gateway=True, model=model))
+        try:
+            return await asyncio.shield(request)
+        except asyncio.CancelledError:
+            # The client left before the scheduler's first answer: the request is in the log
+            # already, so let it finish (seconds at most) and cancel the turn it made.
+            with contextlib.suppress(Exception):
+                self.turn_id = (await request)["turn_id"]
+                await self.cancel()
+            raise
+
+    async def _slot_freed(self, timeout: float) -> None:
+        """Until one of the agent's queued turns leaves the queue (or `timeout`)."""
+        state = self.rt.projector.model.pools[self.pool]
+        agent_id = cast(str, self.principal.agent_id)
+        queued = state.queued_of(agent_id)
+        await self.rt.projector.wait_until(lambda: state.queued_of(agent_id) < queued, timeout)
 
     def set_limits(self, request_timeout_s: float, idle_timeout_s: float) -> None:
         """The call's own timeouts (PoolSettings.timeouts_for its model), from now (the grant)."""

@@ -61,3 +61,22 @@ async def test_slow_calls_succeed_once_with_the_sdks_defaults_and_nobody_is_quar
     assert len(keepalives) >= 4
     await slow_client.close()
     await stream_client.close()
+
+
+async def test_fifty_concurrent_calls_on_one_token_all_succeed_with_the_sdks_defaults(server, operator):
+    # Slow enough answers that the agent's queue reaches its cap (32) behind 4 lanes.
+    fake = await FakeUpstream(first_chunk_s=0.2).start()
+    try:
+        pool = await make_pool(operator, fake, lanes=4, adaptiveLanes=False)
+        agent_id, token = await make_agent(operator, pool, "burst")
+        client = openai.AsyncOpenAI(base_url=f"{server.base}/v1", api_key=token)   # default retries, timeout
+        replies = await asyncio.gather(*(client.chat.completions.create(model="fake-gpt", messages=MESSAGES)
+                                         for _ in range(50)))
+        assert [r.choices[0].message.content for r in replies] == [REPLY] * 50
+        assert len(fake.seen) == 50 and {s.status for s in fake.seen} == {200}   # none twice, none refused
+        assert server.runtime.projector.model.pools[pool].queued_count() == 0
+        refused = await events_of(server, {ev.TURN_CANCELLED}, agent_id=agent_id)
+        assert all("queue full" not in e.data["reason"] for e in refused)
+        await client.close()
+    finally:
+        await fake.stop()
