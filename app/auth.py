@@ -23,6 +23,9 @@ from .errors import Forbidden, Unauthenticated
 class Principal:
     kind: str                  # "operator" | "agent"
     agent_id: str | None = None
+    # The gateway acting for the agent on a call it holds: only it may heartbeat, complete or
+    # cancel such a turn (an agent completing its own gateway turn would hide the call's spend).
+    via_gateway: bool = False
 
     @property
     def is_operator(self) -> bool:

@@ -412,6 +412,9 @@ class Service:
                 raise Forbidden("only the turn's agent may do this")
         elif doc["agent_id"] != principal.agent_id:
             raise Forbidden("this turn belongs to another agent")
+        if doc.get("holder") == "gateway" and not (principal.via_gateway or principal.is_operator):
+            raise Forbidden("this turn is held by the gateway, which reports its heartbeats and completion "
+                            "itself; an agent cannot change it")
         return doc
 
     async def _granted_turn(self, principal: Principal | None, turn_id: str) -> TurnDoc:

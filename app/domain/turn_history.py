@@ -43,6 +43,8 @@ class TurnHistory:
     max_output_tokens: int | None = None
     streams: bool = False
     run_id: str | None = None               # the client's run, when the request named one
+    holder: str | None = None               # "gateway" when the gateway holds the call
+    model: str | None = None                # the model the call named, when it did
     priority_class: str | None = None       # the agent's class when the turn was queued
     status: str = ev.QUEUED
     level: int | None = None
@@ -82,12 +84,12 @@ def start(event: ev.Event, position: int | None = None) -> TurnHistory | None:
         return TurnHistory(event.turn_id, event.agent_id, pool=event.pool, requested_at=event.at,
                            estimated_tokens=event.estimated_tokens,
                            max_output_tokens=event.max_output_tokens, streams=bool(event.streams),
-                           run_id=event.run_id, version=position)
+                           run_id=event.run_id, holder=event.holder, model=event.model, version=position)
     if isinstance(event, ev.TurnQueued):
         history = TurnHistory(event.turn_id, event.agent_id, requested_at=event.requested_at,
                               estimated_tokens=event.estimated_tokens,
                               max_output_tokens=event.max_output_tokens, streams=bool(event.streams),
-                              run_id=event.run_id)
+                              run_id=event.run_id, holder=event.holder, model=event.model)
         return fold(history, event, position)
     return None
 

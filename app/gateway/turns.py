@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -86,7 +87,8 @@ def estimated_wait(state, turn_id: str, now: float, mean_hold_s: float) -> float
 
 class GatewayTurn:
     def __init__(self, runtime, principal: Principal, pool: str):
-        self.rt, self.principal, self.pool = runtime, principal, pool
+        # The gateway's own principal for the agent: only it may change the turns it holds.
+        self.rt, self.principal, self.pool = runtime, dataclasses.replace(principal, via_gateway=True), pool
         self.svc = runtime.service
         self.turn_id: str | None = None
         self.lease_s = runtime.projector.model.pools[pool].settings.lease_seconds

@@ -45,7 +45,7 @@ _IDEMPOTENT_INPUTS: dict[str, RequestIdKey] = {
 
 # Kept in a turn's document only when set, so the documents of turns without one (every
 # turn of a log written before runs) are what they always were.
-TURN_DOC_WHEN_SET = ("run_id",)
+TURN_DOC_WHEN_SET = ("run_id", "holder", "model")
 
 
 def turn_doc(history: turn_history.TurnHistory) -> TurnDoc:

@@ -43,6 +43,8 @@ class _TurnDocWhenSet(TypedDict, total=False):
     # Kept only when set (TURN_DOC_WHEN_SET and the idempotent inputs' request ids), so the
     # documents of turns without them are what they always were.
     run_id: str
+    holder: str                 # "gateway": only the gateway may heartbeat, complete or cancel it
+    model: str
     completion_request_id: str
     cancel_request_id: str
     heartbeat_request_id: str
