@@ -94,12 +94,23 @@ class Service:
         # One lock per agent, owned here: hibernation, wakes and context appends of one agent
         # take it, so a resume point's digest describes the context its event follows and a
         # wake cannot interleave with an append or an idle hibernation of the same agent.
-        self._agent_locks: dict[str, asyncio.Lock] = {}
+        self._agent_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}   # (lock, [users])
         # The scheduler's answers, as typed decisions, once the projector has folded them.
         self.replies = Replies(projector.subscribe)
 
-    def agent_lock(self, agent_id: str) -> asyncio.Lock:
-        return self._agent_locks.setdefault(agent_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def agent_lock(self, agent_id: str):
+        """Hold the agent's lock. An entry lives only while someone holds or waits for it, so
+        the table is bounded by the commands in flight, never by the ids ever asked about."""
+        entry = self._agent_locks.setdefault(agent_id, (asyncio.Lock(), [0]))
+        entry[1][0] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1][0] -= 1
+            if not entry[1][0]:
+                del self._agent_locks[agent_id]
 
     @property
     def model(self):
@@ -249,7 +260,10 @@ class Service:
 
     async def set_hibernated(self, principal: Principal | None, agent_id: str, hibernated: bool,
                              extra: dict | None = None) -> AgentView:
-        """Hibernate or wake an agent, under its lock."""
+        """Hibernate or wake an agent, under its lock (taken only for a caller allowed to, and
+        an agent that exists: nothing is held for an anonymous caller's made-up id)."""
+        require_self_or_operator(principal, agent_id)
+        await self.fresh(self.agent_view, agent_id)
         async with self.agent_lock(agent_id):
             return await self.set_hibernated_locked(principal, agent_id, hibernated, extra)
 

@@ -129,14 +129,12 @@ async def test_a_wake_by_turn_request_waits_for_the_agents_lock(app, register):
     # hibernation holding it
     me = await register("locked")
     await app.service.set_hibernated(OPERATOR, me.agent_id, True)
-    lock = app.service.agent_lock(me.agent_id)
-    await lock.acquire()
-    request = asyncio.create_task(app.service.request_turn(me, 100, 100))
-    for _ in range(20):
-        await asyncio.sleep(0)          # let the request run as far as it can
-    assert await app.store.read(0, 100, types=[ev.AGENT_WOKEN]) == []
-    assert not request.done()
-    lock.release()
+    async with app.service.agent_lock(me.agent_id):
+        request = asyncio.create_task(app.service.request_turn(me, 100, 100))
+        for _ in range(20):
+            await asyncio.sleep(0)          # let the request run as far as it can
+        assert await app.store.read(0, 100, types=[ev.AGENT_WOKEN]) == []
+        assert not request.done()
     turn = await request
     assert turn["status"] in (ev.QUEUED, ev.GRANTED)
     assert len(await app.store.read(0, 100, types=[ev.AGENT_WOKEN])) == 1
