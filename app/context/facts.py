@@ -97,7 +97,7 @@ _IDENTIFIER = re.compile(
     r"|(?<![\d.,])\b\d{8,}\b(?![.,]\d)", 0)                                     # long bare numbers are ids
 _PATH = re.compile(
     r"(?<![\w:/.])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"                          # /srv/app/x.yaml
-    r"|\b[\w.-]+/[\w./-]*\.[A-Za-z0-9]{1,8}\b"                                 # app/context/tokens.py
+    r"|(?<![\w.-])(?<![\w.-]/)[\w.-]++/[\w./-]*\.[A-Za-z0-9]{1,8}\b"                        # app/context/tokens.py
     r"|\b[A-Za-z]:\\(?:[\w .-]+\\)*[\w.-]+")                                   # C:\Users\x\y.txt
 _UNITS = (
     r"ms|milliseconds?|s|secs?|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?"
@@ -113,7 +113,7 @@ _QUANTITY = re.compile(
     r"\b" + _WEEKDAYS + r"\b|\b\d{1,2}(?::\d{2})?\s?[ap]m\b|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}\s+" + _MONTHS
     + r"\b|\b" + _MONTHS + r"\s+\d{1,2}(?:st|nd|rd|th)?\b"
     r"|(?:[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?)?)"
-    r"|(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:" + _UNITS + r")(?![\w])")
+    r"|(?<![\w.,])\d[\d,]*+(?:\.\d+)?\s?(?:" + _UNITS + r")(?![\w])")
 _NUMERIC_SETTING = re.compile(
     r"^\s*[A-Za-z_][\w.-]*\s*[=:]\s*-?\d[\d.,]*\s*$|\bset\s+\S.{0,60}?\s+to\s+-?\d", _I)
 _ENTITY = re.compile(r"\b[A-Z][a-z]+(?:\s+(?:of|de|van|von|for)\s+[A-Z][a-z]+|\s+[A-Z][a-z]+)+\b")

@@ -38,19 +38,19 @@ _VALUES: tuple[tuple[str, re.Pattern, float], ...] = (
     ("exception", re.compile(r"\b[A-Z]\w*(?:Exception|Error)\b"), 2.0),
     ("code", re.compile(r"`[^`\n]{1,80}`"), 2.0),
     ("url", re.compile(r"\bhttps?://\S+", _I), 2.0),
-    ("email", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"), 2.0),
+    ("email", re.compile(r"(?<![\w.+-])[\w.+-]++@[\w-]+(?:\.[\w-]+)+\b"), 2.0),
     ("path", re.compile(
         r"(?<![\w:/.])(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]+)+/?"          # /srv/app/x
-        r"|\b[\w.-]+(?:/[\w.@+-]+)*/(?=[\s,;:.)]|$)"                      # vendor/gen/ (a directory)
-        r"|\b[\w.-]+/[\w./-]*\.[A-Za-z0-9]{1,8}\b"), 2.0),                 # app/x.py
-    ("host", re.compile(r"\b(?:[a-z0-9-]+\.)+(?:internal|local|com|net|org|io|dev|cloud)\b(?::\d{2,5})?"
-                        r"|\b[\w.-]+:\d{2,5}\b|\bport\s+\d{2,5}\b|\b\d{1,3}(?:\.\d{1,3}){3}\b", _I), 2.0),
+        r"|(?<![\w.-])(?<![\w.-]/)[\w.-]++(?:/[\w.@+-]++)*+/(?=[\s,;:.)]|$)"           # vendor/gen/ (a directory)
+        r"|(?<![\w.-])(?<![\w.-]/)[\w.-]++/[\w./-]*\.[A-Za-z0-9]{1,8}\b"), 2.0),       # app/x.py
+    ("host", re.compile(r"(?<![\w.-])(?:[a-z0-9-]+\.)+(?:internal|local|com|net|org|io|dev|cloud)\b(?::\d{2,5})?"
+                        r"|(?<![\w.-])[\w.-]++:\d{2,5}\b|\bport\s+\d{2,5}\b|\b\d{1,3}(?:\.\d{1,3}){3}\b", _I), 2.0),
     ("id", re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
                       r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b|#\d{2,}\b|(?<![\d.,])\b\d{6,}\b"), 2.0),
     ("version", re.compile(r"\bv\d+(?:\.\d+)*\b|\b\d+\.\d+\.\d+\b"), 1.5),
     # A code-style token: words joined by - _ . with a digit or an underscore in them
     # (release-train-25, us-east-1, max_retries), or CamelCase (DynamoDB, PostgreSQL).
-    ("token", re.compile(r"\b(?=[\w.-]*[\d_])[A-Za-z][\w]*(?:[-_.][\w]+)+\b"
+    ("token", re.compile(r"(?<![\w.-])-{0,2}(?=[\w.-]*[\d_])[A-Za-z][\w]*(?:[-_.][\w]+)+\b"
                          r"|\b[A-Z][a-z]+[A-Z]\w*\b|\b[a-z]+[A-Z]\w*\b"), 1.5),
     ("time", re.compile(r"\b\d{1,2}(?::\d{2})?\s?(?:[ap]\.?m\.?)?\s?(?:UTC|GMT|CES?T|PS?T|PDT|ES?T|EDT|IST|JST|AEST)\b"
                         r"|\b(?:Europe|America|Asia|Africa|Australia|Pacific)/[A-Z][A-Za-z_]+\b"
@@ -59,7 +59,8 @@ _VALUES: tuple[tuple[str, re.Pattern, float], ...] = (
                         r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}\b"
                         r"|\b\d{1,2}(?:st|nd|rd|th)?\s+"
                         r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\b"), 1.5),
-    ("amount", re.compile(r"[$€£]\s?\d[\d,.]*\s?[kKmM]?\b|\b\d[\d,.]*\s?(?:%|[KMGT]i?B|ms|s|sec|seconds?|min(?:utes?)?"
+    ("amount", re.compile(r"[$€£]\s?\d[\d,.]*\s?[kKmM]?\b"
+                          r"|(?<![\w.,])\d[\d,.]*+\s?(?:%|[KMGT]i?B|ms|s|sec|seconds?|min(?:utes?)?"
                           r"|h|hours?|days?|weeks?|cores?|CPUs?|GPUs?|replicas?|workers?|rps|req/s"
                           r"|USD|EUR|GBP)\b"), 1.5),
     # A shell command. "make" and "go" are English verbs too ("make it happen", "go do"),
