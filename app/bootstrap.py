@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 import socket
@@ -61,9 +62,27 @@ def operator_token() -> str:
         return token
     path = data_dir() / "operator.token"
     if not path.exists():
-        path.write_text("op_" + secrets.token_urlsafe(24))
-        path.chmod(0o600)
+        write_secret(path, "op_" + secrets.token_urlsafe(24))
     return path.read_text().strip()
+
+
+def operator_token_given() -> bool:
+    """Whether the token came from the environment (a deployment's secret) rather than
+    being generated here for a local run."""
+    return bool(config.load().operator_token)
+
+
+def fingerprint(secret: str) -> str:
+    """What a log may say about a secret: enough to tell two apart, nothing to use."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Create a secret file readable by its owner alone from its first byte: writing it
+    and then chmod-ing it leaves a window in which anyone may read it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def use_demo_upstream(host: str, port: int) -> str | None:

@@ -35,12 +35,18 @@ def cmd_serve(args) -> int:
     demo_upstream = bootstrap.use_demo_upstream(args.host, args.port) if not args.no_demo else None
     export_for_workers(database_url=url, demo=not args.no_demo)
     token = bootstrap.operator_token()
-    # The token rides in the URL fragment, which browsers never send to the server; the
-    # console keeps it for the browser session only. Whoever runs `serve` is the operator anyway.
     base = f"http://{args.host}:{args.port}"
-    print(f"AgentRM on {base}/  (GraphQL at /graphql, gateway at /v1, metrics at /metrics)\n"
-          f"console:  {base}/#token={token}\n"
-          f"operator token: `agentrm token` (stored in {bootstrap.data_dir()})", flush=True)
+    print(f"AgentRM on {base}/  (GraphQL at /graphql, gateway at /v1, metrics at /metrics)", flush=True)
+    if bootstrap.operator_token_given() or args.log_format == "json":
+        # A deployment's token, or output bound for a log collector: a log line outlives the
+        # terminal and is read by more people than the operator, so it names the token only.
+        print(f"console:  {base}/  (operator token {bootstrap.fingerprint(token)}, from "
+              f"{'AGENTRM_OPERATOR_TOKEN' if bootstrap.operator_token_given() else '`agentrm token`'})", flush=True)
+    else:
+        # A token generated here for a local run: the one who ran `serve` is the operator. It
+        # rides in the URL fragment, which browsers never send; the console keeps it per session.
+        print(f"console:  {base}/#token={token}\n"
+              f"operator token: `agentrm token` (stored in {bootstrap.data_dir()})", flush=True)
     if demo_upstream:
         print(f"default pool upstream: the demo echo model at {demo_upstream} "
               "(set AGENTRM_UPSTREAM_BASE_URL for a real provider)", flush=True)

@@ -107,7 +107,24 @@ def _pid(raw: str) -> int | None:
     return value if value > 0 else None
 
 
+# Words that a copied example or a forgotten template leaves in a secret: a token that is
+# one of them (or short, or of few distinct characters) is guessable, so it is refused.
+_PLACEHOLDERS = ("changeme", "change-me", "change_me", "placeholder", "replace", "example", "secret",
+                 "password", "xxxx", "todo", "fixme")
+MIN_TOKEN_CHARS = 20
+
+
+def _strong_token(raw: str) -> str:
+    token = raw.strip()
+    lowered = token.lower()
+    if len(token) < MIN_TOKEN_CHARS or len(set(token)) < 8 or any(p in lowered for p in _PLACEHOLDERS):
+        raise ValueError("weak")
+    return token
+
+
 FLAG = Kind("flag", "1, true, on or yes; 0, false, off or no", _flag)
+SECRET = Kind("secret", f"a secret of at least {MIN_TOKEN_CHARS} characters, not a placeholder"
+              " (e.g. the output of `openssl rand -hex 32`)", _strong_token)
 TEXT = Kind("text", "any text", str)
 PATH = Kind("path", "a directory, relative to the working directory or absolute", str)
 PID = Kind("process id", "a whole number (0 or less: none)", _pid)
@@ -129,7 +146,8 @@ class Variable:
         try:
             return self.kind.parse(raw)
         except ValueError:
-            raise ConfigError(f"{self.name}={raw!r}: {self.kind.accepted}") from None
+            shown = self.name if self.kind is SECRET else f"{self.name}={raw!r}"   # a secret is never echoed
+            raise ConfigError(f"{shown}: {self.kind.accepted}") from None
 
     @property
     def default_text(self) -> str:
@@ -162,7 +180,7 @@ class Settings:
         "AGENTRM_DATA_DIR", PATH, ".agentrm",
         "where the embedded cluster and the generated operator token live")
     operator_token: str | None = setting(
-        "AGENTRM_OPERATOR_TOKEN", TEXT, None,
+        "AGENTRM_OPERATOR_TOKEN", SECRET, None,
         "the operator's bearer token; unset: one generated once and kept in the data dir",
         shown_default="unset (generated)")
     # -- the `default` pool, created at the first start

@@ -57,7 +57,7 @@ def fresh_database(pg_admin_url, request) -> str:
     return make_database(pg_admin_url, name)
 
 
-OPERATOR_TOKEN = "op_test_token"
+OPERATOR_TOKEN = "op_test_token_7f3a9c1e5b"
 
 
 class Server:

@@ -93,8 +93,9 @@ class EmbeddedPostgres:
     @property
     def password(self) -> str:
         if not self.password_file.exists():
-            self.password_file.write_text(secrets.token_urlsafe(18))
-            self.password_file.chmod(0o600)
+            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)   # never readable by others
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(18))
         return self.password_file.read_text().strip()
 
     def url(self, database: str = DATABASE) -> str:

@@ -20,7 +20,7 @@ from app.db.embedded import EmbeddedPostgres, ensure_database
 from app.db.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
-OPERATOR_TOKEN = "op_fault_token"
+OPERATOR_TOKEN = "op_fault_token_2d8e4b6a9c"
 
 
 def free_port() -> int:

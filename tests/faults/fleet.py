@@ -134,7 +134,7 @@ class ResumingSubscriber:
                                       ping_interval=None, proxy=None) as ws:
             self.ws = ws
             await ws.send(json.dumps({"type": "connection_init",
-                                      "payload": {"authorization": "Bearer op_fault_token"}}))
+                                      "payload": {"authorization": "Bearer op_fault_token_2d8e4b6a9c"}}))
             assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "connection_ack"
             await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {
                 "query": query, "variables": {"after": self.last, "types": self.types}}}))
@@ -178,7 +178,7 @@ class SlowSubscriber:
         self.ws = await websockets.connect(self.worker.ws, sock=sock, subprotocols=["graphql-transport-ws"],
                                            ping_interval=None, max_queue=1, compression=None, proxy=None)
         await self.ws.send(json.dumps({"type": "connection_init",
-                                       "payload": {"authorization": "Bearer op_fault_token"}}))
+                                       "payload": {"authorization": "Bearer op_fault_token_2d8e4b6a9c"}}))
         assert json.loads(await asyncio.wait_for(self.ws.recv(), 5))["type"] == "connection_ack"
         for _ in range(self.operations):
             await self.ws.send(json.dumps({"id": str(uuid.uuid4()), "type": "subscribe", "payload": {

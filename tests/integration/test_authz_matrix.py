@@ -201,7 +201,7 @@ async def make_ctx(server, operator, pools: tuple[str, str] | None = None, *, co
     assert turn["requestTurn"]["status"] == "GRANTED"
     return Ctx(pool, a_id, turn["requestTurn"]["id"], await server.runtime.store.head(),
                {"none": None, "invalid": "agt_not-a-real-token", "other": b_token, "own": a_token,
-                "operator": "op_test_token"}, b_id, other_pool, resource, lease_id, spare)
+                "operator": "op_test_token_7f3a9c1e5b"}, b_id, other_pool, resource, lease_id, spare)
 
 
 def outcome(body: dict, field: str) -> str:

@@ -12,7 +12,7 @@ from tests.client import register
 async def test_gql_client_registers_requests_heartbeats_completes_and_subscribes(server, operator):
     agent_id, token = await register(operator, "gql-agent")
     start = await server.runtime.store.head()
-    op_transport = WebsocketsTransport(url=server.ws, init_payload={"authorization": "Bearer op_test_token"},
+    op_transport = WebsocketsTransport(url=server.ws, init_payload={"authorization": "Bearer op_test_token_7f3a9c1e5b"},
                                        subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL])
     agent_transport = WebsocketsTransport(url=server.ws, init_payload={"authorization": f"Bearer {token}"},
                                           subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL])

@@ -84,7 +84,7 @@ async def test_json_logs_carry_the_ids_and_never_the_upstream_key(server, operat
         await client.chat.completions.create(model="fake-gpt", messages=MESSAGES, max_tokens=16,
                                              extra_headers={"x-request-id": "req-123", "x-agentrm-run-id": "r-9"})
         await client.close()
-        async with GraphQLClient(server, "op_test_token") as op:
+        async with GraphQLClient(server, "op_test_token_7f3a9c1e5b") as op:
             pools = await op("{ pools { name upstreamBaseUrl hasUpstreamApiKey } }")
             events = await op("query { events(after: 0, limit: 1000, types: [\"PoolCreated\"]) { data } }")
     finally:

@@ -129,7 +129,7 @@ async def test_a_body_over_the_cap_is_refused_before_it_is_read_whole(server, op
     big = {"query": "mutation($c: String!) { appendContext(input: {role: \"user\", content: $c}) { messages } }",
            "variables": {"c": "x" * 20_000}}
     head = await server.runtime.store.head()
-    async with httpx.AsyncClient(headers={"Authorization": "Bearer op_test_token"}) as http:
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer op_test_token_7f3a9c1e5b"}) as http:
         declared = await http.post(server.http, json=big)
 
         async def chunks():   # no Content-Length: the cap applies as the body streams in

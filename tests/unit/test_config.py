@@ -98,7 +98,7 @@ def test_the_writers_hand_settings_over_under_their_variables(monkeypatch):
 
 
 def test_the_cli_stops_at_its_start_on_a_bad_value_with_one_line_and_exit_2():
-    env = {**os.environ, "AGENTRM_LEADER_LEASE_SECONDS": "abc", "AGENTRM_OPERATOR_TOKEN": "op_x"}
+    env = {**os.environ, "AGENTRM_LEADER_LEASE_SECONDS": "abc", "AGENTRM_OPERATOR_TOKEN": "op_x7Kq2Lm9Pz4Rt8Vw3Yb"}
     done = subprocess.run([sys.executable, "-m", "app.cli", "token"], check=False, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done
