@@ -419,6 +419,9 @@ ROUTE_PURPOSES = {
     "/v1/messages": "Anthropic messages, through a turn of the agent's pool.",
     "/v1/models": "The models of the upstreams the token's pools use (cached a minute), in "
                   "OpenAI's and Anthropic's fields.",
+    "/v1/{path:path}": "Any other `/v1` path or method: a 404 (or a 405 with `allow`) as the provider's "
+                       "JSON error, Anthropic's shape when the request carries `x-api-key` or "
+                       "`anthropic-version`, else OpenAI's.",
     "/demo-upstream/v1/chat/completions": "The demo echo model, OpenAI format.",
     "/demo-upstream/v1/messages": "The demo echo model, Anthropic format.",
     "/demo-upstream/v1/models": "The demo echo model's model list.",
@@ -455,6 +458,7 @@ HEADER_MEANINGS = {
                      "completion so the scheduler's budget follows the provider's.",
     "anthropic-ratelimit-*": "As `x-ratelimit-*`, Anthropic's names.",
     "cache-control": "`no-cache` on a streamed answer.",
+    "allow": "On a 405: the methods the path takes.",
 }
 
 
@@ -544,6 +548,7 @@ def header_rows() -> list[list[str]]:
         note(name, "response: passed back from the upstream")
     note("retry-after", "response: set by the gateway")
     note("cache-control", "response: set by the gateway")
+    note("allow", "response: set by the gateway")
     uses: dict[str, list[str]] = {}
     for (name, direction), wires in sorted(found.items()):
         formats = "" if "both" in wires or len(wires) == 2 else f" ({', '.join(sorted(wires))} format)"

@@ -1,0 +1,49 @@
+"""The gateway's endpoints beyond chat completions and messages, and its answers to paths it
+does not serve, driven by the official SDKs through the real server against the fake
+upstream (tests/fake_upstream.py)."""
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+import pytest_asyncio
+
+from tests.fake_upstream import FakeUpstream
+from tests.integration.test_gateway import anthropic_client, make_agent, make_pool, openai_client
+
+
+@pytest_asyncio.fixture
+async def upstream():
+    fake = await FakeUpstream().start()
+    yield fake
+    await fake.stop()
+
+
+async def test_unknown_paths_and_methods_get_json_errors_in_the_callers_shape(server, operator, upstream):
+    pool = await make_pool(operator, upstream)
+    _agent_id, token = await make_agent(operator, pool)
+    client = openai_client(server, token)
+    with pytest.raises(openai.NotFoundError) as raised:
+        await client.post("/no/such/path", cast_to=object, body={})
+    assert raised.value.body == {"message": raised.value.body["message"], "type": "invalid_request_error",
+                                 "param": None, "code": "not_found"}
+    assert "POST /v1/no/such/path" in raised.value.body["message"]
+    claude = anthropic_client(server, token)
+    with pytest.raises(anthropic.NotFoundError) as raised_a:
+        await claude.post("/v1/no/such/path", cast_to=object, body={})
+    assert raised_a.value.body == {"type": "error", "error": {"type": "not_found_error",
+                                                              "message": raised_a.value.body["error"]["message"]}}
+    async with httpx.AsyncClient() as http:
+        wrong = await http.get(f"{server.base}/v1/chat/completions", headers={"authorization": f"Bearer {token}"})
+        wrong_a = await http.delete(f"{server.base}/v1/messages", headers={"x-api-key": token,
+                                                                            "anthropic-version": "2023-06-01"})
+        bare = await http.get(f"{server.base}/v1/nothing")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert wrong_a.status_code == 405 and wrong_a.json()["type"] == "error"
+    assert wrong_a.json()["error"]["type"] == "invalid_request_error"
+    assert bare.status_code == 404 and bare.json()["error"]["type"] == "invalid_request_error"
+    assert upstream.seen == []
+    await client.close()
+    await claude.close()
