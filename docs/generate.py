@@ -419,6 +419,8 @@ ROUTE_PURPOSES = {
     "/v1/messages": "Anthropic messages, through a turn of the agent's pool.",
     "/v1/models": "The models of the upstreams the token's pools use (cached a minute), in "
                   "OpenAI's and Anthropic's fields.",
+    "/v1/models/{model_id:path}": "One model of that list, by id (it may hold a slash); 404 "
+                                  "`model_not_found` in the caller's wire format when no pool's upstream lists it.",
     "/v1/{path:path}": "Any other `/v1` path or method: a 404 (or a 405 with `allow`) as the provider's "
                        "JSON error, Anthropic's shape when the request carries `x-api-key` or "
                        "`anthropic-version`, else OpenAI's.",

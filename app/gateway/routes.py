@@ -14,7 +14,7 @@ from app.auth import authenticate
 
 from .fallback import catch_all
 from .proxy import GatewayEndpoint
-from .wire import ANTHROPIC, OPENAI
+from .wire import ANTHROPIC, OPENAI, caller_wire
 
 if TYPE_CHECKING:   # for the annotations only: at run time the routes reach it through the holder
     from app.bootstrap import Runtime
@@ -53,7 +53,9 @@ def routes(holder: RuntimeHolder) -> list[Route]:
         models_cache[pool] = (time.monotonic(), found)
         return found
 
-    async def models(request: Request):
+    async def caller_pools(request: Request) -> list[str] | JSONResponse:
+        """The pools whose upstream models the caller may see: its agent's pool, every
+        pool for the operator; or the 401 in the caller's wire format."""
         rt = holder.runtime
         token = OPENAI.api_key(request.headers) or ANTHROPIC.api_key(request.headers)
         principal = authenticate(token, rt.operator_token, rt.projector.model.token_index) if rt else None
@@ -61,10 +63,16 @@ def routes(holder: RuntimeHolder) -> list[Route]:
             await rt.projector.catch_up()
             principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
         if principal is None:
-            return JSONResponse(OPENAI.error_body(401, "invalid or missing AgentRM token"), status_code=401)
+            wire = caller_wire(request.headers)
+            return JSONResponse(wire.error_body(401, "invalid or missing AgentRM token"), status_code=401)
         rt = cast("Runtime", rt)   # a principal was found: there is a runtime
-        pools = sorted(rt.projector.model.pools) if principal.is_operator else \
+        return sorted(rt.projector.model.pools) if principal.is_operator else \
             [rt.service.agent_view(cast(str, principal.agent_id))["pool"]]
+
+    async def models(request: Request):
+        pools = await caller_pools(request)
+        if isinstance(pools, JSONResponse):
+            return pools
         data = []
         for pool in pools:
             data.extend(await upstream_models(pool))
@@ -72,7 +80,23 @@ def routes(holder: RuntimeHolder) -> list[Route]:
                              "first_id": data[0]["id"] if data else None,
                              "last_id": data[-1]["id"] if data else None})
 
+    async def model(request: Request):
+        pools = await caller_pools(request)
+        if isinstance(pools, JSONResponse):
+            return pools
+        wanted = request.path_params["model_id"]
+        for pool in pools:
+            for m in await upstream_models(pool):
+                if m["id"] == wanted:
+                    return JSONResponse(m)
+        wire = caller_wire(request.headers)
+        return JSONResponse(wire.error_body(404, f"The model '{wanted}' does not exist in the upstream "
+                                                 "models of this token's pools", code="model_not_found"),
+                            status_code=404)
+
     served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
               Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
-              Route("/v1/models", models, methods=["GET"])]
+              Route("/v1/models", models, methods=["GET"]),
+              # :path, as model ids may hold a slash (org/model), which the SDKs send percent-encoded.
+              Route("/v1/models/{model_id:path}", model, methods=["GET"])]
     return [*served, catch_all(served)]

@@ -47,3 +47,29 @@ async def test_unknown_paths_and_methods_get_json_errors_in_the_callers_shape(se
     assert upstream.seen == []
     await client.close()
     await claude.close()
+
+
+async def test_one_model_from_the_pools_upstream_list_or_a_404_in_the_wires_shape(server, operator, upstream):
+    pool = await make_pool(operator, upstream)
+    _agent_id, token = await make_agent(operator, pool)
+    client = openai_client(server, token)
+    found = await client.models.retrieve("fake-gpt")
+    assert (found.id, found.object, found.owned_by) == ("fake-gpt", "model", "fake")
+    with pytest.raises(openai.NotFoundError) as raised:
+        await client.models.retrieve("no-such-model")
+    assert raised.value.body["code"] == "model_not_found" and "no-such-model" in raised.value.body["message"]
+    with pytest.raises(openai.NotFoundError) as raised:   # an id with a slash reaches the lookup too
+        await client.models.retrieve("org/no-such-model")
+    assert raised.value.body["code"] == "model_not_found"
+    claude = anthropic_client(server, token)
+    info = await claude.models.retrieve("fake-claude")
+    assert (info.id, info.type, info.display_name) == ("fake-claude", "model", "fake-claude")
+    with pytest.raises(anthropic.NotFoundError) as raised_a:
+        await claude.models.retrieve("no-such-model")
+    assert raised_a.value.body["error"]["type"] == "not_found_error"
+    with pytest.raises(openai.AuthenticationError):
+        await openai_client(server, "agt_wrong").models.retrieve("fake-gpt")
+    with pytest.raises(anthropic.AuthenticationError):
+        await anthropic_client(server, "agt_wrong").models.retrieve("fake-gpt")
+    await client.close()
+    await claude.close()
