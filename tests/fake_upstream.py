@@ -15,7 +15,9 @@ Behaviour:
 - `hang_next(n)` admits the next n requests and then sends nothing (not even headers)
   until the client hangs up;
 - every request is logged with what identifies it, its status, and `closed`, an event set
-  when the client hung up before the answer's end.
+  when the client hung up before the answer's end;
+- `count_tokens`: serve /v1/messages/count_tokens (else it answers 404, as most
+  OpenAI-compatible servers do).
 A raw ASGI app so it sees the client's disconnect (`http.disconnect`) the moment it happens.
 """
 from __future__ import annotations
@@ -55,8 +57,9 @@ class Seen:
 
 class FakeUpstream:
     def __init__(self, rpm: int = 10_000, tpm: int = 10_000_000, *, first_chunk_s: float = 0.02,
-                 chunk_interval_s: float = 0.01, words: int = REPLY_WORDS):
+                 chunk_interval_s: float = 0.01, words: int = REPLY_WORDS, count_tokens: bool = False):
         self.limiter = Provider(rpm, tpm)
+        self.count_tokens = count_tokens
         self.first_chunk_s, self.chunk_interval_s, self.words = first_chunk_s, chunk_interval_s, words
         self.seen: list[Seen] = []
         self._reject: list[float] = []
@@ -128,17 +131,18 @@ class FakeUpstream:
                 {"id": "fake-gpt", "object": "model", "created": 0, "owned_by": "fake"},
                 {"id": "fake-claude", "object": "model", "created": 0, "owned_by": "fake"}]}, {})
             return
+        if scope["method"] == "POST" and path == "/v1/messages/count_tokens" and self.count_tokens:
+            body = json.loads(await _read(receive))
+            counted = ANTHROPIC.count_prompt(body, "cl100k_base")
+            self.seen.append(Seen(path, str(uuid.uuid4()), headers.get("x-api-key"), body.get("model", ""), False,
+                                  time.time(), counted, 0, status=200, finished=True))
+            await _json(send, 200, {"input_tokens": counted}, {})
+            return
         wire = {"/v1/chat/completions": OPENAI, "/v1/messages": ANTHROPIC}.get(path)
         if scope["method"] != "POST" or wire is None:
             await _json(send, 404, {"error": {"message": "not found"}}, {})
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        body = json.loads(raw)
+        body = json.loads(await _read(receive))
         prompt = wire.count_prompt(body, "cl100k_base")
         max_tokens = wire.max_output_tokens(body)
         key = headers.get("x-api-key") if wire is ANTHROPIC else headers.get("authorization", "")[7:] or None
@@ -226,6 +230,15 @@ async def _watch_disconnect(receive, seen: Seen) -> None:
             if not seen.finished:
                 seen.closed.set()
             return
+
+
+async def _read(receive) -> bytes:
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
 
 
 def _raw(headers: dict) -> list[tuple[bytes, bytes]]:

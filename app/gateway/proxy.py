@@ -48,6 +48,11 @@ _STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, L
            Unavailable: 503}
 
 
+def status_of(exc: ServiceError) -> int:
+    """The HTTP status of a service error the gateway hands to a client."""
+    return _STATUS.get(type(exc), 400)
+
+
 class ClientGone(Exception):
     pass
 

@@ -10,8 +10,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.api.holder import RuntimeHolder
-from app.auth import authenticate
 
+from .callers import principal_of
+from .count_tokens import PATH as COUNT_TOKENS_PATH
+from .count_tokens import count_tokens
 from .fallback import catch_all
 from .proxy import GatewayEndpoint
 from .wire import ANTHROPIC, OPENAI, caller_wire
@@ -57,11 +59,7 @@ def routes(holder: RuntimeHolder) -> list[Route]:
         """The pools whose upstream models the caller may see: its agent's pool, every
         pool for the operator; or the 401 in the caller's wire format."""
         rt = holder.runtime
-        token = OPENAI.api_key(request.headers) or ANTHROPIC.api_key(request.headers)
-        principal = authenticate(token, rt.operator_token, rt.projector.model.token_index) if rt else None
-        if principal is None and rt is not None and token:
-            await rt.projector.catch_up()
-            principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
+        principal = await principal_of(rt, request.headers)
         if principal is None:
             wire = caller_wire(request.headers)
             return JSONResponse(wire.error_body(401, "invalid or missing AgentRM token"), status_code=401)
@@ -96,6 +94,7 @@ def routes(holder: RuntimeHolder) -> list[Route]:
 
     served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
               Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
+              Route(COUNT_TOKENS_PATH, count_tokens(holder), methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               # :path, as model ids may hold a slash (org/model), which the SDKs send percent-encoded.
               Route("/v1/models/{model_id:path}", model, methods=["GET"])]

@@ -9,8 +9,10 @@ import openai
 import pytest
 import pytest_asyncio
 
+from app.gateway.wire import ANTHROPIC
+from tests.conftest import OPERATOR_TOKEN
 from tests.fake_upstream import FakeUpstream
-from tests.integration.test_gateway import anthropic_client, make_agent, make_pool, openai_client
+from tests.integration.test_gateway import UPSTREAM_KEY, anthropic_client, make_agent, make_pool, openai_client
 
 
 @pytest_asyncio.fixture
@@ -73,3 +75,36 @@ async def test_one_model_from_the_pools_upstream_list_or_a_404_in_the_wires_shap
         await anthropic_client(server, "agt_wrong").models.retrieve("fake-gpt")
     await client.close()
     await claude.close()
+
+
+COUNT_MESSAGES = [{"role": "user", "content": "How many tokens is this?"}]
+
+
+@pytest.mark.parametrize("upstream_counts", [True, False])
+async def test_count_tokens_asks_the_upstream_or_counts_locally_and_takes_no_turn(
+        server, operator, upstream_counts):
+    fake = await FakeUpstream(count_tokens=upstream_counts).start()
+    try:
+        pool = await make_pool(operator, fake)
+        agent_id, token = await make_agent(operator, pool)
+        claude = anthropic_client(server, token)
+        counted = await claude.messages.count_tokens(model="fake-claude", system="Be brief.",
+                                                     messages=COUNT_MESSAGES)
+        expected = ANTHROPIC.count_prompt({"system": "Be brief.", "messages": COUNT_MESSAGES}, "cl100k_base")
+        assert counted.input_tokens == expected
+        raw = await claude.messages.with_raw_response.count_tokens(model="fake-claude", messages=COUNT_MESSAGES)
+        assert raw.headers["x-agentrm-token-count"] == ("upstream" if upstream_counts else "local")
+        # Asked of the upstream each time it serves the path; once when it lacks it (remembered).
+        assert [s.path for s in fake.seen] == ["/v1/messages/count_tokens"] * (2 if upstream_counts else 0)
+        assert all(s.api_key == UPSTREAM_KEY for s in fake.seen)
+        assert [t for t in server.runtime.projector.model.turns.values() if t["agent_id"] == agent_id] == []
+        with pytest.raises(anthropic.AuthenticationError):
+            await anthropic_client(server, "agt_wrong").messages.count_tokens(model="m", messages=COUNT_MESSAGES)
+        with pytest.raises(anthropic.PermissionDeniedError):
+            await anthropic_client(server, OPERATOR_TOKEN).messages.count_tokens(model="m", messages=COUNT_MESSAGES)
+        with pytest.raises(anthropic.BadRequestError) as raised:
+            await claude.messages.count_tokens(model="fake-claude", messages=[])
+        assert "messages" in raised.value.message
+        await claude.close()
+    finally:
+        await fake.stop()
