@@ -16,6 +16,7 @@ Behaviour:
   until the client hangs up;
 - every request is logged with what identifies it, its status, and `closed`, an event set
   when the client hung up before the answer's end;
+- /v1/embeddings: deterministic vectors (`fake_vector`, in either encoding_format) and usage;
 - `count_tokens`: serve /v1/messages/count_tokens (else it answers 404, as most
   OpenAI-compatible servers do).
 A raw ASGI app so it sees the client's disconnect (`http.disconnect`) the moment it happens.
@@ -23,7 +24,10 @@ A raw ASGI app so it sees the client's disconnect (`http.disconnect`) the moment
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import struct
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -32,9 +36,17 @@ import uvicorn
 
 from agentrm_bench.sim import Provider
 from app.context.tokens import count_text
+from app.gateway.embeddings import EMBEDDINGS
 from app.gateway.wire import ANTHROPIC, OPENAI
 
 REPLY_WORDS = 12
+VECTOR_DIMENSIONS = 8
+
+
+def fake_vector(item: str | list[int]) -> list[float]:
+    """The fake's embedding of one input: bytes of its hash over 256, exact in float32."""
+    digest = hashlib.sha256(json.dumps(item).encode()).digest()
+    return [b / 256 for b in digest[:VECTOR_DIMENSIONS]]
 
 
 @dataclass
@@ -138,7 +150,7 @@ class FakeUpstream:
                                   time.time(), counted, 0, status=200, finished=True))
             await _json(send, 200, {"input_tokens": counted}, {})
             return
-        wire = {"/v1/chat/completions": OPENAI, "/v1/messages": ANTHROPIC}.get(path)
+        wire = {"/v1/chat/completions": OPENAI, "/v1/messages": ANTHROPIC, "/v1/embeddings": EMBEDDINGS}.get(path)
         if scope["method"] != "POST" or wire is None:
             await _json(send, 404, {"error": {"message": "not found"}}, {})
             return
@@ -177,6 +189,11 @@ class FakeUpstream:
             return
         seen.status = 200
         await asyncio.sleep(self._delay_for(seen.model))
+        if wire is EMBEDDINGS:
+            await _json(send, 200, _embeddings_reply(body, seen.prompt_tokens), self._rate_headers(wire))
+            seen.finished = True
+            self.limiter.settle(time.time() - self._t0, seen.prompt_tokens, seen.prompt_tokens)
+            return
         words = [f"word{i} " for i in range(self.words)]
         completion = count_text("".join(words))
         headers = self._rate_headers(wire)
@@ -215,7 +232,7 @@ class FakeUpstream:
 
     def _rate_headers(self, wire) -> dict:
         h = self.limiter._headers()
-        if wire is OPENAI:
+        if wire is not ANTHROPIC:
             return h
         return {"anthropic-ratelimit-requests-limit": h["x-ratelimit-limit-requests"],
                 "anthropic-ratelimit-requests-remaining": h["x-ratelimit-remaining-requests"],
@@ -253,7 +270,7 @@ async def _json(send, status: int, payload: dict, headers: dict) -> None:
 
 
 def _rate_error(wire) -> dict:
-    if wire is OPENAI:
+    if wire is not ANTHROPIC:
         return {"error": {"message": "Rate limit reached for requests", "type": "requests",
                           "param": None, "code": "rate_limit_exceeded"}}
     return {"type": "error", "error": {"type": "rate_limit_error", "message": "Number of requests has exceeded "
@@ -285,6 +302,20 @@ def _openai_events(body: dict, words: list[str], prompt: int, completion: int):
         yield False, _sse({**base, "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                                                              "total_tokens": prompt + completion}})
     yield False, b"data: [DONE]\n\n"
+
+
+def _embeddings_reply(body: dict, prompt: int) -> dict:
+    inputs = body["input"]
+    if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+        inputs = [inputs]
+    data = []
+    for i, item in enumerate(inputs):
+        vector: list[float] | str = fake_vector(item)
+        if body.get("encoding_format") == "base64":
+            vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": vector})
+    return {"object": "list", "data": data, "model": body["model"],
+            "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
 
 
 def _anthropic_reply(body: dict, text: str, prompt: int, completion: int) -> dict:

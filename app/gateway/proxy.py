@@ -157,7 +157,7 @@ def _client_headers(upstream_headers) -> dict[str, str]:
 
 
 class GatewayEndpoint:
-    """POST /v1/chat/completions or /v1/messages."""
+    """POST /v1/chat/completions, /v1/messages or /v1/embeddings: a call in `wire`'s format."""
 
     def __init__(self, holder: RuntimeHolder, wire: WireFormat):
         self.holder, self.wire = holder, wire
@@ -398,7 +398,10 @@ class GatewayEndpoint:
         context = getattr(turn.rt, "context", None)
         if context is None:
             return
-        role, content = self.wire.messages(body)[-1]
+        sent = self.wire.messages(body)
+        if not sent:   # a format with no messages (embeddings) records nothing
+            return
+        role, content = sent[-1]
         messages = [(role if role in ("user", "system", "assistant", "tool") else "user", content, False)]
         if reply_text:
             messages.append(("assistant", reply_text, False))

@@ -14,6 +14,7 @@ from app.api.holder import RuntimeHolder
 from .callers import principal_of
 from .count_tokens import PATH as COUNT_TOKENS_PATH
 from .count_tokens import count_tokens
+from .embeddings import EMBEDDINGS
 from .fallback import catch_all
 from .proxy import GatewayEndpoint
 from .wire import ANTHROPIC, OPENAI, caller_wire
@@ -94,6 +95,7 @@ def routes(holder: RuntimeHolder) -> list[Route]:
 
     served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
               Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
+              Route("/v1/embeddings", GatewayEndpoint(holder, EMBEDDINGS), methods=["POST"]),
               Route(COUNT_TOKENS_PATH, count_tokens(holder), methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               # :path, as model ids may hold a slash (org/model), which the SDKs send percent-encoded.

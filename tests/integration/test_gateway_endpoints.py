@@ -9,10 +9,20 @@ import openai
 import pytest
 import pytest_asyncio
 
+from app.context.tokens import count_text
+from app.domain import events as ev
 from app.gateway.wire import ANTHROPIC
 from tests.conftest import OPERATOR_TOKEN
-from tests.fake_upstream import FakeUpstream
-from tests.integration.test_gateway import UPSTREAM_KEY, anthropic_client, make_agent, make_pool, openai_client
+from tests.fake_upstream import FakeUpstream, fake_vector
+from tests.integration.test_gateway import (
+    UPSTREAM_KEY,
+    anthropic_client,
+    events_of,
+    make_agent,
+    make_pool,
+    openai_client,
+    turns_of,
+)
 
 
 @pytest_asyncio.fixture
@@ -108,3 +118,28 @@ async def test_count_tokens_asks_the_upstream_or_counts_locally_and_takes_no_tur
         await claude.close()
     finally:
         await fake.stop()
+
+
+async def test_embeddings_take_a_turn_and_complete_with_the_providers_prompt_tokens(server, operator, upstream):
+    pool = await make_pool(operator, upstream)
+    agent_id, token = await make_agent(operator, pool)
+    client = openai_client(server, token)
+    inputs = ["The quick brown fox", "jumps over the lazy dog"]
+    made = await client.embeddings.create(model="fake-embed", input=inputs)   # the SDK asks for base64
+    assert [list(d.embedding) for d in made.data] == [fake_vector(i) for i in inputs]
+    floats = await client.embeddings.create(model="fake-embed", input=[1, 2, 3], encoding_format="float")
+    assert floats.data[0].embedding == fake_vector([1, 2, 3]) and floats.usage.prompt_tokens == 3
+    expected = sum(count_text(i) for i in inputs)
+    assert made.usage.prompt_tokens == expected
+    assert [s.api_key for s in upstream.seen] == [UPSTREAM_KEY, UPSTREAM_KEY]
+    turns = turns_of(server, agent_id)
+    assert [t["status"] for t in turns] == [ev.COMPLETED, ev.COMPLETED]
+    assert [t["estimated_tokens"] for t in turns] == [expected, 3]
+    done = await events_of(server, {ev.TURN_COMPLETED}, agent_id=agent_id)
+    assert [(e.data["prompt_tokens"], e.data["completion_tokens"]) for e in done] == [(expected, 0), (3, 0)]
+    requested = await events_of(server, {ev.TURN_REQUESTED}, agent_id=agent_id)
+    assert [e.data["max_output_tokens"] for e in requested] == [0, 0]
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.embeddings.create(model="fake-embed", input=[{"not": "text"}])
+    assert "input must be" in raised.value.message and len(upstream.seen) == 2
+    await client.close()
