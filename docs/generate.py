@@ -417,6 +417,8 @@ ROUTE_PURPOSES = {
                "503 with the reason otherwise.",
     "/v1/chat/completions": "OpenAI chat completions, through a turn of the agent's pool.",
     "/v1/messages": "Anthropic messages, through a turn of the agent's pool.",
+    "/v1/responses": "OpenAI's Responses API, through a turn of the agent's pool: passed to the upstream, "
+                     "or carried over its chat completions when it lacks `/v1/responses`.",
     "/v1/embeddings": "OpenAI embeddings, through a turn of the agent's pool (no output tokens).",
     "/v1/messages/count_tokens": "Anthropic's prompt count: asked of the pool's upstream (no turn: it is no "
                                  "model call), or counted with the pool's tokenizer when the upstream lacks "

@@ -17,6 +17,7 @@ from .count_tokens import count_tokens
 from .embeddings import EMBEDDINGS
 from .fallback import catch_all
 from .proxy import GatewayEndpoint
+from .responses_endpoint import ResponsesEndpoint
 from .wire import ANTHROPIC, OPENAI, caller_wire
 
 if TYPE_CHECKING:   # for the annotations only: at run time the routes reach it through the holder
@@ -95,6 +96,7 @@ def routes(holder: RuntimeHolder) -> list[Route]:
 
     served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
               Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
+              Route("/v1/responses", ResponsesEndpoint(holder), methods=["POST"]),
               Route("/v1/embeddings", GatewayEndpoint(holder, EMBEDDINGS), methods=["POST"]),
               Route(COUNT_TOKENS_PATH, count_tokens(holder), methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),

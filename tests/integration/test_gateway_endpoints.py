@@ -3,6 +3,7 @@ does not serve, driven by the official SDKs through the real server against the 
 upstream (tests/fake_upstream.py)."""
 from __future__ import annotations
 
+import agents
 import anthropic
 import httpx
 import openai
@@ -15,6 +16,7 @@ from app.gateway.wire import ANTHROPIC
 from tests.conftest import OPERATOR_TOKEN
 from tests.fake_upstream import FakeUpstream, fake_vector
 from tests.integration.test_gateway import (
+    REPLY,
     UPSTREAM_KEY,
     anthropic_client,
     events_of,
@@ -142,4 +144,131 @@ async def test_embeddings_take_a_turn_and_complete_with_the_providers_prompt_tok
     with pytest.raises(openai.BadRequestError) as raised:
         await client.embeddings.create(model="fake-embed", input=[{"not": "text"}])
     assert "input must be" in raised.value.message and len(upstream.seen) == 2
+    await client.close()
+
+
+@pytest_asyncio.fixture(params=["native", "translated"])
+async def responses_upstream(request):
+    fake = await FakeUpstream(responses=request.param == "native").start()
+    yield fake
+    await fake.stop()
+
+
+def upstream_paths(fake: FakeUpstream) -> list[str]:
+    return [s.path for s in fake.seen]
+
+
+async def test_responses_streaming_and_not_native_or_over_chat_completions(server, operator, responses_upstream):
+    fake = responses_upstream
+    native = fake.responses
+    pool = await make_pool(operator, fake)
+    agent_id, token = await make_agent(operator, pool)
+    client = openai_client(server, token)
+    reply = await client.responses.create(model="fake-gpt", instructions="You are terse.",
+                                          input="Say twelve words.", max_output_tokens=64)
+    assert reply.output_text == REPLY and reply.status == "completed" and reply.object == "response"
+    stream = await client.responses.create(model="fake-gpt", input=[{"role": "user", "content": "Again."}],
+                                           max_output_tokens=64, stream=True)
+    events = [e async for e in stream]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == REPLY
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    final = events[-1].response
+    assert final.output_text == REPLY and final.usage.output_tokens == reply.usage.output_tokens
+    # Native: the requests as sent. Translated: one 404 (remembered), then chat completions.
+    assert upstream_paths(fake) == ["/v1/responses" if native else "/v1/chat/completions"] * 2
+    assert fake.missing == ([] if native else ["/v1/responses"])
+    assert [s.stream for s in fake.seen] == [False, True] and all(s.api_key == UPSTREAM_KEY for s in fake.seen)
+    assert [s.max_tokens for s in fake.seen] == [64, 64]
+    # One turn a call, completed once with the upstream's usage: the 404 was not billed.
+    turns = turns_of(server, agent_id)
+    assert [(t["status"], t["streams"]) for t in turns] == [(ev.COMPLETED, False), (ev.COMPLETED, True)]
+    done = await events_of(server, {ev.TURN_COMPLETED}, agent_id=agent_id)
+    assert [(e.data["outcome"], e.data["prompt_tokens"], e.data["completion_tokens"]) for e in done] == \
+        [(ev.OK, fake.seen[0].prompt_tokens, reply.usage.output_tokens),
+         (ev.OK, fake.seen[1].prompt_tokens, reply.usage.output_tokens)]
+    assert (reply.usage.input_tokens, final.usage.input_tokens) == (fake.seen[0].prompt_tokens,
+                                                                    fake.seen[1].prompt_tokens)
+    await client.close()
+
+
+CLOCK = {"type": "function", "name": "clock", "description": "The time.",
+         "parameters": {"type": "object", "properties": {}}}
+
+
+async def test_a_tool_call_round_trip_through_responses(server, operator, responses_upstream):
+    fake = responses_upstream
+    pool = await make_pool(operator, fake)
+    _agent_id, token = await make_agent(operator, pool)
+    client = openai_client(server, token)
+    asked = [{"role": "user", "content": "What time is it?"}]
+    first = await client.responses.create(model="fake-gpt", input=asked, tools=[CLOCK])
+    [call] = first.output
+    assert (call.type, call.call_id, call.name, call.arguments) == ("function_call", "call_1", "clock", "{}")
+    answered = [*asked, call.model_dump(exclude_none=True),
+                {"type": "function_call_output", "call_id": call.call_id, "output": "12:00"}]
+    second = await client.responses.create(model="fake-gpt", input=answered, tools=[CLOCK])
+    assert second.output_text == "tool said: 12:00"
+    # Streamed: the call's arguments as deltas, the call itself in response.completed.
+    stream = await client.responses.create(model="fake-gpt", input=asked, tools=[CLOCK], stream=True)
+    events = [e async for e in stream]
+    assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta") == "{}"
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    assert [(i.type, i.call_id, i.name) for i in added] == [("function_call", "call_1", "clock")]
+    [streamed_call] = events[-1].response.output
+    assert (streamed_call.call_id, streamed_call.arguments) == ("call_1", "{}")
+    stream = await client.responses.create(model="fake-gpt", input=answered, tools=[CLOCK], stream=True)
+    text = "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
+    assert text == "tool said: 12:00"
+    if not fake.responses:
+        chat = [s for s in fake.seen if s.path == "/v1/chat/completions"]
+        assert len(chat) == 4 and fake.missing == ["/v1/responses"]
+    await client.close()
+
+
+async def test_what_the_translation_cannot_carry_is_a_400_and_costs_no_tokens(server, operator):
+    fake = await FakeUpstream(responses=False).start()
+    try:
+        pool = await make_pool(operator, fake)
+        agent_id, token = await make_agent(operator, pool)
+        client = openai_client(server, token)
+        # The first call finds out that the upstream lacks /v1/responses: its turn ends with nothing used.
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.responses.create(model="fake-gpt", input="Find it.", tools=[{"type": "web_search"}])
+        assert "web_search" in raised.value.message and raised.value.body["type"] == "invalid_request_error"
+        [turn] = turns_of(server, agent_id)
+        assert (turn["status"], turn["prompt_tokens"], turn["completion_tokens"]) == (ev.COMPLETED, 0, 0)
+        # Known now: refused before any turn, nothing sent upstream.
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.responses.create(model="fake-gpt", input="Go on.", previous_response_id="resp_1")
+        assert "previous_response_id" in raised.value.message
+        assert len(turns_of(server, agent_id)) == 1 and fake.seen == [] and fake.missing == ["/v1/responses"]
+        await client.close()
+    finally:
+        await fake.stop()
+
+
+async def test_an_openai_agents_sdk_agent_with_a_tool_runs_through_the_gateway(server, operator, responses_upstream):
+    """The OpenAI Agents SDK with its defaults (the Responses API), pointed at AgentRM: the
+    model calls the tool, the SDK runs it and sends its output back, the model answers."""
+    fake = responses_upstream
+    pool = await make_pool(operator, fake)
+    agent_id, token = await make_agent(operator, pool)
+    client = openai_client(server, token)
+    agents.set_default_openai_client(client, use_for_tracing=False)
+    agents.set_tracing_disabled(True)
+    ran = []
+
+    @agents.function_tool
+    def clock() -> str:
+        """The time now."""
+        ran.append(True)
+        return "12:00"
+
+    agent = agents.Agent(name="timekeeper", instructions="Tell the time.", model="fake-gpt", tools=[clock])
+    result = await agents.Runner.run(agent, "What time is it?")
+    assert result.final_output == "tool said: 12:00" and ran == [True]
+    paths = upstream_paths(fake)
+    assert paths == (["/v1/responses"] * 2 if fake.responses else ["/v1/chat/completions"] * 2)
+    assert [t["status"] for t in turns_of(server, agent_id)] == [ev.COMPLETED, ev.COMPLETED]
     await client.close()
