@@ -13,8 +13,8 @@ message) and `function_call_output` items (tool messages) - function tools, `too
 `response_format`), `text.verbosity`, `reasoning.effort`, `user`, `service_tier`,
 `prompt_cache_key` and `safety_identifier`. Reasoning items in the input are dropped (a
 chat model takes none). Dropped too, having no chat counterpart that changes the answer:
-`store`, `metadata`, `include`, `truncation`, `stream_options`, `prompt_cache_retention`
-and any field not named here.
+`store`, `metadata`, `include`, `truncation`, `stream_options`, `prompt_cache_retention`,
+`reasoning.summary` and any field not named here.
 
 What is refused, with `Untranslatable` (a 400 in OpenAI's shape): the stateful features
 (`previous_response_id`, `conversation`, `background`, stored `prompt` templates,
@@ -31,11 +31,9 @@ from typing import Any
 
 from .wire import BadRequest
 
-# Request fields with no chat counterpart that alters the answer: not sent.
-DROPPED_FIELDS = ("store", "metadata", "include", "truncation", "stream_options", "prompt_cache_retention")
-# Request fields that need state or tools the chat upstream does not have: refused.
-REFUSED_FIELDS = ("previous_response_id", "conversation", "background", "prompt", "context_management",
-                  "prompt_cache_options")
+# Request fields that need state the chat upstream does not keep: refused. Every field that
+# is neither refused nor translated below is dropped.
+REFUSED_FIELDS = ("previous_response_id", "conversation", "background", "prompt", "context_management")
 # Fields chat completions takes under the same name and meaning.
 SAME_FIELDS = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "service_tier",
                "prompt_cache_key", "safety_identifier")
