@@ -24,6 +24,7 @@ from tests.integration.test_gateway import (
     make_pool,
     openai_client,
     turns_of,
+    wait_model,
 )
 
 
@@ -272,3 +273,25 @@ async def test_an_openai_agents_sdk_agent_with_a_tool_runs_through_the_gateway(s
     assert paths == (["/v1/responses"] * 2 if fake.responses else ["/v1/chat/completions"] * 2)
     assert [t["status"] for t in turns_of(server, agent_id)] == [ev.COMPLETED, ev.COMPLETED]
     await client.close()
+
+
+async def test_a_translated_stream_that_stalls_ends_with_an_error_event_the_sdk_raises(server, operator):
+    fake = await FakeUpstream(responses=False).start()
+    try:
+        pool = await make_pool(operator, fake, leaseSeconds=5.0, streamIdleTimeoutSeconds=2.0)
+        agent_id, token = await make_agent(operator, pool)
+        client = openai_client(server, token)
+        fake.stall_next_after(3)
+        stream = await client.responses.create(model="fake-gpt", input="Talk.", max_output_tokens=64, stream=True)
+        got = []
+        with pytest.raises(openai.APIError) as raised:
+            async for event in stream:
+                if event.type == "response.output_text.delta":
+                    got.append(event.delta)
+        assert got == ["word0 ", "word1 ", "word2 "] and "sent nothing for 2 s" in raised.value.message
+        await wait_model(server, lambda: turns_of(server, agent_id)[0]["status"] == ev.COMPLETED)
+        [turn] = turns_of(server, agent_id)
+        assert turn["outcome"] == ev.ERROR and turn["completion_tokens"] == count_text("".join(got))
+        await client.close()
+    finally:
+        await fake.stop()
