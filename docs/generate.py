@@ -417,8 +417,19 @@ ROUTE_PURPOSES = {
                "503 with the reason otherwise.",
     "/v1/chat/completions": "OpenAI chat completions, through a turn of the agent's pool.",
     "/v1/messages": "Anthropic messages, through a turn of the agent's pool.",
+    "/v1/responses": "OpenAI's Responses API, through a turn of the agent's pool: passed to the upstream, "
+                     "or carried over its chat completions when it lacks `/v1/responses`.",
+    "/v1/embeddings": "OpenAI embeddings, through a turn of the agent's pool (no output tokens).",
+    "/v1/messages/count_tokens": "Anthropic's prompt count: asked of the pool's upstream (no turn: it is no "
+                                 "model call), or counted with the pool's tokenizer when the upstream lacks "
+                                 "it (`x-agentrm-token-count: local`).",
     "/v1/models": "The models of the upstreams the token's pools use (cached a minute), in "
                   "OpenAI's and Anthropic's fields.",
+    "/v1/models/{model_id:path}": "One model of that list, by id (it may hold a slash); 404 "
+                                  "`model_not_found` in the caller's wire format when no pool's upstream lists it.",
+    "/v1/{path:path}": "Any other `/v1` path or method: a 404 (or a 405 with `allow`) as the provider's "
+                       "JSON error, Anthropic's shape when the request carries `x-api-key` or "
+                       "`anthropic-version`, else OpenAI's.",
     "/demo-upstream/v1/chat/completions": "The demo echo model, OpenAI format.",
     "/demo-upstream/v1/messages": "The demo echo model, Anthropic format.",
     "/demo-upstream/v1/models": "The demo echo model's model list.",
@@ -455,6 +466,10 @@ HEADER_MEANINGS = {
                      "completion so the scheduler's budget follows the provider's.",
     "anthropic-ratelimit-*": "As `x-ratelimit-*`, Anthropic's names.",
     "cache-control": "`no-cache` on a streamed answer.",
+    "allow": "On a 405: the methods the path takes.",
+    "x-agentrm-token-count": "On `/v1/messages/count_tokens`: `upstream` when the pool's upstream counted, "
+                             "`local` when it lacks the endpoint and the gateway counted with the pool's "
+                             "tokenizer.",
 }
 
 
@@ -512,7 +527,7 @@ class _HeaderProbe(dict):
 def header_rows() -> list[list[str]]:
     """(header, where the gateway reads or writes it, meaning): from the gateway's constants,
     and from what each wire format reads and writes when asked."""
-    from app.gateway import proxy, turns
+    from app.gateway import count_tokens, proxy, turns
     from app.gateway.wire import ANTHROPIC, OPENAI
 
     found: dict[tuple[str, str], set[str]] = {}
@@ -544,6 +559,8 @@ def header_rows() -> list[list[str]]:
         note(name, "response: passed back from the upstream")
     note("retry-after", "response: set by the gateway")
     note("cache-control", "response: set by the gateway")
+    note("allow", "response: set by the gateway")
+    note(count_tokens.TOKEN_COUNT_HEADER, "response: set by the gateway")
     uses: dict[str, list[str]] = {}
     for (name, direction), wires in sorted(found.items()):
         formats = "" if "both" in wires or len(wires) == 2 else f" ({', '.join(sorted(wires))} format)"

@@ -15,13 +15,22 @@ Behaviour:
 - `hang_next(n)` admits the next n requests and then sends nothing (not even headers)
   until the client hangs up;
 - every request is logged with what identifies it, its status, and `closed`, an event set
-  when the client hung up before the answer's end.
+  when the client hung up before the answer's end;
+- /v1/embeddings: deterministic vectors (`fake_vector`, in either encoding_format) and usage;
+- `count_tokens`: serve /v1/messages/count_tokens, and `responses`: serve /v1/responses
+  natively (else either answers 404, as most OpenAI-compatible servers do);
+- tools, in chat completions and Responses, streaming or not: a request with tools whose
+  last message is the user's is answered with one call, id "call_1", to the first tool with
+  arguments {}; one whose last message is a tool's result, with "tool said: <result>".
 A raw ASGI app so it sees the client's disconnect (`http.disconnect`) the moment it happens.
 """
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import struct
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -30,9 +39,18 @@ import uvicorn
 
 from agentrm_bench.sim import Provider
 from app.context.tokens import count_text
+from app.gateway.embeddings import EMBEDDINGS
+from app.gateway.responses_wire import RESPONSES
 from app.gateway.wire import ANTHROPIC, OPENAI
 
 REPLY_WORDS = 12
+VECTOR_DIMENSIONS = 8
+
+
+def fake_vector(item: str | list[int]) -> list[float]:
+    """The fake's embedding of one input: bytes of its hash over 256, exact in float32."""
+    digest = hashlib.sha256(json.dumps(item).encode()).digest()
+    return [b / 256 for b in digest[:VECTOR_DIMENSIONS]]
 
 
 @dataclass
@@ -55,10 +73,13 @@ class Seen:
 
 class FakeUpstream:
     def __init__(self, rpm: int = 10_000, tpm: int = 10_000_000, *, first_chunk_s: float = 0.02,
-                 chunk_interval_s: float = 0.01, words: int = REPLY_WORDS):
+                 chunk_interval_s: float = 0.01, words: int = REPLY_WORDS, count_tokens: bool = False,
+                 responses: bool = False):
         self.limiter = Provider(rpm, tpm)
+        self.count_tokens, self.responses = count_tokens, responses
         self.first_chunk_s, self.chunk_interval_s, self.words = first_chunk_s, chunk_interval_s, words
         self.seen: list[Seen] = []
+        self.missing: list[str] = []     # the paths answered 404
         self._reject: list[float] = []
         self._hang = 0
         self._stall_after: list[int] = []
@@ -128,17 +149,20 @@ class FakeUpstream:
                 {"id": "fake-gpt", "object": "model", "created": 0, "owned_by": "fake"},
                 {"id": "fake-claude", "object": "model", "created": 0, "owned_by": "fake"}]}, {})
             return
-        wire = {"/v1/chat/completions": OPENAI, "/v1/messages": ANTHROPIC}.get(path)
+        if scope["method"] == "POST" and path == "/v1/messages/count_tokens" and self.count_tokens:
+            body = json.loads(await _read(receive))
+            counted = ANTHROPIC.count_prompt(body, "cl100k_base")
+            self.seen.append(Seen(path, str(uuid.uuid4()), headers.get("x-api-key"), body.get("model", ""), False,
+                                  time.time(), counted, 0, status=200, finished=True))
+            await _json(send, 200, {"input_tokens": counted}, {})
+            return
+        wire = {"/v1/chat/completions": OPENAI, "/v1/messages": ANTHROPIC, "/v1/embeddings": EMBEDDINGS,
+                "/v1/responses": RESPONSES if self.responses else None}.get(path)
         if scope["method"] != "POST" or wire is None:
+            self.missing.append(path)
             await _json(send, 404, {"error": {"message": "not found"}}, {})
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        body = json.loads(raw)
+        body = json.loads(await _read(receive))
         prompt = wire.count_prompt(body, "cl100k_base")
         max_tokens = wire.max_output_tokens(body)
         key = headers.get("x-api-key") if wire is ANTHROPIC else headers.get("authorization", "")[7:] or None
@@ -173,14 +197,29 @@ class FakeUpstream:
             return
         seen.status = 200
         await asyncio.sleep(self._delay_for(seen.model))
+        if wire is EMBEDDINGS:
+            await _json(send, 200, _embeddings_reply(body, seen.prompt_tokens), self._rate_headers(wire))
+            seen.finished = True
+            self.limiter.settle(time.time() - self._t0, seen.prompt_tokens, seen.prompt_tokens)
+            return
         words = [f"word{i} " for i in range(self.words)]
-        completion = count_text("".join(words))
+        tool, result = _tool_turn(wire, body)
+        if result is not None:
+            parts = f"tool said: {result}".split(" ")
+            words = [w + " " for w in parts[:-1]] + [parts[-1]]
+        if tool is not None:
+            words = []
+        completion = count_text(f"{tool}{{}}" if tool is not None else "".join(words))
         headers = self._rate_headers(wire)
         if not seen.stream:
             text = "".join(words)
             await asyncio.sleep(self.chunk_interval_s * len(words))
-            reply = _openai_reply(body, text, seen.prompt_tokens, completion) if wire is OPENAI \
-                else _anthropic_reply(body, text, seen.prompt_tokens, completion)
+            if wire is OPENAI:
+                reply = _openai_reply(body, text, seen.prompt_tokens, completion, tool)
+            elif wire is RESPONSES:
+                reply = _responses_reply(body, text, seen.prompt_tokens, completion, tool)
+            else:
+                reply = _anthropic_reply(body, text, seen.prompt_tokens, completion)
             await _json(send, 200, reply, headers)
             seen.words_sent, seen.finished = len(words), True
             self.limiter.settle(time.time() - self._t0, seen.prompt_tokens + seen.max_tokens,
@@ -188,8 +227,12 @@ class FakeUpstream:
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": _raw({**headers, "content-type": "text/event-stream"})})
-        events = _openai_events(body, words, seen.prompt_tokens, completion) if wire is OPENAI \
-            else _anthropic_events(body, words, seen.prompt_tokens, completion)
+        if wire is OPENAI:
+            events = _openai_events(body, words, seen.prompt_tokens, completion, tool)
+        elif wire is RESPONSES:
+            events = _responses_events(body, words, seen.prompt_tokens, completion, tool)
+        else:
+            events = _anthropic_events(body, words, seen.prompt_tokens, completion)
         stall = self._stall_after.pop(0) if self._stall_after else None
         for is_word, data in events:
             if seen.closed.is_set():
@@ -211,7 +254,7 @@ class FakeUpstream:
 
     def _rate_headers(self, wire) -> dict:
         h = self.limiter._headers()
-        if wire is OPENAI:
+        if wire is not ANTHROPIC:
             return h
         return {"anthropic-ratelimit-requests-limit": h["x-ratelimit-limit-requests"],
                 "anthropic-ratelimit-requests-remaining": h["x-ratelimit-remaining-requests"],
@@ -228,6 +271,15 @@ async def _watch_disconnect(receive, seen: Seen) -> None:
             return
 
 
+async def _read(receive) -> bytes:
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
+
+
 def _raw(headers: dict) -> list[tuple[bytes, bytes]]:
     return [(k.encode(), str(v).encode()) for k, v in headers.items()]
 
@@ -240,7 +292,7 @@ async def _json(send, status: int, payload: dict, headers: dict) -> None:
 
 
 def _rate_error(wire) -> dict:
-    if wire is OPENAI:
+    if wire is not ANTHROPIC:
         return {"error": {"message": "Rate limit reached for requests", "type": "requests",
                           "param": None, "code": "rate_limit_exceeded"}}
     return {"type": "error", "error": {"type": "rate_limit_error", "message": "Number of requests has exceeded "
@@ -252,26 +304,123 @@ def _sse(payload: dict, event: str | None = None) -> bytes:
     return head + b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
-def _openai_reply(body: dict, text: str, prompt: int, completion: int) -> dict:
+def _text(content) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _tool_turn(wire, body: dict) -> tuple[str | None, str | None]:
+    """(the tool to call, or the tool result to answer): see the module's tools rule."""
+    if wire is OPENAI and body.get("messages"):
+        last = body["messages"][-1]
+        if last.get("role") == "tool":
+            return None, _text(last.get("content"))
+        if last.get("role") == "user" and body.get("tools"):
+            return body["tools"][0]["function"]["name"], None
+    if wire is RESPONSES:
+        items = body.get("input")
+        last = {"role": "user"} if isinstance(items, str) else (items[-1] if items else {})
+        if last.get("type") == "function_call_output":
+            return None, _text(last.get("output"))
+        if last.get("role") == "user" and body.get("tools"):
+            return body["tools"][0]["name"], None
+    return None, None
+
+
+def _openai_reply(body: dict, text: str, prompt: int, completion: int, tool: str | None = None) -> dict:
+    message: dict = {"role": "assistant", "content": text}
+    if tool is not None:
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": tool, "arguments": "{}"}}]}
     return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
             "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop" if tool is None else "tool_calls"}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion}}
 
 
-def _openai_events(body: dict, words: list[str], prompt: int, completion: int):
+def _openai_events(body: dict, words: list[str], prompt: int, completion: int, tool: str | None = None):
     base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": body["model"]}
     yield False, _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                              "finish_reason": None}]})
     for w in words:
         yield True, _sse({**base, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]})
-    yield False, _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    if tool is not None:
+        call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": tool, "arguments": ""}}
+        yield False, _sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]})
+        more = {"index": 0, "function": {"arguments": "{}"}}
+        yield False, _sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [more]}, "finish_reason": None}]})
+    finish = "stop" if tool is None else "tool_calls"
+    yield False, _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     if (body.get("stream_options") or {}).get("include_usage"):
         yield False, _sse({**base, "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                                                              "total_tokens": prompt + completion}})
     yield False, b"data: [DONE]\n\n"
+
+
+def _embeddings_reply(body: dict, prompt: int) -> dict:
+    inputs = body["input"]
+    if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+        inputs = [inputs]
+    data = []
+    for i, item in enumerate(inputs):
+        vector: list[float] | str = fake_vector(item)
+        if body.get("encoding_format") == "base64":
+            vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": vector})
+    return {"object": "list", "data": data, "model": body["model"],
+            "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
+
+
+def _responses_output(text: str, tool: str | None) -> dict:
+    if tool is not None:
+        return {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": tool, "arguments": "{}",
+                "status": "completed"}
+    return {"type": "message", "id": "msg_fake", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def _responses_reply(body: dict, text: str, prompt: int, completion: int, tool: str | None,
+                     status: str = "completed") -> dict:
+    return {"id": "resp_fake", "object": "response", "created_at": int(time.time()), "status": status,
+            "model": body["model"], "output": [_responses_output(text, tool)] if status == "completed" else [],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": body.get("tools") or [],
+            "usage": None if status != "completed" else {
+                "input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": completion,
+                "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + completion}}
+
+
+def _responses_events(body: dict, words: list[str], prompt: int, completion: int, tool: str | None):
+    n = iter(range(1_000_000))
+
+    def event(kind: str, **fields) -> bytes:
+        return _sse({"type": kind, "sequence_number": next(n), **fields}, kind)
+    yield False, event("response.created", response=_responses_reply(body, "", prompt, 0, tool, "in_progress"))
+    done = _responses_output("".join(words), tool)
+    if tool is not None:
+        yield False, event("response.output_item.added", output_index=0, item={**done, "arguments": "",
+                                                                               "status": "in_progress"})
+        yield False, event("response.function_call_arguments.delta", item_id="fc_1", output_index=0, delta="{}")
+        yield False, event("response.function_call_arguments.done", item_id="fc_1", output_index=0,
+                           arguments="{}", name=tool)
+    else:
+        yield False, event("response.output_item.added", output_index=0, item={**done, "content": [],
+                                                                               "status": "in_progress"})
+        part = {"type": "output_text", "text": "", "annotations": []}
+        yield False, event("response.content_part.added", item_id="msg_fake", output_index=0, content_index=0,
+                           part=part)
+        for w in words:
+            yield True, event("response.output_text.delta", item_id="msg_fake", output_index=0, content_index=0,
+                              delta=w, logprobs=[])
+        yield False, event("response.output_text.done", item_id="msg_fake", output_index=0, content_index=0,
+                           text="".join(words), logprobs=[])
+        yield False, event("response.content_part.done", item_id="msg_fake", output_index=0, content_index=0,
+                           part=done["content"][0])
+    yield False, event("response.output_item.done", output_index=0, item=done)
+    yield False, event("response.completed", response=_responses_reply(body, "".join(words), prompt, completion,
+                                                                       tool))
 
 
 def _anthropic_reply(body: dict, text: str, prompt: int, completion: int) -> dict:

@@ -21,7 +21,8 @@ import logging
 import math
 import time
 import uuid
-from typing import cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 import httpx
 
@@ -46,6 +47,11 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms")
 _STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, LimitExceeded: 429,
            Unavailable: 503}
+
+
+def status_of(exc: ServiceError) -> int:
+    """The HTTP status of a service error the gateway hands to a client."""
+    return _STATUS.get(type(exc), 400)
 
 
 class ClientGone(Exception):
@@ -151,8 +157,34 @@ def _client_headers(upstream_headers) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class UpstreamCall:
+    """What goes upstream for a call when it is not the client's own request as sent: a
+    path and a body, answered in `wire`'s format and, with a `translation`, translated back
+    into the client's (its `reply`, and `open` / `feed` / `close` for a stream: see
+    app/gateway/responses.py). With `absent_ok`, a 404 or 405 that is not about the model
+    means the upstream lacks the path: nothing is relayed and the turn stays open."""
+    path: str
+    content: bytes
+    wire: WireFormat
+    translation: Any = None
+    absent_ok: bool = False
+
+
+ABSENT = (404, 405)
+
+
+def _about_the_model(content: bytes) -> bool:
+    """An OpenAI 404 that names an unknown model: the path exists, the model does not."""
+    try:
+        error = json.loads(content).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("code") == "model_not_found"
+
+
 class GatewayEndpoint:
-    """POST /v1/chat/completions or /v1/messages."""
+    """POST /v1/chat/completions, /v1/messages or /v1/embeddings: a call in `wire`'s format."""
 
     def __init__(self, holder: RuntimeHolder, wire: WireFormat):
         self.holder, self.wire = holder, wire
@@ -213,6 +245,7 @@ class GatewayEndpoint:
         except ServiceError as exc:
             await x.error(_STATUS.get(type(exc), 400), str(exc))
             return
+        self.check(upstream, body)
         logs.bind(pool=pool, run_id=run_id)
         encoding = rt.projector.model.pools[pool].settings.tokenizer
         await encoding_ready(encoding)
@@ -245,11 +278,17 @@ class GatewayEndpoint:
             hold = time.monotonic() - granted_at
             self.mean_hold_s += (hold - self.mean_hold_s) / 8
 
+    def check(self, upstream, body: dict) -> None:
+        """Refuse (BadRequest) what this upstream cannot be asked, before a turn is taken."""
+
     async def _forward(self, x: _Exchange, turn: GatewayTurn, upstream, raw: bytes, body: dict, pool: str,
-                       prompt: int, encoding: str, streaming: bool) -> None:
+                       prompt: int, encoding: str, streaming: bool, call: UpstreamCall | None = None) -> bool:
+        """Send the call upstream and relay its answer, completing the turn. False (and the
+        turn still open) when `call.absent_ok` and the upstream lacks the path."""
+        call = call or UpstreamCall(self.wire.path, raw, self.wire)
         request = upstream.client.build_request(
-            "POST", upstream.url(self.wire.path), content=raw,
-            headers=self.wire.upstream_headers(x.headers, upstream.api_key))
+            "POST", upstream.url(call.path), content=call.content,
+            headers=call.wire.upstream_headers(x.headers, upstream.api_key))
         try:
             response = await x.race(upstream.client.send(request, stream=True), turn.ended,
                                     turn.budget(idle=streaming))
@@ -260,25 +299,34 @@ class GatewayEndpoint:
             metrics.UPSTREAM_STATUS.labels(pool, "error").inc()
             await turn.complete(ev.ERROR, prompt, 0)
             await x.error(502, f"the upstream could not be reached: {type(exc).__name__}")
-            return
+            return True
         if response is _TIMED_OUT:
             await turn.complete(ev.ERROR, prompt, 0)
             await x.error(504, turn.timeout_message(idle=streaming))
-            return
+            return True
         if response is _ENDED:
             await x.error(504, "AgentRM ended the turn before the upstream answered (its lease expired: "
                                "the gateway could not renew it)")
-            return
+            return True
         metrics.UPSTREAM_STATUS.labels(pool, str(response.status_code)).inc()
         try:
+            if call.absent_ok and response.status_code in ABSENT:
+                try:
+                    content = await x.race(response.aread(), turn.ended, turn.budget(idle=False))
+                except ClientGone:
+                    _in_background(turn.complete(ev.ERROR, 0, 0))
+                    raise
+                if not isinstance(content, bytes) or not _about_the_model(content):
+                    return False   # no model was called: the turn goes on to the next attempt
             if response.status_code != 200:
                 await self._relay_failure(x, turn, response, prompt)
             elif streaming:
-                await self._relay_stream(x, turn, response, body, prompt, encoding)
+                await self._relay_stream(x, turn, response, body, prompt, encoding, call)
             else:
-                await self._relay_reply(x, turn, response, body, prompt)
+                await self._relay_reply(x, turn, response, body, prompt, call)
         finally:
             _in_background(response.aclose())   # closes the upstream request if still open
+        return True
 
     async def _relay_failure(self, x: _Exchange, turn: GatewayTurn, response, prompt: int) -> None:
         try:
@@ -298,7 +346,8 @@ class GatewayEndpoint:
             headers["retry-after"] = response.headers["retry-after"]
         await x.reply(response.status_code, content, headers)
 
-    async def _relay_reply(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int) -> None:
+    async def _relay_reply(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int,
+                           call: UpstreamCall) -> None:
         parts = []
         stream = response.aiter_raw()
         try:
@@ -324,25 +373,32 @@ class GatewayEndpoint:
             reply = json.loads(content)
         except ValueError:
             reply = {}
-        used_prompt, used_completion = self.wire.usage(reply)
-        await turn.complete(ev.OK, used_prompt if used_prompt is not None else prompt, used_completion or 0,
-                            None, rate_limit_headers(response.headers))
+        used_prompt, used_completion = call.wire.usage(reply)
+        used_prompt = used_prompt if used_prompt is not None else prompt
+        await turn.complete(ev.OK, used_prompt, used_completion or 0, None, rate_limit_headers(response.headers))
         if _wants_context(x.headers):
-            await self._record(turn, body, self.wire.reply_text(reply))
+            await self._record(turn, body, call.wire.reply_text(reply))
+        if call.translation is not None:
+            content = json.dumps(call.translation.reply(reply, (used_prompt, used_completion or 0))).encode()
         await x.reply(200, content, _client_headers(response.headers))
 
     async def _relay_stream(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int,
-                            encoding: str) -> None:
+                            encoding: str, call: UpstreamCall) -> None:
         usage = StreamUsage(encoding)
         parser = SSEParser()
+        translation = call.translation
         headers = {"content-type": response.headers.get("content-type", "text/event-stream"),
                    "cache-control": "no-cache", **_client_headers(response.headers)}
+        if translation is not None:
+            headers["content-type"] = "text/event-stream"
         stream = response.aiter_raw()
         began = settled = False
 
+        def used() -> tuple[int, int]:
+            return usage.prompt_tokens if usage.prompt_tokens is not None else prompt, usage.completion()
+
         def completion():
-            used_prompt = usage.prompt_tokens if usage.prompt_tokens is not None else prompt
-            return turn.complete(ev.OK, used_prompt, usage.completion(), None, rate_limit_headers(response.headers))
+            return turn.complete(ev.OK, *used(), None, rate_limit_headers(response.headers))
 
         try:
             while True:
@@ -365,18 +421,27 @@ class GatewayEndpoint:
                         await x.error(504, message)
                     return
                 turn.on_chunk()
-                for payload in parser.feed(part):
-                    self.wire.on_event(payload, usage)
+                payloads = parser.feed(part)
+                for payload in payloads:
+                    call.wire.on_event(payload, usage)
+                if translation is not None:   # the client reads its own format's events
+                    part = translation.open() + b"".join(translation.feed(p) for p in payloads)
                 if not began:
                     await x.start(200, headers)
                     began = True
-                await x.chunk(part)
+                if part:
+                    await x.chunk(part)
             # The stream is over: the turn completes before the client's last byte, so a
             # client that asks right after sees its lane already free.
             settled = True
             await completion()
             if _wants_context(x.headers):
                 await self._record(turn, body, "".join(usage.text))
+            if translation is not None:
+                if not began:
+                    await x.start(200, headers)
+                    began = True
+                await x.chunk(translation.open() + translation.close(used()))
             if began:
                 await x.send({"type": "http.response.body", "body": b"", "more_body": False})
             else:
@@ -393,7 +458,10 @@ class GatewayEndpoint:
         context = getattr(turn.rt, "context", None)
         if context is None:
             return
-        role, content = self.wire.messages(body)[-1]
+        sent = self.wire.messages(body)
+        if not sent:   # a format with no messages (embeddings) records nothing
+            return
+        role, content = sent[-1]
         messages = [(role if role in ("user", "system", "assistant", "tool") else "user", content, False)]
         if reply_text:
             messages.append(("assistant", reply_text, False))

@@ -10,10 +10,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.api.holder import RuntimeHolder
-from app.auth import authenticate
 
+from .callers import principal_of
+from .count_tokens import PATH as COUNT_TOKENS_PATH
+from .count_tokens import count_tokens
+from .embeddings import EMBEDDINGS
+from .fallback import catch_all
 from .proxy import GatewayEndpoint
-from .wire import ANTHROPIC, OPENAI
+from .responses_endpoint import ResponsesEndpoint
+from .wire import ANTHROPIC, OPENAI, caller_wire
 
 if TYPE_CHECKING:   # for the annotations only: at run time the routes reach it through the holder
     from app.bootstrap import Runtime
@@ -52,18 +57,22 @@ def routes(holder: RuntimeHolder) -> list[Route]:
         models_cache[pool] = (time.monotonic(), found)
         return found
 
-    async def models(request: Request):
+    async def caller_pools(request: Request) -> list[str] | JSONResponse:
+        """The pools whose upstream models the caller may see: its agent's pool, every
+        pool for the operator; or the 401 in the caller's wire format."""
         rt = holder.runtime
-        token = OPENAI.api_key(request.headers) or ANTHROPIC.api_key(request.headers)
-        principal = authenticate(token, rt.operator_token, rt.projector.model.token_index) if rt else None
-        if principal is None and rt is not None and token:
-            await rt.projector.catch_up()
-            principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
+        principal = await principal_of(rt, request.headers)
         if principal is None:
-            return JSONResponse(OPENAI.error_body(401, "invalid or missing AgentRM token"), status_code=401)
+            wire = caller_wire(request.headers)
+            return JSONResponse(wire.error_body(401, "invalid or missing AgentRM token"), status_code=401)
         rt = cast("Runtime", rt)   # a principal was found: there is a runtime
-        pools = sorted(rt.projector.model.pools) if principal.is_operator else \
+        return sorted(rt.projector.model.pools) if principal.is_operator else \
             [rt.service.agent_view(cast(str, principal.agent_id))["pool"]]
+
+    async def models(request: Request):
+        pools = await caller_pools(request)
+        if isinstance(pools, JSONResponse):
+            return pools
         data = []
         for pool in pools:
             data.extend(await upstream_models(pool))
@@ -71,6 +80,26 @@ def routes(holder: RuntimeHolder) -> list[Route]:
                              "first_id": data[0]["id"] if data else None,
                              "last_id": data[-1]["id"] if data else None})
 
-    return [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
-            Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"])]
+    async def model(request: Request):
+        pools = await caller_pools(request)
+        if isinstance(pools, JSONResponse):
+            return pools
+        wanted = request.path_params["model_id"]
+        for pool in pools:
+            for m in await upstream_models(pool):
+                if m["id"] == wanted:
+                    return JSONResponse(m)
+        wire = caller_wire(request.headers)
+        return JSONResponse(wire.error_body(404, f"The model '{wanted}' does not exist in the upstream "
+                                                 "models of this token's pools", code="model_not_found"),
+                            status_code=404)
+
+    served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
+              Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
+              Route("/v1/responses", ResponsesEndpoint(holder), methods=["POST"]),
+              Route("/v1/embeddings", GatewayEndpoint(holder, EMBEDDINGS), methods=["POST"]),
+              Route(COUNT_TOKENS_PATH, count_tokens(holder), methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]),
+              # :path, as model ids may hold a slash (org/model), which the SDKs send percent-encoded.
+              Route("/v1/models/{model_id:path}", model, methods=["GET"])]
+    return [*served, catch_all(served)]

@@ -9,6 +9,7 @@ logged or returned by any query.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -19,6 +20,9 @@ from app.errors import NotFound, Unavailable
 # gateway then closes the request. A timer here would be a second, uncoordinated reaper.
 TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+# How long an upstream's 404 for an optional path (/v1/responses, /v1/messages/count_tokens)
+# is believed: within it the path is not asked again; after it, once, in case it was added.
+ABSENT_FOR_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class Upstreams:
         self.default_base_url, self.default_api_key = default_base_url, default_api_key
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._keys: dict[str, str | None] = {}
+        self._absent: dict[tuple[str, str], float] = {}
 
     def client_for(self, base_url: str) -> httpx.AsyncClient:
         """One AsyncClient (one connection pool, kept alive) per upstream base URL."""
@@ -69,6 +74,14 @@ class Upstreams:
                 key = self.default_api_key
             self._keys[pool] = key
         return self._keys[pool]
+
+    def lacks(self, base_url: str, path: str) -> bool:
+        """The upstream at `base_url` answered 404 for `path` less than ABSENT_FOR_S ago."""
+        since = self._absent.get((base_url, path))
+        return since is not None and time.monotonic() - since < ABSENT_FOR_S
+
+    def note_absent(self, base_url: str, path: str) -> None:
+        self._absent[(base_url, path)] = time.monotonic()
 
     async def close(self) -> None:
         for client in self._clients.values():

@@ -71,7 +71,8 @@ class WireFormat(ABC):
     def api_key(self, headers) -> str | None: ...
 
     @abstractmethod
-    def error_body(self, status: int, message: str) -> dict: ...
+    def error_body(self, status: int, message: str, code: str | None = None) -> dict:
+        """The provider's error object for `status`; `code` overrides OpenAI's `code` field."""
 
     @abstractmethod
     def messages(self, body: dict) -> list[tuple[str, str]]: ...
@@ -128,11 +129,12 @@ class OpenAIChat(WireFormat):
     def api_key(self, headers) -> str | None:
         return parse_bearer(headers.get("authorization"))
 
-    def error_body(self, status: int, message: str) -> dict:
+    def error_body(self, status: int, message: str, code: str | None = None) -> dict:
         kind = {401: ("invalid_request_error", "invalid_api_key"), 403: ("invalid_request_error", "forbidden"),
+                404: ("invalid_request_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed"),
                 429: ("requests", "rate_limit_exceeded"), 400: ("invalid_request_error", None),
                 504: ("timeout", "upstream_timeout")}.get(status, ("api_error", None))
-        return {"error": {"message": message, "type": kind[0], "param": None, "code": kind[1]}}
+        return {"error": {"message": message, "type": kind[0], "param": None, "code": code or kind[1]}}
 
     def messages(self, body: dict) -> list[tuple[str, str]]:
         out = []
@@ -188,8 +190,9 @@ class AnthropicMessages(WireFormat):
     def api_key(self, headers) -> str | None:
         return headers.get("x-api-key") or parse_bearer(headers.get("authorization"))
 
-    def error_body(self, status: int, message: str) -> dict:
+    def error_body(self, status: int, message: str, code: str | None = None) -> dict:
         kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
                 429: "rate_limit_error", 504: "timeout_error"}.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
@@ -255,6 +258,12 @@ class AnthropicMessages(WireFormat):
 
 OPENAI = OpenAIChat()
 ANTHROPIC = AnthropicMessages()
+
+
+def caller_wire(headers) -> WireFormat:
+    """The format a request that names none by its path speaks (GET /v1/models, an unknown
+    path): Anthropic's when it carries Anthropic's headers, as its SDK always sends, else OpenAI's."""
+    return ANTHROPIC if "x-api-key" in headers or "anthropic-version" in headers else OPENAI
 
 
 class SSEParser:
