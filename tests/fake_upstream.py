@@ -15,7 +15,9 @@ Behaviour:
 - `hang_next(n)` admits the next n requests and then sends nothing (not even headers)
   until the client hangs up;
 - every request is logged with what identifies it, its status, and `closed`, an event set
-  when the client hung up before the answer's end.
+  when the client hung up before the answer's end;
+- every answer names the request as the providers do (OpenAI's `x-request-id`, Anthropic's
+  `request-id`), with a fresh `req_...` id kept in the log as `upstream_request_id`.
 A raw ASGI app so it sees the client's disconnect (`http.disconnect`) the moment it happens.
 """
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Seen:
     received_at: float
     prompt_tokens: int
     max_tokens: int
+    forwarded_request_id: str | None = None    # the x-request-id the gateway sent
+    upstream_request_id: str = field(default_factory=lambda: f"req_{uuid.uuid4().hex}")
     status: int = 0
     hung: bool = False
     words_sent: int = 0
@@ -143,7 +147,8 @@ class FakeUpstream:
         max_tokens = wire.max_output_tokens(body)
         key = headers.get("x-api-key") if wire is ANTHROPIC else headers.get("authorization", "")[7:] or None
         seen = Seen(path, headers.get("x-client-request-id") or str(uuid.uuid4()), key, body.get("model", ""),
-                    body.get("stream") is True, time.time(), prompt, max_tokens)
+                    body.get("stream") is True, time.time(), prompt, max_tokens,
+                    forwarded_request_id=headers.get("x-request-id"))
         self.seen.append(seen)
         watch = asyncio.create_task(_watch_disconnect(receive, seen))
         try:
@@ -158,12 +163,12 @@ class FakeUpstream:
         if self._reject:
             retry = self._reject.pop(0)
             seen.status = 429
-            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire), "retry-after": f"{retry:g}"})
+            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire, seen), "retry-after": f"{retry:g}"})
             return
         answer = self.limiter.submit(now, seen.prompt_tokens, seen.max_tokens)
         if not answer.admitted:
             seen.status = 429
-            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire),
+            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire, seen),
                                                        "retry-after": answer.headers["retry-after"]})
             return
         if self._hang:
@@ -175,7 +180,7 @@ class FakeUpstream:
         await asyncio.sleep(self._delay_for(seen.model))
         words = [f"word{i} " for i in range(self.words)]
         completion = count_text("".join(words))
-        headers = self._rate_headers(wire)
+        headers = self._rate_headers(wire, seen)
         if not seen.stream:
             text = "".join(words)
             await asyncio.sleep(self.chunk_interval_s * len(words))
@@ -209,11 +214,12 @@ class FakeUpstream:
         self.limiter.settle(time.time() - self._t0, seen.prompt_tokens + seen.max_tokens,
                             seen.prompt_tokens + completion)
 
-    def _rate_headers(self, wire) -> dict:
+    def _rate_headers(self, wire, seen: Seen) -> dict:
         h = self.limiter._headers()
         if wire is OPENAI:
-            return h
-        return {"anthropic-ratelimit-requests-limit": h["x-ratelimit-limit-requests"],
+            return {**h, "x-request-id": seen.upstream_request_id}
+        return {"request-id": seen.upstream_request_id,
+                "anthropic-ratelimit-requests-limit": h["x-ratelimit-limit-requests"],
                 "anthropic-ratelimit-requests-remaining": h["x-ratelimit-remaining-requests"],
                 "anthropic-ratelimit-tokens-limit": h["x-ratelimit-limit-tokens"],
                 "anthropic-ratelimit-tokens-remaining": h["x-ratelimit-remaining-tokens"]}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import cast
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -19,6 +20,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from app import config
 from app.auth import authenticate, parse_bearer
 from app.bootstrap import Runtime, operator_token
+from app.gateway.correlation import CorrelationMiddleware
 from app.gateway.routes import routes as gateway_routes
 from app.gateway.upstreams import Upstreams
 from app.observability.http import routes as observability_routes
@@ -149,6 +151,6 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
     if demo if demo_upstream is None else demo_upstream:
         from app.gateway.demo_upstream import routes as demo_upstream_routes
         routes.extend(demo_upstream_routes())
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(CorrelationMiddleware)])
     app.state.holder = holder
     return app

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import time
-import uuid
 from typing import cast
 
 import httpx
@@ -33,6 +32,13 @@ from app.domain import events as ev
 from app.errors import BadInput, Forbidden, LimitExceeded, NotFound, ServiceError, Unauthenticated, Unavailable
 from app.observability import logs, metrics
 
+from .correlation import (
+    REQUEST_ID_HEADER,
+    TURN_ID_HEADER,
+    UPSTREAM_REQUEST_ID_HEADER,
+    request_id_of,
+    upstream_request_id,
+)
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .upstreams import Upstreams
 from .wire import BadRequest, SSEParser, StreamUsage, WireFormat
@@ -43,7 +49,9 @@ RUN_ID_HEADER = "x-agentrm-run-id"
 MAX_WAIT_HEADER = "x-agentrm-max-wait"
 RECORD_CONTEXT_HEADER = "x-agentrm-record-context"
 MAX_BODY_BYTES = 8 * 1024 * 1024
-PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms")
+# The upstream's headers a client gets back. Its `x-request-id` comes back as
+# x-upstream-request-id: the client's own name for the call is the gateway's x-request-id.
+PASSED_HEADERS = ("content-type", "request-id", "openai-processing-ms")
 _STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, LimitExceeded: 429,
            Unavailable: 503}
 
@@ -61,6 +69,9 @@ class _Exchange:
         self.gone = asyncio.Event()
         self.started = time.monotonic()
         self.status = 0
+        self.request_id = request_id_of(scope)
+        self.turn_id: str | None = None      # named on every response once the call has a turn
+        self.upstream_request_id: str | None = None
         self._watch: asyncio.Task | None = None
 
     async def body(self) -> bytes:
@@ -118,6 +129,8 @@ class _Exchange:
 
     async def start(self, status: int, headers: dict) -> None:
         self.status = status
+        if self.turn_id is not None:
+            headers = {**headers, TURN_ID_HEADER: self.turn_id}
         await self.send({"type": "http.response.start", "status": status,
                          "headers": [(k.encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()]})
 
@@ -148,6 +161,9 @@ def _in_background(coro) -> None:
 def _client_headers(upstream_headers) -> dict[str, str]:
     out = {k: v for k, v in upstream_headers.items() if k.lower() in PASSED_HEADERS}
     out.update(rate_limit_headers(upstream_headers))
+    upstream_id = upstream_request_id(upstream_headers)
+    if upstream_id:
+        out[UPSTREAM_REQUEST_ID_HEADER] = upstream_id
     return out
 
 
@@ -161,7 +177,7 @@ class GatewayEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         x = _Exchange(scope, receive, send, self.wire)
-        bound = logs.bind(request_id=x.headers.get("x-request-id") or uuid.uuid4().hex[:16])
+        bound = logs.bind(request_id=x.request_id)
         try:
             await self._serve(x)
         except ClientGone:
@@ -180,8 +196,10 @@ class GatewayEndpoint:
             x.close()
             metrics.GATEWAY_DURATION.labels(self.wire.name, str(x.status or 499)).observe(
                 time.monotonic() - x.started)
+            ids = {"request_id": x.request_id, "turn_id": x.turn_id, "upstream_request_id": x.upstream_request_id}
             log.info("gateway request", extra={"status": x.status, "format": self.wire.name,
-                                               "duration_s": round(time.monotonic() - x.started, 4)})
+                                               "duration_s": round(time.monotonic() - x.started, 4),
+                                               **{k: v for k, v in ids.items() if v is not None}})
             logs.reset(bound)
 
     async def _serve(self, x: _Exchange) -> None:
@@ -222,8 +240,11 @@ class GatewayEndpoint:
         model = body.get("model") if isinstance(body.get("model"), str) else None
         turn = GatewayTurn(rt, principal, pool)
         try:
-            await x.race(turn.take(prompt, max_out, streams=streaming, run_id=run_id,
-                                   max_wait_s=max_wait, mean_hold_s=self.mean_hold_s, model=model))
+            try:
+                await x.race(turn.take(prompt, max_out, streams=streaming, run_id=run_id,
+                                       max_wait_s=max_wait, mean_hold_s=self.mean_hold_s, model=model))
+            finally:
+                x.turn_id = turn.turn_id   # also a turn that was queued, then cancelled or ended
         except QueueTimeout as exc:
             wait = max(1, math.ceil(exc.estimated_wait_s))
             await x.error(429, f"queued longer than {MAX_WAIT_HEADER}; estimated wait {wait}s",
@@ -247,9 +268,9 @@ class GatewayEndpoint:
 
     async def _forward(self, x: _Exchange, turn: GatewayTurn, upstream, raw: bytes, body: dict, pool: str,
                        prompt: int, encoding: str, streaming: bool) -> None:
-        request = upstream.client.build_request(
-            "POST", upstream.url(self.wire.path), content=raw,
-            headers=self.wire.upstream_headers(x.headers, upstream.api_key))
+        headers = {**self.wire.upstream_headers(x.headers, upstream.api_key), REQUEST_ID_HEADER: x.request_id}
+        request = upstream.client.build_request("POST", upstream.url(self.wire.path), content=raw,
+                                                headers=headers)
         try:
             response = await x.race(upstream.client.send(request, stream=True), turn.ended,
                                     turn.budget(idle=streaming))
@@ -270,6 +291,7 @@ class GatewayEndpoint:
                                "the gateway could not renew it)")
             return
         metrics.UPSTREAM_STATUS.labels(pool, str(response.status_code)).inc()
+        x.upstream_request_id = upstream_request_id(response.headers)
         try:
             if response.status_code != 200:
                 await self._relay_failure(x, turn, response, prompt)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:   # for the annotations only: at run time the routes reach it 
     from app.bootstrap import Runtime
 
 MODELS_CACHE_S = 60.0
+NOT_SERVED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def routes(holder: RuntimeHolder) -> list[Route]:
@@ -71,6 +72,21 @@ def routes(holder: RuntimeHolder) -> list[Route]:
                              "first_id": data[0]["id"] if data else None,
                              "last_id": data[-1]["id"] if data else None})
 
-    return [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
-            Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"])]
+    served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
+              Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"])]
+    allowed = {route.path: sorted(route.methods or ()) for route in served}
+
+    async def not_served(request: Request):
+        """Any other path or method under /v1: the provider-shaped 404 or 405, which the
+        SDKs raise as NotFoundError or an APIStatusError, not a bare text page."""
+        path = request.url.path
+        wire = ANTHROPIC if path.startswith("/v1/messages") or "anthropic-version" in request.headers else OPENAI
+        if path in allowed:
+            return JSONResponse(wire.error_body(405, f"{request.method} is not allowed on {path}; use "
+                                                     + " or ".join(allowed[path])),
+                                status_code=405, headers={"allow": ", ".join(allowed[path])})
+        return JSONResponse(wire.error_body(404, f"no such route: {request.method} {path}"), status_code=404)
+
+    # Last: the router tries routes in order, and this one matches every path under /v1.
+    return [*served, Route("/v1/{path:path}", not_served, methods=NOT_SERVED_METHODS)]
