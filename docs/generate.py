@@ -447,6 +447,12 @@ HEADER_MEANINGS = {
     "x-upstream-request-id": "The upstream's own request id (its `x-request-id`, or Anthropic's "
                              "`request-id`), when it sent one; also in the log line.",
     "allow": "On a 405: the method the path takes.",
+    "idempotency-key": "1-255 printable ASCII characters, scoped to the agent: a retry with the "
+                       "same key and body gets the first call's stored answer (no new turn, no "
+                       "upstream call), waiting for it if it still runs; another body is a 409 "
+                       "(`idempotency_key_reused`). Kept `AGENTRM_IDEMPOTENCY_WINDOW_SECONDS`; "
+                       "failed calls (429, 5xx, timeouts) are not kept.",
+    "x-agentrm-idempotent-replay": "`true` on an answer replayed from a stored reply.",
     "accept": "Passed to the upstream.",
     "openai-organization": "Passed to the upstream (OpenAI).",
     "openai-project": "Passed to the upstream (OpenAI).",
@@ -521,7 +527,7 @@ class _HeaderProbe(dict):
 def header_rows() -> list[list[str]]:
     """(header, where the gateway reads or writes it, meaning): from the gateway's constants,
     and from what each wire format reads and writes when asked."""
-    from app.gateway import correlation, proxy, turns
+    from app.gateway import correlation, idempotency, proxy, turns
     from app.gateway.wire import ANTHROPIC, OPENAI
 
     found: dict[tuple[str, str], set[str]] = {}
@@ -544,11 +550,11 @@ def header_rows() -> list[list[str]]:
     # The names below that are plain strings are literals in proxy.py and turns.py, not
     # constants; the test checks that each still appears in app/gateway.
     for name in (proxy.MAX_WAIT_HEADER, proxy.RUN_ID_HEADER, proxy.RECORD_CONTEXT_HEADER,
-                 correlation.REQUEST_ID_HEADER):
+                 correlation.REQUEST_ID_HEADER, idempotency.IDEMPOTENCY_KEY_HEADER):
         note(name, "request: read by the gateway")
     note(correlation.REQUEST_ID_HEADER, "to the upstream: set by the gateway")
     for name in (correlation.REQUEST_ID_HEADER, correlation.TURN_ID_HEADER, correlation.UPSTREAM_REQUEST_ID_HEADER,
-                 "allow"):
+                 idempotency.REPLAY_HEADER, "allow"):
         note(name, "response: set by the gateway")
     for name in correlation.UPSTREAM_ID_HEADERS:
         note(name, "response: read from the upstream")

@@ -14,6 +14,8 @@ Behaviour:
   provider that counts traffic AgentRM does not see would;
 - `hang_next(n)` admits the next n requests and then sends nothing (not even headers)
   until the client hangs up;
+- `gate_next()` holds the next answer (before its first byte) until the test opens the
+  event it returns: a call that is certainly still running;
 - every request is logged with what identifies it, its status, and `closed`, an event set
   when the client hung up before the answer's end;
 - every answer names the request as the providers do (OpenAI's `x-request-id`, Anthropic's
@@ -67,6 +69,7 @@ class FakeUpstream:
         self._hang = 0
         self._stall_after: list[int] = []
         self._delays: list[tuple[float, str | None]] = []
+        self._gates: list[asyncio.Event] = []
         self._t0 = time.time()
         self.arrived = asyncio.Condition()
 
@@ -88,6 +91,11 @@ class FakeUpstream:
 
     def hang_next(self, n: int = 1) -> None:
         self._hang += n
+
+    def gate_next(self) -> asyncio.Event:
+        gate = asyncio.Event()
+        self._gates.append(gate)
+        return gate
 
     def stall_next_after(self, words: int) -> None:
         """The next streamed answer sends `words` words and then nothing, until the client leaves."""
@@ -177,6 +185,8 @@ class FakeUpstream:
             await seen.closed.wait()      # admitted, charged, and silent until the client leaves
             return
         seen.status = 200
+        if self._gates:
+            await self._gates.pop(0).wait()
         await asyncio.sleep(self._delay_for(seen.model))
         words = [f"word{i} " for i in range(self.words)]
         completion = count_text("".join(words))

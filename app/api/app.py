@@ -18,6 +18,7 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app import config
+from app.adapters.pg_gateway_replies import PostgresGatewayReplies
 from app.auth import authenticate, parse_bearer
 from app.bootstrap import Runtime, operator_token
 from app.gateway.correlation import CorrelationMiddleware
@@ -113,6 +114,7 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         upstream = config.load()
         upstreams = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key)
         metrics = AppMetrics(rt)
+        holder.replies = PostgresGatewayReplies(rt.db, upstream.idempotency_window_seconds)
         holder.upstreams, holder.metrics, holder.runtime = upstreams, metrics, rt
         if tune_gc:   # a serving worker's own process (app/serving_gc.py says why)
             tune_for_serving()

@@ -31,6 +31,7 @@ from app.db.outage import is_outage
 from app.domain import events as ev
 from app.errors import BadInput, Forbidden, LimitExceeded, NotFound, ServiceError, Unauthenticated, Unavailable
 from app.observability import logs, metrics
+from app.ports import GatewayReplies, StoredReply
 
 from .correlation import (
     REQUEST_ID_HEADER,
@@ -39,6 +40,7 @@ from .correlation import (
     request_id_of,
     upstream_request_id,
 )
+from .idempotency import REPLAY_HEADER, Capture, KeyReused, body_hash, claim_or_replay, key_of
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .upstreams import Upstreams
 from .wire import BadRequest, SSEParser, StreamUsage, WireFormat
@@ -72,6 +74,11 @@ class _Exchange:
         self.request_id = request_id_of(scope)
         self.turn_id: str | None = None      # named on every response once the call has a turn
         self.upstream_request_id: str | None = None
+        # With an Idempotency-Key: what is sent, and whether it is the call's whole answer
+        # (set where an answer ends normally; an error or a stream cut short leaves it False).
+        self.capture: Capture | None = None
+        self.whole = False
+        self.replayed = False
         self._watch: asyncio.Task | None = None
 
     async def body(self) -> bytes:
@@ -122,6 +129,8 @@ class _Exchange:
         body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         head = {"content-type": "application/json", **(headers or {}), "content-length": str(len(body))}
         await self.start(status, head)
+        if self.capture is not None:
+            self.capture.sent(body)
         await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def error(self, status: int, message: str, headers: dict | None = None) -> None:
@@ -131,10 +140,14 @@ class _Exchange:
         self.status = status
         if self.turn_id is not None:
             headers = {**headers, TURN_ID_HEADER: self.turn_id}
+        if self.capture is not None:
+            self.capture.started(status, headers)
         await self.send({"type": "http.response.start", "status": status,
                          "headers": [(k.encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()]})
 
     async def chunk(self, data: bytes) -> None:
+        if self.capture is not None:
+            self.capture.sent(data)
         try:
             await self.send({"type": "http.response.body", "body": data, "more_body": True})
         except OSError:  # ASGI 2.4 servers raise on a send to a closed connection
@@ -196,7 +209,8 @@ class GatewayEndpoint:
             x.close()
             metrics.GATEWAY_DURATION.labels(self.wire.name, str(x.status or 499)).observe(
                 time.monotonic() - x.started)
-            ids = {"request_id": x.request_id, "turn_id": x.turn_id, "upstream_request_id": x.upstream_request_id}
+            ids = {"request_id": x.request_id, "turn_id": x.turn_id, "upstream_request_id": x.upstream_request_id,
+                   "idempotent_replay": True if x.replayed else None}
             log.info("gateway request", extra={"status": x.status, "format": self.wire.name,
                                                "duration_s": round(time.monotonic() - x.started, 4),
                                                **{k: v for k, v in ids.items() if v is not None}})
@@ -221,6 +235,37 @@ class GatewayEndpoint:
         logs.bind(agent_id=principal.agent_id)
         raw = await x.body()
         body = self.wire.parse(raw)
+        key = key_of(x.headers)
+        if key is None:
+            await self._call(x, rt, principal, raw, body)
+            return
+        replies = cast(GatewayReplies, self.holder.replies)   # set with the runtime
+        agent_id = cast(str, principal.agent_id)               # an agent's: the operator was refused
+        try:
+            found = await claim_or_replay(replies, agent_id, key, body_hash(self.wire.name, body), x.race)
+        except KeyReused:
+            await x.error(409, "this Idempotency-Key was already used with a different request body; "
+                               "use a new key for a new request")
+            return
+        if isinstance(found, StoredReply):
+            await self._replay(x, found)
+            return
+        x.capture = Capture()
+        try:
+            await self._call(x, rt, principal, raw, body)
+        finally:
+            await found.settle(x.capture.reply() if x.whole else None)
+
+    async def _replay(self, x: _Exchange, stored: StoredReply) -> None:
+        """The first call's answer again: no turn, no upstream call."""
+        x.replayed = True
+        x.turn_id = stored.headers.get(TURN_ID_HEADER)
+        x.upstream_request_id = stored.headers.get(UPSTREAM_REQUEST_ID_HEADER)
+        metrics.IDEMPOTENT_REPLAYS.labels(self.wire.name).inc()
+        await x.reply(stored.status, stored.body, {**stored.headers, REPLAY_HEADER: "true"})
+
+    async def _call(self, x: _Exchange, rt, principal, raw: bytes, body: dict) -> None:
+        """The call itself: the agent's pool and upstream, a turn, the upstream request."""
         try:
             agent = await rt.service.fresh(rt.service.agent_view, principal.agent_id)
             pool = agent["pool"]
@@ -308,7 +353,8 @@ class GatewayEndpoint:
         except ClientGone:
             _in_background(turn.complete(ev.ERROR, prompt, 0))
             raise
-        if content is _ENDED or content is _TIMED_OUT:
+        cut = content is _ENDED or content is _TIMED_OUT
+        if cut:
             content = b""
         headers = _client_headers(response.headers)
         if response.status_code == 429:
@@ -318,6 +364,7 @@ class GatewayEndpoint:
             await turn.complete(ev.ERROR, prompt, 0, None, rate_limit_headers(response.headers))
         if "retry-after" in response.headers:
             headers["retry-after"] = response.headers["retry-after"]
+        x.whole = not cut   # the upstream's whole answer, not one cut by a timeout or a reap
         await x.reply(response.status_code, content, headers)
 
     async def _relay_reply(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int) -> None:
@@ -351,6 +398,7 @@ class GatewayEndpoint:
                             None, rate_limit_headers(response.headers))
         if _wants_context(x.headers):
             await self._record(turn, body, self.wire.reply_text(reply))
+        x.whole = True
         await x.reply(200, content, _client_headers(response.headers))
 
     async def _relay_stream(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int,
@@ -399,6 +447,7 @@ class GatewayEndpoint:
             await completion()
             if _wants_context(x.headers):
                 await self._record(turn, body, "".join(usage.text))
+            x.whole = True
             if began:
                 await x.send({"type": "http.response.body", "body": b"", "more_body": False})
             else:
