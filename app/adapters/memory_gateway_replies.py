@@ -1,5 +1,5 @@
-"""The in-memory adapter of the GatewayReplies port: one process's dict, for tests and for
-a gateway without a database. The rules are the port's (app/ports.py); the PostgreSQL
+"""The in-memory adapter of the GatewayReplies port: one process's dict, for the
+application's tests. The rules are the port's (app/ports.py); the PostgreSQL
 adapter (app/adapters/pg_gateway_replies.py) is held to the same contract test."""
 from __future__ import annotations
 
