@@ -202,6 +202,10 @@ class Settings:
         "the default pool's provider for the gateway; unset with the demo: the demo echo model")
     upstream_api_key: str | None = setting(
         "AGENTRM_UPSTREAM_API_KEY", TEXT, None, "the key sent to the default pool's provider")
+    idempotency_window_seconds: float = setting(
+        "AGENTRM_IDEMPOTENCY_WINDOW_SECONDS", number(1, 2_592_000), 86400.0,
+        "how long after its first call a gateway answer is kept for a retry with the same "
+        "Idempotency-Key (up to 30 days)")
     # -- the API
     introspection: bool = setting(
         "AGENTRM_INTROSPECTION", FLAG, True, "GraphQL introspection (0 for production)")

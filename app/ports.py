@@ -1,12 +1,13 @@
 """The seams between the application and the world: what the shell needs, not how.
 
 Each port has a PostgreSQL adapter for production and an in-memory one for tests of the
-application layer. One abstract contract test (tests/eventlog_contract.py) runs against
-every EventLog adapter, so the two cannot drift apart."""
+application layer. One abstract contract test per port (tests/eventlog_contract.py,
+tests/gateway_replies_contract.py) runs against every adapter, so they cannot drift apart."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from app.eventstore.model import NewEvent, RecordedEvent
@@ -94,3 +95,64 @@ class Leadership(Protocol):
     pool, None when another one does; leaving the context gives the leadership up."""
 
     def lead(self, pool: str) -> AbstractAsyncContextManager[Lease | None]: ...
+
+
+# -- the gateway's stored replies (Idempotency-Key) ------------------------------------------
+
+CLAIMED, STORED, RUNNING, REUSED = "claimed", "stored", "running", "reused"
+# A first call renews its claim every few seconds (app/gateway/idempotency.py); a claim
+# not renewed for this long belongs to a worker that is gone, and a retry takes it over.
+CLAIM_STALE_SECONDS = 30.0
+# A reply larger than this is not stored: its retry runs again (a megabyte is several
+# hundred thousand tokens of answer, far beyond what a chat reply or its stream holds).
+MAX_STORED_REPLY_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class StoredReply:
+    """A finished answer of the gateway, as a retry with the same key gets it again."""
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Begun:
+    """What `GatewayReplies.begin` found for a key.
+
+    CLAIMED: nothing live; the caller now runs the call and must `finish` or `abandon`
+    with `owner`. STORED: the first call's `reply`, for the same body. RUNNING: the first
+    call, for the same body, is still running. REUSED: the key is live for another body."""
+    state: str
+    owner: str | None = None
+    reply: StoredReply | None = None
+
+
+@runtime_checkable
+class GatewayReplies(Protocol):
+    """The gateway's answers by (agent, Idempotency-Key), each with the hash of the body
+    it answered, kept for a window (AGENTRM_IDEMPOTENCY_WINDOW_SECONDS) after the first call.
+
+    `now` is the caller's wall clock in seconds, so that tests can move it; workers' clocks
+    agree far closer than the window and the stale-claim age.
+    begin: atomically claim the key, or report what holds it. A stored reply is live until
+    the window passes; a running claim until it goes CLAIM_STALE_SECONDS without `touch`.
+    touch: renew a running claim; False if `owner` no longer holds it.
+    finish: store the reply (False, and the claim dropped, if `owner` no longer holds it or
+    the body is over the adapter's size cap). abandon: drop the claim, so a retry runs anew.
+    settled: return once the key is no longer running (finished, abandoned or gone) or after
+    `timeout` seconds, whichever comes first; the caller then begins again (which is where a
+    stale claim is taken over).
+    purge: delete what has expired as of `now`; how many went."""
+
+    async def begin(self, agent_id: str, key: str, body_hash: str, now: float) -> Begun: ...
+
+    async def touch(self, agent_id: str, key: str, owner: str, now: float) -> bool: ...
+
+    async def finish(self, agent_id: str, key: str, owner: str, reply: StoredReply, now: float) -> bool: ...
+
+    async def abandon(self, agent_id: str, key: str, owner: str) -> None: ...
+
+    async def settled(self, agent_id: str, key: str, timeout: float) -> None: ...
+
+    async def purge(self, now: float) -> int: ...

@@ -448,8 +448,20 @@ HEADER_MEANINGS = {
     "x-agentrm-run-id": "The client's run (program): the turn is recorded with it.",
     "x-agentrm-record-context": "`true`, `1` or `yes`: append the request's last message and the "
                                 "answer to the agent's context.",
-    "x-request-id": "The request id the gateway's log lines carry (a random one when absent); "
-                    "passed back when the upstream sets it.",
+    "x-request-id": "The call's request id: the client's when it is 1-128 printable ASCII "
+                    "characters, else a new uuid4 hex. On every `/v1` response, forwarded to the "
+                    "upstream, and in the gateway's log line of the call.",
+    "x-agentrm-turn-id": "The turn the call took (also a turn that was queued and then cancelled), "
+                         "on every response of a call that has one.",
+    "x-upstream-request-id": "The upstream's own request id (its `x-request-id`, or Anthropic's "
+                             "`request-id`), when it sent one; also in the log line.",
+    "allow": "On a 405: the method the path takes.",
+    "idempotency-key": "1-255 printable ASCII characters, scoped to the agent: a retry with the "
+                       "same key and body gets the first call's stored answer (no new turn, no "
+                       "upstream call), waiting for it if it still runs; another body is a 409 "
+                       "(`idempotency_key_reused`). Kept `AGENTRM_IDEMPOTENCY_WINDOW_SECONDS`; "
+                       "failed calls (429, 5xx, timeouts) are not kept.",
+    "x-agentrm-idempotent-replay": "`true` on an answer replayed from a stored reply.",
     "accept": "Passed to the upstream.",
     "openai-organization": "Passed to the upstream (OpenAI).",
     "openai-project": "Passed to the upstream (OpenAI).",
@@ -457,7 +469,8 @@ HEADER_MEANINGS = {
     "anthropic-version": "Passed to the upstream (Anthropic); `2023-06-01` when the client sends none.",
     "anthropic-beta": "Passed to the upstream (Anthropic).",
     "content-type": "`application/json` to the upstream; the upstream's is passed back.",
-    "request-id": "Passed back from the upstream.",
+    "request-id": "Passed back from the upstream (Anthropic's request id, which the Anthropic SDK "
+                  "reads as `_request_id`).",
     "openai-processing-ms": "Passed back from the upstream.",
     "retry-after": "On a 429: the upstream's, passed back, or the gateway's own estimate of the "
                    "wait when `x-agentrm-max-wait` ran out. Read from the upstream to pause the pool.",
@@ -527,7 +540,7 @@ class _HeaderProbe(dict):
 def header_rows() -> list[list[str]]:
     """(header, where the gateway reads or writes it, meaning): from the gateway's constants,
     and from what each wire format reads and writes when asked."""
-    from app.gateway import count_tokens, proxy, turns
+    from app.gateway import correlation, count_tokens, idempotency, proxy, turns
     from app.gateway.wire import ANTHROPIC, OPENAI
 
     found: dict[tuple[str, str], set[str]] = {}
@@ -549,8 +562,15 @@ def header_rows() -> list[list[str]]:
                 note(name, "to the upstream: set by the gateway", wire.name)
     # The names below that are plain strings are literals in proxy.py and turns.py, not
     # constants; the test checks that each still appears in app/gateway.
-    for name in (proxy.MAX_WAIT_HEADER, proxy.RUN_ID_HEADER, proxy.RECORD_CONTEXT_HEADER, "x-request-id"):
+    for name in (proxy.MAX_WAIT_HEADER, proxy.RUN_ID_HEADER, proxy.RECORD_CONTEXT_HEADER,
+                 correlation.REQUEST_ID_HEADER, idempotency.IDEMPOTENCY_KEY_HEADER):
         note(name, "request: read by the gateway")
+    note(correlation.REQUEST_ID_HEADER, "to the upstream: set by the gateway")
+    for name in (correlation.REQUEST_ID_HEADER, correlation.TURN_ID_HEADER, correlation.UPSTREAM_REQUEST_ID_HEADER,
+                 idempotency.REPLAY_HEADER, "allow"):
+        note(name, "response: set by the gateway")
+    for name in correlation.UPSTREAM_ID_HEADERS:
+        note(name, "response: read from the upstream")
     for name in proxy.PASSED_HEADERS:
         note(name, "response: passed back from the upstream")
     for prefix in turns.RATE_HEADER_PREFIXES:

@@ -14,6 +14,8 @@ Behaviour:
   provider that counts traffic AgentRM does not see would;
 - `hang_next(n)` admits the next n requests and then sends nothing (not even headers)
   until the client hangs up;
+- `gate_next()` holds the next answer (before its first byte) until the test opens the
+  event it returns: a call that is certainly still running;
 - every request is logged with what identifies it, its status, and `closed`, an event set
   when the client hung up before the answer's end;
 - /v1/embeddings: deterministic vectors (`fake_vector`, in either encoding_format) and usage;
@@ -22,6 +24,8 @@ Behaviour:
 - tools, in chat completions and Responses, streaming or not: a request with tools whose
   last message is the user's is answered with one call, id "call_1", to the first tool with
   arguments {}; one whose last message is a tool's result, with "tool said: <result>".
+- every answer names the request as the providers do (OpenAI's `x-request-id`, Anthropic's
+  `request-id`), with a fresh `req_...` id kept in the log as `upstream_request_id`.
 A raw ASGI app so it sees the client's disconnect (`http.disconnect`) the moment it happens.
 """
 from __future__ import annotations
@@ -64,6 +68,8 @@ class Seen:
     received_at: float
     prompt_tokens: int
     max_tokens: int
+    forwarded_request_id: str | None = None    # the x-request-id the gateway sent
+    upstream_request_id: str = field(default_factory=lambda: f"req_{uuid.uuid4().hex}")
     status: int = 0
     hung: bool = False
     words_sent: int = 0
@@ -84,6 +90,7 @@ class FakeUpstream:
         self._hang = 0
         self._stall_after: list[int] = []
         self._delays: list[tuple[float, str | None]] = []
+        self._gates: list[asyncio.Event] = []
         self._t0 = time.time()
         self.arrived = asyncio.Condition()
 
@@ -105,6 +112,11 @@ class FakeUpstream:
 
     def hang_next(self, n: int = 1) -> None:
         self._hang += n
+
+    def gate_next(self) -> asyncio.Event:
+        gate = asyncio.Event()
+        self._gates.append(gate)
+        return gate
 
     def stall_next_after(self, words: int) -> None:
         """The next streamed answer sends `words` words and then nothing, until the client leaves."""
@@ -167,7 +179,8 @@ class FakeUpstream:
         max_tokens = wire.max_output_tokens(body)
         key = headers.get("x-api-key") if wire is ANTHROPIC else headers.get("authorization", "")[7:] or None
         seen = Seen(path, headers.get("x-client-request-id") or str(uuid.uuid4()), key, body.get("model", ""),
-                    body.get("stream") is True, time.time(), prompt, max_tokens)
+                    body.get("stream") is True, time.time(), prompt, max_tokens,
+                    forwarded_request_id=headers.get("x-request-id"))
         self.seen.append(seen)
         watch = asyncio.create_task(_watch_disconnect(receive, seen))
         try:
@@ -182,12 +195,12 @@ class FakeUpstream:
         if self._reject:
             retry = self._reject.pop(0)
             seen.status = 429
-            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire), "retry-after": f"{retry:g}"})
+            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire, seen), "retry-after": f"{retry:g}"})
             return
         answer = self.limiter.submit(now, seen.prompt_tokens, seen.max_tokens)
         if not answer.admitted:
             seen.status = 429
-            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire),
+            await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire, seen),
                                                        "retry-after": answer.headers["retry-after"]})
             return
         if self._hang:
@@ -196,9 +209,11 @@ class FakeUpstream:
             await seen.closed.wait()      # admitted, charged, and silent until the client leaves
             return
         seen.status = 200
+        if self._gates:
+            await self._gates.pop(0).wait()
         await asyncio.sleep(self._delay_for(seen.model))
         if wire is EMBEDDINGS:
-            await _json(send, 200, _embeddings_reply(body, seen.prompt_tokens), self._rate_headers(wire))
+            await _json(send, 200, _embeddings_reply(body, seen.prompt_tokens), self._rate_headers(wire, seen))
             seen.finished = True
             self.limiter.settle(time.time() - self._t0, seen.prompt_tokens, seen.prompt_tokens)
             return
@@ -210,7 +225,7 @@ class FakeUpstream:
         if tool is not None:
             words = []
         completion = count_text(f"{tool}{{}}" if tool is not None else "".join(words))
-        headers = self._rate_headers(wire)
+        headers = self._rate_headers(wire, seen)
         if not seen.stream:
             text = "".join(words)
             await asyncio.sleep(self.chunk_interval_s * len(words))
@@ -252,11 +267,12 @@ class FakeUpstream:
         self.limiter.settle(time.time() - self._t0, seen.prompt_tokens + seen.max_tokens,
                             seen.prompt_tokens + completion)
 
-    def _rate_headers(self, wire) -> dict:
+    def _rate_headers(self, wire, seen: Seen) -> dict:
         h = self.limiter._headers()
         if wire is not ANTHROPIC:
-            return h
-        return {"anthropic-ratelimit-requests-limit": h["x-ratelimit-limit-requests"],
+            return {**h, "x-request-id": seen.upstream_request_id}
+        return {"request-id": seen.upstream_request_id,
+                "anthropic-ratelimit-requests-limit": h["x-ratelimit-limit-requests"],
                 "anthropic-ratelimit-requests-remaining": h["x-ratelimit-remaining-requests"],
                 "anthropic-ratelimit-tokens-limit": h["x-ratelimit-limit-tokens"],
                 "anthropic-ratelimit-tokens-remaining": h["x-ratelimit-remaining-tokens"]}

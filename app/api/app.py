@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import cast
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -17,8 +18,10 @@ from strawberry.asgi import GraphQL
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app import config
+from app.adapters.pg_gateway_replies import PostgresGatewayReplies
 from app.auth import authenticate, parse_bearer
 from app.bootstrap import Runtime, operator_token
+from app.gateway.correlation import CorrelationMiddleware
 from app.gateway.routes import routes as gateway_routes
 from app.gateway.upstreams import Upstreams
 from app.observability.http import routes as observability_routes
@@ -111,6 +114,7 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         upstream = config.load()
         upstreams = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key)
         metrics = AppMetrics(rt)
+        holder.replies = PostgresGatewayReplies(rt.db, upstream.idempotency_window_seconds)
         holder.upstreams, holder.metrics, holder.runtime = upstreams, metrics, rt
         if tune_gc:   # a serving worker's own process (app/serving_gc.py says why)
             tune_for_serving()
@@ -149,6 +153,6 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
     if demo if demo_upstream is None else demo_upstream:
         from app.gateway.demo_upstream import routes as demo_upstream_routes
         routes.extend(demo_upstream_routes())
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(CorrelationMiddleware)])
     app.state.holder = holder
     return app

@@ -8,6 +8,7 @@ if TYPE_CHECKING:   # for the annotations only: at run time the holder needs non
     from app.bootstrap import Runtime
     from app.gateway.upstreams import Upstreams
     from app.observability.metrics import AppMetrics
+    from app.ports import GatewayReplies
 
 
 @dataclass
@@ -18,3 +19,4 @@ class RuntimeHolder:
     runtime: Runtime | None = None
     upstreams: Upstreams | None = None
     metrics: AppMetrics | None = None
+    replies: GatewayReplies | None = None    # the gateway's stored replies (Idempotency-Key)

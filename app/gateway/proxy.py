@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,7 +32,16 @@ from app.db.outage import is_outage
 from app.domain import events as ev
 from app.errors import BadInput, Forbidden, LimitExceeded, NotFound, ServiceError, Unauthenticated, Unavailable
 from app.observability import logs, metrics
+from app.ports import GatewayReplies, StoredReply
 
+from .correlation import (
+    REQUEST_ID_HEADER,
+    TURN_ID_HEADER,
+    UPSTREAM_REQUEST_ID_HEADER,
+    request_id_of,
+    upstream_request_id,
+)
+from .idempotency import REPLAY_HEADER, Capture, KeyReused, body_hash, claim_or_replay, key_of
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .upstreams import Upstreams
 from .wire import BadRequest, SSEParser, StreamUsage, WireFormat
@@ -44,7 +52,9 @@ RUN_ID_HEADER = "x-agentrm-run-id"
 MAX_WAIT_HEADER = "x-agentrm-max-wait"
 RECORD_CONTEXT_HEADER = "x-agentrm-record-context"
 MAX_BODY_BYTES = 8 * 1024 * 1024
-PASSED_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms")
+# The upstream's headers a client gets back. Its `x-request-id` comes back as
+# x-upstream-request-id: the client's own name for the call is the gateway's x-request-id.
+PASSED_HEADERS = ("content-type", "request-id", "openai-processing-ms")
 _STATUS = {BadInput: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, LimitExceeded: 429,
            Unavailable: 503}
 
@@ -67,6 +77,14 @@ class _Exchange:
         self.gone = asyncio.Event()
         self.started = time.monotonic()
         self.status = 0
+        self.request_id = request_id_of(scope)
+        self.turn_id: str | None = None      # named on every response once the call has a turn
+        self.upstream_request_id: str | None = None
+        # With an Idempotency-Key: what is sent, and whether it is the call's whole answer
+        # (set where an answer ends normally; an error or a stream cut short leaves it False).
+        self.capture: Capture | None = None
+        self.whole = False
+        self.replayed = False
         self._watch: asyncio.Task | None = None
 
     async def body(self) -> bytes:
@@ -117,6 +135,8 @@ class _Exchange:
         body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         head = {"content-type": "application/json", **(headers or {}), "content-length": str(len(body))}
         await self.start(status, head)
+        if self.capture is not None:
+            self.capture.sent(body)
         await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def error(self, status: int, message: str, headers: dict | None = None) -> None:
@@ -124,10 +144,16 @@ class _Exchange:
 
     async def start(self, status: int, headers: dict) -> None:
         self.status = status
+        if self.turn_id is not None:
+            headers = {**headers, TURN_ID_HEADER: self.turn_id}
+        if self.capture is not None:
+            self.capture.started(status, headers)
         await self.send({"type": "http.response.start", "status": status,
                          "headers": [(k.encode("latin-1"), str(v).encode("latin-1")) for k, v in headers.items()]})
 
     async def chunk(self, data: bytes) -> None:
+        if self.capture is not None:
+            self.capture.sent(data)
         try:
             await self.send({"type": "http.response.body", "body": data, "more_body": True})
         except OSError:  # ASGI 2.4 servers raise on a send to a closed connection
@@ -154,6 +180,9 @@ def _in_background(coro) -> None:
 def _client_headers(upstream_headers) -> dict[str, str]:
     out = {k: v for k, v in upstream_headers.items() if k.lower() in PASSED_HEADERS}
     out.update(rate_limit_headers(upstream_headers))
+    upstream_id = upstream_request_id(upstream_headers)
+    if upstream_id:
+        out[UPSTREAM_REQUEST_ID_HEADER] = upstream_id
     return out
 
 
@@ -193,7 +222,7 @@ class GatewayEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         x = _Exchange(scope, receive, send, self.wire)
-        bound = logs.bind(request_id=x.headers.get("x-request-id") or uuid.uuid4().hex[:16])
+        bound = logs.bind(request_id=x.request_id)
         try:
             await self._serve(x)
         except ClientGone:
@@ -212,8 +241,11 @@ class GatewayEndpoint:
             x.close()
             metrics.GATEWAY_DURATION.labels(self.wire.name, str(x.status or 499)).observe(
                 time.monotonic() - x.started)
+            ids = {"request_id": x.request_id, "turn_id": x.turn_id, "upstream_request_id": x.upstream_request_id,
+                   "idempotent_replay": True if x.replayed else None}
             log.info("gateway request", extra={"status": x.status, "format": self.wire.name,
-                                               "duration_s": round(time.monotonic() - x.started, 4)})
+                                               "duration_s": round(time.monotonic() - x.started, 4),
+                                               **{k: v for k, v in ids.items() if v is not None}})
             logs.reset(bound)
 
     async def _serve(self, x: _Exchange) -> None:
@@ -235,6 +267,37 @@ class GatewayEndpoint:
         logs.bind(agent_id=principal.agent_id)
         raw = await x.body()
         body = self.wire.parse(raw)
+        key = key_of(x.headers)
+        if key is None:
+            await self._call(x, rt, principal, raw, body)
+            return
+        replies = cast(GatewayReplies, self.holder.replies)   # set with the runtime
+        agent_id = cast(str, principal.agent_id)               # an agent's: the operator was refused
+        try:
+            found = await claim_or_replay(replies, agent_id, key, body_hash(self.wire.name, body), x.race)
+        except KeyReused:
+            await x.error(409, "this Idempotency-Key was already used with a different request body; "
+                               "use a new key for a new request")
+            return
+        if isinstance(found, StoredReply):
+            await self._replay(x, found)
+            return
+        x.capture = Capture()
+        try:
+            await self._call(x, rt, principal, raw, body)
+        finally:
+            await found.settle(x.capture.reply() if x.whole else None)
+
+    async def _replay(self, x: _Exchange, stored: StoredReply) -> None:
+        """The first call's answer again: no turn, no upstream call."""
+        x.replayed = True
+        x.turn_id = stored.headers.get(TURN_ID_HEADER)
+        x.upstream_request_id = stored.headers.get(UPSTREAM_REQUEST_ID_HEADER)
+        metrics.IDEMPOTENT_REPLAYS.labels(self.wire.name).inc()
+        await x.reply(stored.status, stored.body, {**stored.headers, REPLAY_HEADER: "true"})
+
+    async def _call(self, x: _Exchange, rt, principal, raw: bytes, body: dict) -> None:
+        """The call itself: the agent's pool and upstream, a turn, the upstream request."""
         try:
             agent = await rt.service.fresh(rt.service.agent_view, principal.agent_id)
             pool = agent["pool"]
@@ -255,8 +318,11 @@ class GatewayEndpoint:
         model = body.get("model") if isinstance(body.get("model"), str) else None
         turn = GatewayTurn(rt, principal, pool)
         try:
-            await x.race(turn.take(prompt, max_out, streams=streaming, run_id=run_id,
-                                   max_wait_s=max_wait, mean_hold_s=self.mean_hold_s, model=model))
+            try:
+                await x.race(turn.take(prompt, max_out, streams=streaming, run_id=run_id,
+                                       max_wait_s=max_wait, mean_hold_s=self.mean_hold_s, model=model))
+            finally:
+                x.turn_id = turn.turn_id   # also a turn that was queued, then cancelled or ended
         except QueueTimeout as exc:
             wait = max(1, math.ceil(exc.estimated_wait_s))
             await x.error(429, f"queued longer than {MAX_WAIT_HEADER}; estimated wait {wait}s",
@@ -288,7 +354,7 @@ class GatewayEndpoint:
         call = call or UpstreamCall(self.wire.path, raw, self.wire)
         request = upstream.client.build_request(
             "POST", upstream.url(call.path), content=call.content,
-            headers=call.wire.upstream_headers(x.headers, upstream.api_key))
+            headers={**call.wire.upstream_headers(x.headers, upstream.api_key), REQUEST_ID_HEADER: x.request_id})
         try:
             response = await x.race(upstream.client.send(request, stream=True), turn.ended,
                                     turn.budget(idle=streaming))
@@ -309,6 +375,7 @@ class GatewayEndpoint:
                                "the gateway could not renew it)")
             return True
         metrics.UPSTREAM_STATUS.labels(pool, str(response.status_code)).inc()
+        x.upstream_request_id = upstream_request_id(response.headers)
         try:
             if call.absent_ok and response.status_code in ABSENT:
                 try:
@@ -334,7 +401,8 @@ class GatewayEndpoint:
         except ClientGone:
             _in_background(turn.complete(ev.ERROR, prompt, 0))
             raise
-        if content is _ENDED or content is _TIMED_OUT:
+        cut = content is _ENDED or content is _TIMED_OUT
+        if cut:
             content = b""
         headers = _client_headers(response.headers)
         if response.status_code == 429:
@@ -344,6 +412,7 @@ class GatewayEndpoint:
             await turn.complete(ev.ERROR, prompt, 0, None, rate_limit_headers(response.headers))
         if "retry-after" in response.headers:
             headers["retry-after"] = response.headers["retry-after"]
+        x.whole = not cut   # the upstream's whole answer, not one cut by a timeout or a reap
         await x.reply(response.status_code, content, headers)
 
     async def _relay_reply(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int,
@@ -380,6 +449,7 @@ class GatewayEndpoint:
             await self._record(turn, body, call.wire.reply_text(reply))
         if call.translation is not None:
             content = json.dumps(call.translation.reply(reply, (used_prompt, used_completion or 0))).encode()
+        x.whole = True
         await x.reply(200, content, _client_headers(response.headers))
 
     async def _relay_stream(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int,
@@ -442,6 +512,7 @@ class GatewayEndpoint:
                     await x.start(200, headers)
                     began = True
                 await x.chunk(translation.open() + translation.close(used()))
+            x.whole = True
             if began:
                 await x.send({"type": "http.response.body", "body": b"", "more_body": False})
             else:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:   # for the annotations only: at run time the routes reach it 
     from app.bootstrap import Runtime
 
 MODELS_CACHE_S = 60.0
+NOT_SERVED_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def routes(holder: RuntimeHolder) -> list[Route]:

@@ -133,6 +133,7 @@ class OpenAIChat(WireFormat):
         kind = {401: ("invalid_request_error", "invalid_api_key"), 403: ("invalid_request_error", "forbidden"),
                 404: ("invalid_request_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed"),
                 429: ("requests", "rate_limit_exceeded"), 400: ("invalid_request_error", None),
+                409: ("invalid_request_error", "idempotency_key_reused"),
                 504: ("timeout", "upstream_timeout")}.get(status, ("api_error", None))
         return {"error": {"message": message, "type": kind[0], "param": None, "code": code or kind[1]}}
 
@@ -192,8 +193,8 @@ class AnthropicMessages(WireFormat):
 
     def error_body(self, status: int, message: str, code: str | None = None) -> dict:
         kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
-                429: "rate_limit_error", 504: "timeout_error"}.get(status, "api_error")
+                404: "not_found_error", 405: "invalid_request_error", 409: "invalid_request_error",
+                413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error"}.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
     def messages(self, body: dict) -> list[tuple[str, str]]:

@@ -16,7 +16,8 @@ import time
 from collections.abc import Mapping
 from types import MappingProxyType
 
-FIELDS = ("request_id", "agent_id", "pool", "turn_id", "run_id", "status", "format", "duration_s", "reason")
+FIELDS = ("request_id", "agent_id", "pool", "turn_id", "run_id", "status", "format", "duration_s", "reason",
+          "upstream_request_id", "idempotent_replay")
 # Read-only default: the context is only ever replaced (bind sets a new dict), never mutated.
 _context: contextvars.ContextVar[Mapping] = contextvars.ContextVar("agentrm_log_context",
                                                                    default=MappingProxyType({}))

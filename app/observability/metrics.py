@@ -43,6 +43,10 @@ GATEWAY_DURATION = Histogram(
 UPSTREAM_STATUS = Counter(
     "agentrm_gateway_upstream_responses", "Upstream answers to the gateway, by pool and HTTP status "
     "('error' when the upstream could not be reached).", ["pool", "status"], registry=GATEWAY_REGISTRY)
+IDEMPOTENT_REPLAYS = Counter(
+    "agentrm_gateway_idempotent_replays", "Gateway calls answered from a stored reply (a retry with "
+    "the Idempotency-Key of a call that had finished, or that it waited for): no turn, no upstream call.",
+    ["format"], registry=GATEWAY_REGISTRY)
 GATEWAY_REGISTRY.register(gc_pauses.PAUSES)
 
 # Every name this module exports, for the ops files' check (tests/unit/test_ops_files.py).
