@@ -91,7 +91,7 @@ async def test_every_v1_answer_carries_a_request_id_over_raw_http(server, operat
         odd = await http.post("/v1/chat/completions", json=body,
                               headers={**auth, "x-request-id": "caf\u00e9".encode("latin-1")})
         models = await http.get("/v1/models", headers={**auth, "x-request-id": "list-1"})
-        missing = await http.post("/v1/embeddings", headers={**auth, "x-request-id": "nope-1"}, json={})
+        missing = await http.post("/v1/audio/speech", headers={**auth, "x-request-id": "nope-1"}, json={})
         missing_claude = await http.post("/v1/messages/batches", headers={"x-api-key": token})
         wrong_method = await http.get("/v1/chat/completions", headers=auth)
     assert ok.status_code == 200 and HEX_ID.match(ok.headers["x-request-id"])
