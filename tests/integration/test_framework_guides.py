@@ -48,12 +48,13 @@ def tools(path: str, stream: bool = False) -> tuple[str, list]:
 # What each example prints, and the requests (route, streamed) the upstream sees, in order.
 EXPECTED: dict[str, tuple[str, list]] = {
     "openai-plain": plain(CHAT), "openai-stream": streamed(CHAT), "openai-tools": tools(CHAT),
+    "anthropic-plain": plain(MESSAGES), "anthropic-stream": streamed(MESSAGES),
+    "anthropic-tools": tools(MESSAGES),
 }
-# Examples that meet a pool whose one lane is held: what they print starts so, and nothing
-# reaches the upstream.
-BUSY = {
-    "openai-errors": "busy, retry after",
-}
+# Error examples, each run twice: against a pool whose only lane is held (it must print
+# "busy, retry after ..." and send nothing upstream), and against a pool with a 1 s
+# request timeout whose upstream hangs (it must print "failed: 504 ...").
+ERRORS = ["openai-errors", "anthropic-errors"]
 # Examples that need a route the gateway does not serve yet.
 PENDING: dict[str, str] = {}
 
@@ -79,13 +80,16 @@ async def upstream():
 
 @pytest_asyncio.fixture(scope="module")
 async def pools(server, upstream):
-    """A roomy pool, and a busy one whose only lane a holder agent can take."""
-    names = {"roomy": "fw_" + uuid.uuid4().hex[:8], "busy": "fw_busy_" + uuid.uuid4().hex[:8]}
+    """A roomy pool; a busy one, whose only lane a holder agent can take; a slow one, whose
+    calls time out after 1 s."""
+    settings = {"roomy": {"lanes": 8}, "busy": {"lanes": 1},
+                "slow": {"lanes": 8, "requestTimeoutSeconds": 1.0, "streamIdleTimeoutSeconds": 1.0}}
+    names = {kind: f"fw_{kind}_{uuid.uuid4().hex[:8]}" for kind in settings}
     async with GraphQLClient(server, OPERATOR_TOKEN) as operator:
         for kind, name in names.items():
             await operator("mutation($i: PoolInput!) { createPool(input: $i) { name } }", i={
-                "name": name, "lanes": 1 if kind == "busy" else 8, "rpm": 6000, "tpm": 10_000_000,
-                "leaseSeconds": 30.0, "upstreamBaseUrl": upstream.url + "/v1", "upstreamApiKey": UPSTREAM_KEY})
+                "name": name, "rpm": 6000, "tpm": 10_000_000, "leaseSeconds": 30.0,
+                "upstreamBaseUrl": upstream.url + "/v1", "upstreamApiKey": UPSTREAM_KEY, **settings[kind]})
     return names
 
 
@@ -115,8 +119,8 @@ def turns_of(server, agent_id: str) -> list[dict]:
 
 def test_every_framework_page_has_its_examples():
     pages = {p.name for p in PAGES.glob("*.md")}
-    assert pages == {"index.md", "openai.md"}
-    assert sorted(examples()) == sorted([*EXPECTED, *BUSY, *PENDING])
+    assert pages == {"index.md", "openai.md", "anthropic.md"}
+    assert sorted(examples()) == sorted([*EXPECTED, *ERRORS, *PENDING])
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"guides/frameworks/{page}" in nav for page in pages)
 
@@ -125,7 +129,7 @@ def _params(names):
     return [pytest.param(n, marks=pytest.mark.skip(reason=PENDING[n])) if n in PENDING else n for n in names]
 
 
-@pytest.mark.parametrize("name", _params([*EXPECTED, *(n for n in PENDING if n not in BUSY)]))
+@pytest.mark.parametrize("name", _params([*EXPECTED, *PENDING]))
 async def test_a_guide_example_runs_through_the_gateway(server, upstream, pools, monkeypatch, name):
     agent_id, token = await register(server, pools["roomy"], f"guide-{name}")
     before = len(upstream.seen)
@@ -144,7 +148,7 @@ async def test_a_guide_example_runs_through_the_gateway(server, upstream, pools,
     assert [t["outcome"] for t in turns_of(server, agent_id)] == [ev.OK] * len(requests)
 
 
-@pytest.mark.parametrize("name", list(BUSY))
+@pytest.mark.parametrize("name", ERRORS)
 async def test_a_guide_error_example_meets_a_full_queue(server, upstream, pools, monkeypatch, name):
     _holder_id, holder_token = await register(server, pools["busy"], f"holder-{name}")
     agent_id, token = await register(server, pools["busy"], f"guide-{name}")
@@ -157,7 +161,20 @@ async def test_a_guide_error_example_meets_a_full_queue(server, upstream, pools,
         finally:
             await holder("mutation($t: ID!) { completeTurn(input: {turnId: $t, outcome: OK}) { id } }",
                          t=held["requestTurn"]["id"])
-    assert out.strip().startswith(BUSY[name]), out
+    assert re.fullmatch(r"busy, retry after [1-9]\d* s", out.strip()), out
     assert upstream.seen[before:] == []
     assert await server.runtime.projector.wait_until(
         lambda: [t["status"] for t in turns_of(server, agent_id)] == [ev.CANCELLED], 30)
+
+
+@pytest.mark.parametrize("name", ERRORS)
+async def test_a_guide_error_example_meets_a_timeout(server, upstream, pools, monkeypatch, name):
+    agent_id, token = await register(server, pools["slow"], f"slow-{name}")
+    before = len(upstream.seen)
+    upstream.hang_next(1)
+    out = await run_example(server, monkeypatch, name, token)
+    assert out.strip().startswith("failed: 504"), out
+    assert len(upstream.seen[before:]) == 1            # not retried
+    await asyncio.wait_for(upstream.seen[before].closed.wait(), 30)   # the gateway closed the hung call
+    assert await server.runtime.projector.wait_until(
+        lambda: [(t["status"], t["outcome"]) for t in turns_of(server, agent_id)] == [(ev.COMPLETED, ev.ERROR)], 30)
