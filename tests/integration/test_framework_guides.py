@@ -50,11 +50,15 @@ EXPECTED: dict[str, tuple[str, list]] = {
     "openai-plain": plain(CHAT), "openai-stream": streamed(CHAT), "openai-tools": tools(CHAT),
     "anthropic-plain": plain(MESSAGES), "anthropic-stream": streamed(MESSAGES),
     "anthropic-tools": tools(MESSAGES),
+    "langchain-openai-plain": plain(CHAT), "langchain-openai-stream": streamed(CHAT),
+    "langchain-openai-tools": tools(CHAT),
+    "langchain-anthropic-plain": plain(MESSAGES), "langchain-anthropic-stream": streamed(MESSAGES),
+    "langchain-anthropic-tools": tools(MESSAGES),
 }
 # Error examples, each run twice: against a pool whose only lane is held (it must print
 # "busy, retry after ..." and send nothing upstream), and against a pool with a 1 s
 # request timeout whose upstream hangs (it must print "failed: 504 ...").
-ERRORS = ["openai-errors", "anthropic-errors"]
+ERRORS = ["openai-errors", "anthropic-errors", "langchain-errors"]
 # Examples that need a route the gateway does not serve yet.
 PENDING: dict[str, str] = {}
 
@@ -119,7 +123,7 @@ def turns_of(server, agent_id: str) -> list[dict]:
 
 def test_every_framework_page_has_its_examples():
     pages = {p.name for p in PAGES.glob("*.md")}
-    assert pages == {"index.md", "openai.md", "anthropic.md"}
+    assert pages == {"index.md", "openai.md", "anthropic.md", "langchain.md"}
     assert sorted(examples()) == sorted([*EXPECTED, *ERRORS, *PENDING])
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"guides/frameworks/{page}" in nav for page in pages)
