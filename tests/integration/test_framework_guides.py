@@ -54,13 +54,15 @@ EXPECTED: dict[str, tuple[str, list]] = {
     "langchain-openai-tools": tools(CHAT),
     "langchain-anthropic-plain": plain(MESSAGES), "langchain-anthropic-stream": streamed(MESSAGES),
     "langchain-anthropic-tools": tools(MESSAGES),
+    "openai-agents-plain": plain(CHAT), "openai-agents-stream": streamed(CHAT), "openai-agents-tools": tools(CHAT),
+    "openai-agents-responses": plain("/v1/responses"),
 }
 # Error examples, each run twice: against a pool whose only lane is held (it must print
 # "busy, retry after ..." and send nothing upstream), and against a pool with a 1 s
 # request timeout whose upstream hangs (it must print "failed: 504 ...").
-ERRORS = ["openai-errors", "anthropic-errors", "langchain-errors"]
+ERRORS = ["openai-errors", "anthropic-errors", "langchain-errors", "openai-agents-errors"]
 # Examples that need a route the gateway does not serve yet.
-PENDING: dict[str, str] = {}
+PENDING = {"openai-agents-responses": "needs /v1/responses"}
 
 
 def examples() -> dict[str, tuple[str, str]]:
@@ -123,8 +125,9 @@ def turns_of(server, agent_id: str) -> list[dict]:
 
 def test_every_framework_page_has_its_examples():
     pages = {p.name for p in PAGES.glob("*.md")}
-    assert pages == {"index.md", "openai.md", "anthropic.md", "langchain.md"}
-    assert sorted(examples()) == sorted([*EXPECTED, *ERRORS, *PENDING])
+    assert pages == {"index.md", "openai.md", "anthropic.md", "langchain.md",
+                     "openai-agents.md"}
+    assert sorted(examples()) == sorted([*EXPECTED, *ERRORS])
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"guides/frameworks/{page}" in nav for page in pages)
 
@@ -133,7 +136,7 @@ def _params(names):
     return [pytest.param(n, marks=pytest.mark.skip(reason=PENDING[n])) if n in PENDING else n for n in names]
 
 
-@pytest.mark.parametrize("name", _params([*EXPECTED, *PENDING]))
+@pytest.mark.parametrize("name", _params(EXPECTED))
 async def test_a_guide_example_runs_through_the_gateway(server, upstream, pools, monkeypatch, name):
     agent_id, token = await register(server, pools["roomy"], f"guide-{name}")
     before = len(upstream.seen)
