@@ -22,6 +22,10 @@ from tests.client import GraphQLClient
 from tests.conftest import OPERATOR_TOKEN, ROOT
 from tests.fake_upstream import FakeUpstream
 
+# litellm's own pydantic models, as it builds them: nothing the guides do.
+pytestmark = [pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier:UserWarning"),
+              pytest.mark.filterwarnings("ignore:Accessing the 'model_.*' attribute:DeprecationWarning")]
+
 PAGES = ROOT / "docs" / "guides" / "frameworks"
 BLOCK = re.compile(r"```python\n(?P<code>.*?)```", re.S)
 MARKER = re.compile(r"^# agentrm-test: (?P<name>[\w-]+)$", re.M)
@@ -56,11 +60,13 @@ EXPECTED: dict[str, tuple[str, list]] = {
     "langchain-anthropic-tools": tools(MESSAGES),
     "openai-agents-plain": plain(CHAT), "openai-agents-stream": streamed(CHAT), "openai-agents-tools": tools(CHAT),
     "openai-agents-responses": plain("/v1/responses"),
+    "litellm-plain": plain(CHAT), "litellm-stream": streamed(CHAT), "litellm-tools": tools(CHAT),
 }
 # Error examples, each run twice: against a pool whose only lane is held (it must print
 # "busy, retry after ..." and send nothing upstream), and against a pool with a 1 s
 # request timeout whose upstream hangs (it must print "failed: 504 ...").
-ERRORS = ["openai-errors", "anthropic-errors", "langchain-errors", "openai-agents-errors"]
+ERRORS = ["openai-errors", "anthropic-errors", "langchain-errors", "openai-agents-errors",
+          "litellm-errors"]
 # Examples that need a route the gateway does not serve yet.
 PENDING = {"openai-agents-responses": "needs /v1/responses"}
 
@@ -114,6 +120,7 @@ async def run_example(server, monkeypatch, name: str, token: str) -> str:
         printed.append(sep.join(str(a) for a in args) + end)
 
     monkeypatch.setenv("AGENTRM_TOKEN", token)
+    monkeypatch.setenv("LITELLM_OFFLINE_MODE", "true")   # as litellm.md advises: no fetch at import
     compiled = compile(code.replace(DOC_URL, server.base), f"{page}:{name}", "exec")
     await asyncio.wait_for(asyncio.to_thread(exec, compiled, {"__name__": "__main__", "print": capture}), 120)
     return "".join(printed)
@@ -126,7 +133,7 @@ def turns_of(server, agent_id: str) -> list[dict]:
 def test_every_framework_page_has_its_examples():
     pages = {p.name for p in PAGES.glob("*.md")}
     assert pages == {"index.md", "openai.md", "anthropic.md", "langchain.md",
-                     "openai-agents.md"}
+                     "openai-agents.md", "litellm.md"}
     assert sorted(examples()) == sorted([*EXPECTED, *ERRORS])
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"guides/frameworks/{page}" in nav for page in pages)
