@@ -61,12 +61,14 @@ EXPECTED: dict[str, tuple[str, list]] = {
     "openai-agents-plain": plain(CHAT), "openai-agents-stream": streamed(CHAT), "openai-agents-tools": tools(CHAT),
     "openai-agents-responses": plain("/v1/responses"),
     "litellm-plain": plain(CHAT), "litellm-stream": streamed(CHAT), "litellm-tools": tools(CHAT),
+    "pydantic-ai-plain": plain(CHAT), "pydantic-ai-stream": streamed(CHAT), "pydantic-ai-tools": tools(CHAT),
+    "pydantic-ai-anthropic-plain": plain(MESSAGES), "pydantic-ai-anthropic-tools": tools(MESSAGES),
 }
 # Error examples, each run twice: against a pool whose only lane is held (it must print
 # "busy, retry after ..." and send nothing upstream), and against a pool with a 1 s
 # request timeout whose upstream hangs (it must print "failed: 504 ...").
 ERRORS = ["openai-errors", "anthropic-errors", "langchain-errors", "openai-agents-errors",
-          "litellm-errors"]
+          "litellm-errors", "pydantic-ai-errors"]
 # Examples that need a route the gateway does not serve yet.
 PENDING = {"openai-agents-responses": "needs /v1/responses"}
 
@@ -83,9 +85,21 @@ def examples() -> dict[str, tuple[str, str]]:
     return found
 
 
+class RecordingUpstream(FakeUpstream):
+    """The fake upstream, keeping each request's body beside what it saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.bodies: list[dict] = []
+
+    async def _answer(self, send, wire, body, seen) -> None:
+        self.bodies.append(body)
+        await super()._answer(send, wire, body, seen)
+
+
 @pytest_asyncio.fixture(scope="module")
 async def upstream():
-    fake = await FakeUpstream().start()
+    fake = await RecordingUpstream().start()
     yield fake
     await fake.stop()
 
@@ -133,7 +147,7 @@ def turns_of(server, agent_id: str) -> list[dict]:
 def test_every_framework_page_has_its_examples():
     pages = {p.name for p in PAGES.glob("*.md")}
     assert pages == {"index.md", "openai.md", "anthropic.md", "langchain.md",
-                     "openai-agents.md", "litellm.md"}
+                     "openai-agents.md", "litellm.md", "pydantic-ai.md"}
     assert sorted(examples()) == sorted([*EXPECTED, *ERRORS])
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"guides/frameworks/{page}" in nav for page in pages)
@@ -150,8 +164,11 @@ async def test_a_guide_example_runs_through_the_gateway(server, upstream, pools,
     out = await run_example(server, monkeypatch, name, token)
     printed, requests = EXPECTED[name]
     assert out.strip().splitlines()[-1].strip() == printed
-    seen = upstream.seen[before:]
+    seen, bodies = upstream.seen[before:], upstream.bodies[before:]
     assert [(s.path, s.stream) for s in seen] == requests
+    # A streamed chat completion asks for the upstream's usage, which the turn completes with.
+    assert all((b.get("stream_options") or {}).get("include_usage") is True
+               for s, b in zip(seen, bodies) if s.stream and s.path == CHAT)
     code = examples()[name][1]
     # The upstream got the pool's key, never the agent's token, and the model the page names.
     assert all(s.api_key == UPSTREAM_KEY and f"{s.model}\"" in code for s in seen)
