@@ -65,10 +65,15 @@ EXPECTED: dict[str, tuple[str, list]] = {
     "pydantic-ai-anthropic-plain": plain(MESSAGES), "pydantic-ai-anthropic-tools": tools(MESSAGES),
 }
 # Error examples, each run twice: against a pool whose only lane is held (it must print
-# "busy, retry after ..." and send nothing upstream), and against a pool with a 1 s
-# request timeout whose upstream hangs (it must print "failed: 504 ...").
-ERRORS = ["openai-errors", "anthropic-errors", "langchain-errors", "openai-agents-errors",
-          "litellm-errors", "pydantic-ai-errors"]
+# "busy, retry after N s" and send nothing upstream), and against a pool with a 1 s
+# request timeout whose upstream hangs (it must print "failed: 504 " and the class of the
+# exception its page's table names).
+ERRORS = {
+    "openai-errors": "InternalServerError", "anthropic-errors": "GatewayTimeoutError",
+    "langchain-errors": "OpenAIAPIError", "langchain-anthropic-errors": "AnthropicAPIError",
+    "openai-agents-errors": "InternalServerError", "litellm-errors": "Timeout",
+    "pydantic-ai-errors": "ModelServerError",
+}
 # Examples that need a route the gateway does not serve yet.
 PENDING = {"openai-agents-responses": "needs /v1/responses"}
 
@@ -204,7 +209,7 @@ async def test_a_guide_error_example_meets_a_timeout(server, upstream, pools, mo
     before = len(upstream.seen)
     upstream.hang_next(1)
     out = await run_example(server, monkeypatch, name, token)
-    assert out.strip().startswith("failed: 504"), out
+    assert out.strip() == f"failed: 504 {ERRORS[name]}", out
     assert len(upstream.seen[before:]) == 1            # not retried
     await asyncio.wait_for(upstream.seen[before].closed.wait(), 30)   # the gateway closed the hung call
     assert await server.runtime.projector.wait_until(
