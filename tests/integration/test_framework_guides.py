@@ -154,6 +154,8 @@ def test_every_framework_page_has_its_examples():
     assert pages == {"index.md", "openai.md", "anthropic.md", "langchain.md",
                      "openai-agents.md", "litellm.md", "pydantic-ai.md"}
     assert sorted(examples()) == sorted([*EXPECTED, *ERRORS])
+    for name, (page, code) in examples().items():   # the skipped ones too
+        compile(code, f"{page}:{name}", "exec")
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"guides/frameworks/{page}" in nav for page in pages)
 
