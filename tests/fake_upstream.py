@@ -217,6 +217,10 @@ class FakeUpstream:
             seen.finished = True
             self.limiter.settle(time.time() - self._t0, seen.prompt_tokens, seen.prompt_tokens)
             return
+        if wire is ANTHROPIC and isinstance(anthropic_call := tool_exchange(wire, body), ToolCall):
+            await _send_tool_call(send, wire, body, anthropic_call, seen, self._rate_headers(wire, seen))
+            self.limiter.settle(time.time() - self._t0, seen.prompt_tokens + seen.max_tokens, seen.prompt_tokens + 1)
+            return
         words = [f"word{i} " for i in range(self.words)]
         tool, result = _tool_turn(wire, body)
         if result is not None:
@@ -334,6 +338,8 @@ def _tool_turn(wire, body: dict) -> tuple[str | None, str | None]:
             return None, _text(last.get("content"))
         if last.get("role") == "user" and body.get("tools"):
             return body["tools"][0]["function"]["name"], None
+    if wire is ANTHROPIC and body.get("messages"):
+        return None, _tool_result(wire, body["messages"][-1])
     if wire is RESPONSES:
         items = body.get("input")
         last = {"role": "user"} if isinstance(items, str) else (items[-1] if items else {})
@@ -458,3 +464,99 @@ def _anthropic_events(body: dict, words: list[str], prompt: int, completion: int
     yield False, _sse({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                        "usage": {"output_tokens": completion}}, "message_delta")
     yield False, _sse({"type": "message_stop"}, "message_stop")
+
+
+# -- tool calls ---------------------------------------------------------------------------
+# One round trip, enough for a framework's tool loop: the model calls the first tool, then
+# reports what it said. Self-contained, so the normal answer path is untouched.
+
+@dataclass
+class ToolCall:
+    name: str
+    id: str = "call_1"
+
+
+def tool_exchange(wire, body: dict) -> ToolCall | str | None:
+    """A ToolCall to make, the text that answers a tool result, or None: no tool turn (the
+    Anthropic side of the tools rule; OpenAI's and the Responses API's are `_tool_turn`)."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    result = _tool_result(wire, last)
+    if result is not None:
+        return f"tool said: {result}"
+    tools = body.get("tools") or []
+    if not tools or last.get("role") != "user":
+        return None
+    first = tools[0]
+    return ToolCall(first["function"]["name"] if wire is OPENAI else first["name"])
+
+
+def _tool_result(wire, message: dict) -> str | None:
+    if wire is OPENAI:
+        return _text_of(message.get("content")) if message.get("role") == "tool" else None
+    if message.get("role") != "user" or not isinstance(message.get("content"), list):
+        return None
+    results = [b for b in message["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+    return _text_of(results[-1].get("content")) if results else None
+
+
+def _text_of(content) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+async def _send_tool_call(send, wire, body: dict, call: ToolCall, seen: Seen, headers: dict) -> None:
+    prompt = seen.prompt_tokens
+    if not seen.stream:
+        if wire is OPENAI:
+            function = {"name": call.name, "arguments": "{}"}
+            message = {"role": "assistant", "content": None,
+                       "tool_calls": [{"id": call.id, "type": "function", "function": function}]}
+            reply = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                     "model": body["model"],
+                     "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
+                     "usage": {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1}}
+        else:
+            reply = {"id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"],
+                     "content": [{"type": "tool_use", "id": call.id, "name": call.name, "input": {}}],
+                     "stop_reason": "tool_use", "stop_sequence": None,
+                     "usage": {"input_tokens": prompt, "output_tokens": 1}}
+        await _json(send, 200, reply, headers)
+    else:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": _raw({**headers, "content-type": "text/event-stream"})})
+        for data in (_openai_tool_events if wire is OPENAI else _anthropic_tool_events)(body, call, prompt):
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    seen.words_sent, seen.finished = 1, True
+
+
+def _openai_tool_events(body: dict, call: ToolCall, prompt: int):
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": body["model"]}
+    start = {"index": 0, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+    yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
+                                                            "tool_calls": [start]}, "finish_reason": None}]})
+    yield _sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {
+        "arguments": "{}"}}]}, "finish_reason": None}]})
+    yield _sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield _sse({**base, "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 1,
+                                                     "total_tokens": prompt + 1}})
+    yield b"data: [DONE]\n\n"
+
+
+def _anthropic_tool_events(body: dict, call: ToolCall, prompt: int):
+    message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"], "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": 1}}
+    yield _sse({"type": "message_start", "message": message}, "message_start")
+    yield _sse({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}},
+               "content_block_start")
+    yield _sse({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+               "content_block_delta")
+    yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+    yield _sse({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 1}}, "message_delta")
+    yield _sse({"type": "message_stop"}, "message_stop")
