@@ -171,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             print(f"agentrm bench scheduler: {name} must be at least 1", file=sys.stderr)
             return 2
+    try:
+        WorkloadParams(**{**SCENARIOS[args.scenario].params, **dict(args.set)}).validate()
+    except (TypeError, ValueError) as exc:
+        print(f"agentrm bench scheduler: {exc}", file=sys.stderr)
+        return 2
     seeds = tuple(args.seed) if args.seed else tuple(range(1, args.seeds + 1))
     result = run(args.scenario, seeds, policies, dict(args.set), args.lanes, args.rpm, args.tpm,
                  keep_series=args.out is not None)

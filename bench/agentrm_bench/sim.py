@@ -11,7 +11,11 @@ and then chunks until its last byte, unless it faults:
 - `slow`: alive but slow: its first chunk takes far longer than usual, then it completes;
 - an outage window of the provider: every attempt sent inside it hangs, retries included.
 A fault of the trace belongs to the call's first attempt; a retry of it is answered (unless it
-is sent into an outage), so every policy can finish the same work.
+is sent into an outage), so every policy can finish the same work. A trace with persistent
+faults (workload.py) also names the faults of a call's retries (`CallSpec.retry_faults`) and
+the windows in which a model, or the provider, is slow (`SlowWindows`): both are fixed by the
+trace, so every policy meets the same slowness on its n-th attempt of a call, or on any
+attempt it sends into a slow window.
 
 A policy never sees the future: it learns of chunks and answers through callbacks
 (`on_first_chunk`, `on_answer`), and an idle watchdog (`Watchdog`) only asks what a client
@@ -19,13 +23,15 @@ could know at that moment (`Attempt.silent_since`).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .workload import CallSpec
+from .workload import CallSpec, Trace
 
 # A slot held at the end by an attempt hung at least this long is a zombie.
 ZOMBIE_AFTER_S = 60.0
@@ -308,6 +314,40 @@ class Recorder:
         record.failed += 1
 
 
+class SlowWindows:
+    """The trace's slow windows (workload.slow_windows), asked at each admitted attempt: an
+    attempt sent to its agent's model inside one is slow, by an extra delay drawn from a
+    stream of the (call, attempt) alone, so any policy sending that attempt then meets the
+    same delay."""
+
+    def __init__(self, trace: Trace):
+        self.seed = trace.params.seed
+        self.extra_s = trace.params.slow_extra_s
+        self.model_of = {a.agent_id: a.model for a in trace.agents}
+        self._starts: dict[str, list[float]] = {}
+        self._ends: dict[str, list[float]] = {}
+        for w in sorted(trace.slow_windows, key=lambda w: (w.model, w.start_s)):
+            self._starts.setdefault(w.model, []).append(w.start_s)
+            self._ends.setdefault(w.model, []).append(w.end_s)
+
+    @classmethod
+    def of(cls, trace: Trace) -> SlowWindows | None:
+        return cls(trace) if trace.slow_windows else None
+
+    def slow(self, now: float, agent_id: str) -> bool:
+        for key in (self.model_of.get(agent_id, ""), "*"):
+            starts = self._starts.get(key)
+            if starts:
+                i = bisect.bisect_right(starts, now) - 1
+                if i >= 0 and now < self._ends[key][i]:
+                    return True
+        return False
+
+    def extra(self, call_id: str, admitted: int) -> float:
+        rng = random.Random(f"{self.seed}/slow-window/{call_id}/{admitted}")
+        return round(rng.uniform(*self.extra_s), 4)
+
+
 class ProviderLink:
     """Sends attempts of calls to the provider on behalf of a policy, and calls back with
     the answer. A hung attempt is admitted and then never answered: the callback never
@@ -317,8 +357,10 @@ class ProviderLink:
     `hold` is the slot the attempt runs in: its in-flight, productive and hung seconds are
     credited to it, so lane waste means the same for every policy."""
 
-    def __init__(self, sim: Simulator, provider: Provider, recorder: Recorder):
+    def __init__(self, sim: Simulator, provider: Provider, recorder: Recorder,
+                 slow_windows: SlowWindows | None = None):
         self.sim, self.provider, self.recorder = sim, provider, recorder
+        self.slow_windows = slow_windows
         self._engine = _SaturatedEngine(sim, provider.saturation) if provider.saturation else None
 
     def send(self, record: CallRecord, on_answer: Callable[[Attempt], None], hold: SlotHold | None = None,
@@ -340,9 +382,12 @@ class ProviderLink:
             self.sim.after(Provider.REJECT_LATENCY_S, lambda: attempt.finish(self.sim.now, on_answer))
             return attempt
         # The trace's fault belongs to the first attempt the provider admits (a 429 before it
-        # does not use it up), so every policy meets every fault.
+        # does not use it up), so every policy meets every fault; a persistent one also to
+        # the retries the trace names, and a slow window to every attempt sent inside it.
         record.admitted_attempts += 1
-        fault = call.fault if record.admitted_attempts == 1 else None
+        fault, size = call.attempt_fault(record.admitted_attempts)
+        if fault is None and self.slow_windows is not None and self.slow_windows.slow(now, record.agent_id):
+            fault, size = "slow", self.slow_windows.extra(call.call_id, record.admitted_attempts)
         if self.provider.in_outage(now):
             fault = "hang"
         if fault == "hang":
@@ -370,7 +415,7 @@ class ProviderLink:
         if fault == "stall":
             attempt.will_answer = False
             ttft = call.first_chunk_s + self.provider.extra_first_chunk_s(now, call.first_chunk_s)
-            attempt.stalls_at = now + ttft + call.stall_after_s
+            attempt.stalls_at = now + ttft + size
             attempt.hung_from = attempt.stalls_at
             self.sim.after(ttft, first_chunk)
             return attempt
@@ -378,7 +423,7 @@ class ProviderLink:
         if self._engine is not None:
             self._engine.start(attempt, call, first_chunk, answered)
             return attempt
-        ttft = call.first_chunk_s + (call.slow_extra_s if fault == "slow" else 0.0)
+        ttft = call.first_chunk_s + (size if fault == "slow" else 0.0)
         extra = self.provider.extra_first_chunk_s(now, ttft)
         self.sim.after(ttft + extra, first_chunk)
         self.sim.after(call.provider_latency_s - call.first_chunk_s + ttft + extra, answered)
