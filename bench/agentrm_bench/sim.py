@@ -255,6 +255,13 @@ class SlotHold:
     hung_since: float | None = None  # when the hold's call hung (kept after release, for plots)
 
 
+def held_until(hold: SlotHold, now: float) -> float:
+    """Up to when an attempt in `hold` has held the slot, at `now`: a slot released while its
+    attempt stays open (the caller let go of it, or a suspect's lane was freed while its call
+    goes on) holds it no longer, so nothing after the release is charged to the slot."""
+    return now if hold.ended_at is None else min(now, hold.ended_at)
+
+
 @dataclass
 class Recorder:
     """Everything the metrics need, gathered while a policy runs."""
@@ -294,19 +301,20 @@ class Recorder:
 
     def close(self, end: float) -> None:
         """The simulated period is over: attempts still open are credited to their slots up
-        to the end (a success still streaming has been productive since it was sent; a hung
-        one has been hung), once."""
+        to the end, or to the slot's release if it came first (a success still streaming has
+        been productive since it was sent; a hung one has been hung), once."""
         for attempt in self.open_attempts.values():
             hold = attempt.hold
             if hold is None or attempt.ended_at is not None:
                 continue
-            if attempt.hung_from is not None and end - attempt.hung_from >= ZOMBIE_AFTER_S:
+            stop = held_until(hold, end)
+            if hold.ended_at is None and attempt.hung_from is not None and end - attempt.hung_from >= ZOMBIE_AFTER_S:
                 self.zombies += 1   # a slot held by a call hung long enough that nothing frees it
-            hold.inflight_s += end - attempt.sent_at
+            hold.inflight_s += max(0.0, stop - attempt.sent_at)
             if attempt.hung_from is not None:
-                hold.hung_s += max(0.0, end - attempt.hung_from)
+                hold.hung_s += max(0.0, stop - attempt.hung_from)
             elif attempt.answer.admitted and attempt.will_answer:
-                hold.productive_s += end - attempt.sent_at
+                hold.productive_s += max(0.0, stop - attempt.sent_at)
         self.open_attempts = {}
 
     def failed(self, record: CallRecord) -> None:
@@ -560,9 +568,10 @@ class Attempt:
         if self.answer.admitted and self.link is not None:
             self.link.provider.inflight -= 1
         if self.hold is not None:
-            self.hold.inflight_s += now - self.sent_at
-            if self.hung_from is not None and now > self.hung_from:
-                self.hold.hung_s += now - self.hung_from
+            stop = held_until(self.hold, now)
+            self.hold.inflight_s += max(0.0, stop - self.sent_at)
+            if self.hung_from is not None and stop > self.hung_from:
+                self.hold.hung_s += stop - self.hung_from
         if self.recorder is not None:
             self.recorder.open_attempts.pop(id(self), None)
 
@@ -575,7 +584,7 @@ class Attempt:
             self.record.completed_at = now
             self.record.answered_sent_at = self.sent_at
             if self.hold is not None:
-                self.hold.productive_s += now - self.sent_at
+                self.hold.productive_s += max(0.0, held_until(self.hold, now) - self.sent_at)
         on_answer(self)
 
     def abandon(self, now: float) -> None:
