@@ -276,6 +276,7 @@ class Recorder:
     hung_attempts_cut: int = 0
     zombies: int = 0
     stuck_agents: int = 0         # agents the policy stopped serving for good (AgentRM quarantine)
+    quarantined_agents: int = 0   # agents AgentRM's core quarantined (AgentQuarantined)
     notes: dict = field(default_factory=dict)
     open_attempts: dict[int, Attempt] = field(default_factory=dict)  # by id()
 
