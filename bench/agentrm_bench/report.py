@@ -288,14 +288,17 @@ def headline_table(result: dict) -> str:
 def write_summary(out: Path, names: Sequence[str]) -> Path:
     """scheduler.md: every scenario's headline table, from the JSON each run wrote."""
     lines = ["# Scheduler benchmark v2: every scenario", "",
-             "Means over seeds 1-5, (min–max) over seeds. Full tables: `scheduler_<scenario>.md`.", ""]
+             "Means over seeds 1-5 unless a section says otherwise, (min–max) over seeds. Full tables: "
+             "`scheduler_<scenario>.md`.", ""]
     for name in names:
         path = out / f"scheduler_{name}.json"
         if not path.exists():
             continue
         result = json.loads(path.read_text())
+        seeds = result["workload"]["seeds"]
+        other = "" if seeds == [1, 2, 3, 4, 5] else f"Seeds {', '.join(map(str, seeds))}. "
         lines += [f"## {name}", "", result["about"], "",
-                  f"Physical limit {result['physical_limit_calls_per_min']:.1f} calls/min "
+                  f"{other}Physical limit {result['physical_limit_calls_per_min']:.1f} calls/min "
                   f"(bound by {result['physical_limit']['binding']}).", "", headline_table(result), ""]
     target = out / "scheduler.md"
     target.write_text("\n".join(lines))

@@ -157,3 +157,10 @@ def test_bad_persistence_settings_are_refused_with_a_clear_error(capsys):
     assert "fault_persistence must be between 0 and 1" in capsys.readouterr().err
     assert main(["--scenario", "hangs", "--set", "persistent_faults=slow,late", "--seeds", "1"]) == 2
     assert "unknown kinds late" in capsys.readouterr().err
+
+
+def test_the_live_check_refuses_a_scenario_whose_faults_it_cannot_replay():
+    from agentrm_bench.live_scenarios import ScenarioSettings
+    with pytest.raises(ValueError, match="persistent faults, which the live check does not replay"):
+        ScenarioSettings("hangs-persist").check()
+    ScenarioSettings("hangs").check()
