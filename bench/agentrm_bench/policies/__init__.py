@@ -87,8 +87,10 @@ def make_policy(name: str, ctx: Context, agentrm_overrides: dict | None = None,
     """The policy `name` over ctx (and only `agents`, when a replica serves a share)."""
     base, variant = split_name(name)
     if base in AGENTRM_NAMES:
-        from .agentrm import make_agentrm
-        return make_agentrm(base, ctx, agentrm_overrides, agents)
+        from .agentrm import AgentRM, make_agentrm
+        from .agentrm_gateway import AgentRMGateway
+        cls: type[AgentRM] = AgentRMGateway if base == "agentrm-gateway" else AgentRM
+        return make_agentrm(base, ctx, agentrm_overrides, agents, cls)
     if base == "fixed-lanes":
         # The saturating-provider sweep: the plain gateway (30 s first-chunk timeout) at a
         # fixed number of lanes; the lane count is the variant.

@@ -252,15 +252,14 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
 }
 
 
-def make_agentrm(name: str, ctx: Context, overrides: dict | None = None, agents=None) -> AgentRM:
+def make_agentrm(name: str, ctx: Context, overrides: dict | None = None, agents=None,
+                 policy_class: type[AgentRM] = AgentRM) -> AgentRM:
+    """The variant `name` of the core, played by `policy_class` (agentrm_gateway.py's for
+    agentrm-gateway: the registry in __init__.py picks it)."""
     settings_overrides, client = VARIANTS[name]
     ctx.options = {**ctx.options, **client}
     settings = agentrm_settings(ctx.lanes, ctx.provider.rpm, ctx.provider.tpm,
                                 **{**(overrides or {}), **settings_overrides})
-    if name == "agentrm-gateway":
-        from .agentrm_gateway import AgentRMGateway
-        policy: AgentRM = AgentRMGateway(ctx, settings, agents)
-    else:
-        policy = AgentRM(ctx, settings, agents)
+    policy = policy_class(ctx, settings, agents)
     policy.name = name
     return policy
