@@ -114,6 +114,11 @@ class ScenarioSettings:
             raise ValueError(f"unknown scenario {self.scenario!r} (known: {', '.join(SCENARIOS)})")
         if self.agents < 3 or self.minutes <= 0 or self.compression < 1:
             raise ValueError("need agents >= 3, minutes > 0, compression >= 1")
+        if self.base().params.get("fault_persistence"):
+            # ScenarioAgent gives a call's fault to its first admitted attempt only: a run would
+            # measure another workload than the simulation's, and say nothing of either.
+            raise ValueError(f"scenario {self.scenario!r} has persistent faults, which the live check "
+                             "does not replay; run it with `agentrm bench scheduler`")
         if self.lease_seconds / self.compression < 1.0:
             raise ValueError(f"lease {self.lease_seconds} s / compression {self.compression} is under "
                              f"the API's 1 s minimum; raise --lease-seconds or lower --compression")

@@ -31,6 +31,8 @@ call's request to its last call's answer (unfinished runs: their age at the end)
 - stuck_agents: agents the policy stopped serving for good (AgentRM quarantines an agent
   after 3 consecutive reaps until an operator releases it; the work it had left is lost).
   Each such stop also counts as a failed call.
+- quarantined_agents: agents AgentRM's core quarantined (AgentQuarantined: 3 consecutive
+  reaps of turns the agent itself held); 0 for every baseline, which has no quarantine.
 - jain: Jain's index of successful calls per agent, within each class.
 - max_service_gap: VTC's measure of unfairness (Sheng et al., OSDI 2024): in each minute,
   among the agents of one class that had a call asked for and not yet answered at the
@@ -221,6 +223,7 @@ def summarize(recorder: Recorder, agents_by_class: dict[str, list[str]], limit: 
         "lane_waste": 1.0 - inflight / held if held > 0 else 0.0,
         "zombies": recorder.zombies,
         "stuck_agents": recorder.stuck_agents,
+        "quarantined_agents": recorder.quarantined_agents,
         "over_admission": over,
         # more detail
         "rate_limited_count": len(recorder.rate_limited_at),

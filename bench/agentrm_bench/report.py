@@ -102,7 +102,7 @@ SCHEDULER_COLUMNS = (
     ("run_completion_mean_s", "run mean s", 1), ("run_completion_p99_s", "run P99 s", 1),
     ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0), ("hung_lane_seconds", "hung lane-s", 0),
     ("live_calls_cut", "live cut", 0), ("lane_waste", "lane waste", 3), ("zombies", "zombies", 1),
-    ("stuck_agents", "stuck agents", 1),
+    ("stuck_agents", "stuck agents", 1), ("quarantined_agents", "quarantined", 1),
     ("jain:INTERACTIVE", "Jain int.", 3), ("jain:BATCH", "Jain batch", 3), ("max_service_gap", "max gap ktok", 1),
     ("over_admission", "over-adm.", 3),
 )
@@ -257,6 +257,11 @@ HEADLINE_COLUMNS = {
                         ("p95_latency_s", "P95 s", 1),
                         ("p99_latency_s", "P99 s", 1), ("lane_waste", "lane waste", 3),
                         ("max_service_gap", "max gap ktok", 1)),
+    "hangs-persist": _COMMON + (("hung_lane_seconds", "hung lane-s", 0), ("live_calls_cut", "live cut", 0),
+                                ("failed_calls", "failed", 0), ("quarantined_agents", "quarantined", 1),
+                                ("stuck_agents", "stuck agents", 1), ("zombies", "zombies", 1),
+                                ("p95_latency_s", "P95 s", 1), ("p99_latency_s", "P99 s", 1),
+                                ("run_completion_mean_s", "run mean s", 1)),
     "runs": _COMMON + (("run_completion_mean_s", "run mean s", 1), ("run_completion_p95_s", "run P95 s", 1),
                        ("run_completion_p99_s", "run P99 s", 1), ("p95_latency_s", "P95 s", 1),
                        ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0),
@@ -283,14 +288,17 @@ def headline_table(result: dict) -> str:
 def write_summary(out: Path, names: Sequence[str]) -> Path:
     """scheduler.md: every scenario's headline table, from the JSON each run wrote."""
     lines = ["# Scheduler benchmark v2: every scenario", "",
-             "Means over seeds 1-5, (min–max) over seeds. Full tables: `scheduler_<scenario>.md`.", ""]
+             "Means over seeds 1-5 unless a section says otherwise, (min–max) over seeds. Full tables: "
+             "`scheduler_<scenario>.md`.", ""]
     for name in names:
         path = out / f"scheduler_{name}.json"
         if not path.exists():
             continue
         result = json.loads(path.read_text())
+        seeds = result["workload"]["seeds"]
+        other = "" if seeds == [1, 2, 3, 4, 5] else f"Seeds {', '.join(map(str, seeds))}. "
         lines += [f"## {name}", "", result["about"], "",
-                  f"Physical limit {result['physical_limit_calls_per_min']:.1f} calls/min "
+                  f"{other}Physical limit {result['physical_limit_calls_per_min']:.1f} calls/min "
                   f"(bound by {result['physical_limit']['binding']}).", "", headline_table(result), ""]
     target = out / "scheduler.md"
     target.write_text("\n".join(lines))

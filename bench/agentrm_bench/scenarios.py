@@ -100,6 +100,28 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                                   "must both survive it and recover",
         }),
     Scenario(
+        name="hangs-persist",
+        about="The `hangs` scenario with slowness that persists: an agent whose call is slow stays slow "
+              "for its retries and its next calls with probability 0.8 (hangs, stalls and the outage "
+              "as in `hangs`).",
+        params={"hang_rate": 0.02, "stall_rate": 0.02, "slow_rate": 0.02,
+                "stall_after_s": (0.5, 8.0), "slow_extra_s": (15.0, 90.0),
+                "fault_persistence": 0.8, "persistence_scope": "agent", "persistent_faults": ("slow",)},
+        lanes=64, outages=((720.0, 840.0),),
+        sources={
+            "everything but persistence": "the `hangs` scenario, unchanged, so the two differ in persistence only",
+            "p = 0.8, per agent": "ASSUMPTION: no published rate. The causes of a slow start named in `hangs` "
+                                  "(a long prefill, a reasoning model, queueing at the provider) belong to the "
+                                  "agent's prompt, model or backend, not to one attempt: an agent slow once is "
+                                  "slow again most of the time (mean episode 5 calls), and its retries too. "
+                                  "The stationary share of slow calls is about r / (1 - p (1 - r)) = 9% "
+                                  "(8.4-8.7% on seeds 1-3)",
+            "only slowness persists": "a hang or a stall is a lost request or connection, which a retry escapes "
+                                      "(as in `hangs`); slowness is the fault a retry meets again",
+            "fixed before any policy ran on it": "with its target (docs/benchmarks/scheduler.md, persistent "
+                                                 "slowness)",
+        }),
+    Scenario(
         name="runs",
         about="Agent runs with a heavy-tailed number of calls (most short, a few of hundreds); lanes bind. "
               "What matters is run completion time.",

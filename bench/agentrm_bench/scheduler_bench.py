@@ -33,7 +33,8 @@ DEFAULT_TPM = 12_000_000
 REPORTED_KEYS = ("throughput_per_min", "goodput_tokens_per_min", "fraction_of_limit", "p95_latency_s",
                  "p99_latency_s", "p95_wait_s", "p99_wait_s", "run_completion_mean_s", "run_completion_p95_s",
                  "run_completion_p99_s", "rate_limited", "failed_calls", "hung_lane_seconds", "live_calls_cut",
-                 "jain", "max_service_gap", "lane_waste", "zombies", "stuck_agents", "over_admission")
+                 "jain", "max_service_gap", "lane_waste", "zombies", "stuck_agents", "quarantined_agents",
+                 "over_admission")
 DETAIL_KEYS = ("lane_utilization", "p50_latency_s", "rate_limited_count", "hung_attempts_cut", "calls_requested",
                "calls_completed", "runs_started", "runs_completed", "provider_attempts", "max_wait_s")
 
@@ -171,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             print(f"agentrm bench scheduler: {name} must be at least 1", file=sys.stderr)
             return 2
+    try:
+        WorkloadParams(**{**SCENARIOS[args.scenario].params, **dict(args.set)}).validate()
+    except (TypeError, ValueError) as exc:
+        print(f"agentrm bench scheduler: {exc}", file=sys.stderr)
+        return 2
     seeds = tuple(args.seed) if args.seed else tuple(range(1, args.seeds + 1))
     result = run(args.scenario, seeds, policies, dict(args.set), args.lanes, args.rpm, args.tpm,
                  keep_series=args.out is not None)

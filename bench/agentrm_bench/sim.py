@@ -11,7 +11,11 @@ and then chunks until its last byte, unless it faults:
 - `slow`: alive but slow: its first chunk takes far longer than usual, then it completes;
 - an outage window of the provider: every attempt sent inside it hangs, retries included.
 A fault of the trace belongs to the call's first attempt; a retry of it is answered (unless it
-is sent into an outage), so every policy can finish the same work.
+is sent into an outage), so every policy can finish the same work. A trace with persistent
+faults (workload.py) also names the faults of a call's retries (`CallSpec.retry_faults`) and
+the windows in which a model, or the provider, is slow (`SlowWindows`): both are fixed by the
+trace, so every policy meets the same slowness on its n-th attempt of a call, or on any
+attempt it sends into a slow window.
 
 A policy never sees the future: it learns of chunks and answers through callbacks
 (`on_first_chunk`, `on_answer`), and an idle watchdog (`Watchdog`) only asks what a client
@@ -19,13 +23,15 @@ could know at that moment (`Attempt.silent_since`).
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .workload import CallSpec
+from .workload import CallSpec, Trace
 
 # A slot held at the end by an attempt hung at least this long is a zombie.
 ZOMBIE_AFTER_S = 60.0
@@ -249,6 +255,13 @@ class SlotHold:
     hung_since: float | None = None  # when the hold's call hung (kept after release, for plots)
 
 
+def held_until(hold: SlotHold, now: float) -> float:
+    """Up to when an attempt in `hold` has held the slot, at `now`: a slot released while its
+    attempt stays open (the caller let go of it, or a suspect's lane was freed while its call
+    goes on) holds it no longer, so nothing after the release is charged to the slot."""
+    return now if hold.ended_at is None else min(now, hold.ended_at)
+
+
 @dataclass
 class Recorder:
     """Everything the metrics need, gathered while a policy runs."""
@@ -263,6 +276,7 @@ class Recorder:
     hung_attempts_cut: int = 0
     zombies: int = 0
     stuck_agents: int = 0         # agents the policy stopped serving for good (AgentRM quarantine)
+    quarantined_agents: int = 0   # agents AgentRM's core quarantined (AgentQuarantined)
     notes: dict = field(default_factory=dict)
     open_attempts: dict[int, Attempt] = field(default_factory=dict)  # by id()
 
@@ -288,24 +302,59 @@ class Recorder:
 
     def close(self, end: float) -> None:
         """The simulated period is over: attempts still open are credited to their slots up
-        to the end (a success still streaming has been productive since it was sent; a hung
-        one has been hung), once."""
+        to the end, or to the slot's release if it came first (a success still streaming has
+        been productive since it was sent; a hung one has been hung), once."""
         for attempt in self.open_attempts.values():
             hold = attempt.hold
             if hold is None or attempt.ended_at is not None:
                 continue
-            if attempt.hung_from is not None and end - attempt.hung_from >= ZOMBIE_AFTER_S:
+            stop = held_until(hold, end)
+            if hold.ended_at is None and attempt.hung_from is not None and end - attempt.hung_from >= ZOMBIE_AFTER_S:
                 self.zombies += 1   # a slot held by a call hung long enough that nothing frees it
-            hold.inflight_s += end - attempt.sent_at
+            hold.inflight_s += max(0.0, stop - attempt.sent_at)
             if attempt.hung_from is not None:
-                hold.hung_s += max(0.0, end - attempt.hung_from)
+                hold.hung_s += max(0.0, stop - attempt.hung_from)
             elif attempt.answer.admitted and attempt.will_answer:
-                hold.productive_s += end - attempt.sent_at
+                hold.productive_s += max(0.0, stop - attempt.sent_at)
         self.open_attempts = {}
 
     def failed(self, record: CallRecord) -> None:
         """The policy gave up on an attempt chain: its error reached the agent."""
         record.failed += 1
+
+
+class SlowWindows:
+    """The trace's slow windows (workload.slow_windows), asked at each admitted attempt: an
+    attempt sent to its agent's model inside one is slow, by an extra delay drawn from a
+    stream of the (call, attempt) alone, so any policy sending that attempt then meets the
+    same delay."""
+
+    def __init__(self, trace: Trace):
+        self.seed = trace.params.seed
+        self.extra_s = trace.params.slow_extra_s
+        self.model_of = {a.agent_id: a.model for a in trace.agents}
+        self._starts: dict[str, list[float]] = {}
+        self._ends: dict[str, list[float]] = {}
+        for w in sorted(trace.slow_windows, key=lambda w: (w.model, w.start_s)):
+            self._starts.setdefault(w.model, []).append(w.start_s)
+            self._ends.setdefault(w.model, []).append(w.end_s)
+
+    @classmethod
+    def of(cls, trace: Trace) -> SlowWindows | None:
+        return cls(trace) if trace.slow_windows else None
+
+    def slow(self, now: float, agent_id: str) -> bool:
+        for key in (self.model_of.get(agent_id, ""), "*"):
+            starts = self._starts.get(key)
+            if starts:
+                i = bisect.bisect_right(starts, now) - 1
+                if i >= 0 and now < self._ends[key][i]:
+                    return True
+        return False
+
+    def extra(self, call_id: str, admitted: int) -> float:
+        rng = random.Random(f"{self.seed}/slow-window/{call_id}/{admitted}")
+        return round(rng.uniform(*self.extra_s), 4)
 
 
 class ProviderLink:
@@ -317,8 +366,10 @@ class ProviderLink:
     `hold` is the slot the attempt runs in: its in-flight, productive and hung seconds are
     credited to it, so lane waste means the same for every policy."""
 
-    def __init__(self, sim: Simulator, provider: Provider, recorder: Recorder):
+    def __init__(self, sim: Simulator, provider: Provider, recorder: Recorder,
+                 slow_windows: SlowWindows | None = None):
         self.sim, self.provider, self.recorder = sim, provider, recorder
+        self.slow_windows = slow_windows
         self._engine = _SaturatedEngine(sim, provider.saturation) if provider.saturation else None
 
     def send(self, record: CallRecord, on_answer: Callable[[Attempt], None], hold: SlotHold | None = None,
@@ -340,9 +391,12 @@ class ProviderLink:
             self.sim.after(Provider.REJECT_LATENCY_S, lambda: attempt.finish(self.sim.now, on_answer))
             return attempt
         # The trace's fault belongs to the first attempt the provider admits (a 429 before it
-        # does not use it up), so every policy meets every fault.
+        # does not use it up), so every policy meets every fault; a persistent one also to
+        # the retries the trace names, and a slow window to every attempt sent inside it.
         record.admitted_attempts += 1
-        fault = call.fault if record.admitted_attempts == 1 else None
+        fault, size = call.attempt_fault(record.admitted_attempts)
+        if fault is None and self.slow_windows is not None and self.slow_windows.slow(now, record.agent_id):
+            fault, size = "slow", self.slow_windows.extra(call.call_id, record.admitted_attempts)
         if self.provider.in_outage(now):
             fault = "hang"
         if fault == "hang":
@@ -370,7 +424,7 @@ class ProviderLink:
         if fault == "stall":
             attempt.will_answer = False
             ttft = call.first_chunk_s + self.provider.extra_first_chunk_s(now, call.first_chunk_s)
-            attempt.stalls_at = now + ttft + call.stall_after_s
+            attempt.stalls_at = now + ttft + size
             attempt.hung_from = attempt.stalls_at
             self.sim.after(ttft, first_chunk)
             return attempt
@@ -378,7 +432,7 @@ class ProviderLink:
         if self._engine is not None:
             self._engine.start(attempt, call, first_chunk, answered)
             return attempt
-        ttft = call.first_chunk_s + (call.slow_extra_s if fault == "slow" else 0.0)
+        ttft = call.first_chunk_s + (size if fault == "slow" else 0.0)
         extra = self.provider.extra_first_chunk_s(now, ttft)
         self.sim.after(ttft + extra, first_chunk)
         self.sim.after(call.provider_latency_s - call.first_chunk_s + ttft + extra, answered)
@@ -515,9 +569,10 @@ class Attempt:
         if self.answer.admitted and self.link is not None:
             self.link.provider.inflight -= 1
         if self.hold is not None:
-            self.hold.inflight_s += now - self.sent_at
-            if self.hung_from is not None and now > self.hung_from:
-                self.hold.hung_s += now - self.hung_from
+            stop = held_until(self.hold, now)
+            self.hold.inflight_s += max(0.0, stop - self.sent_at)
+            if self.hung_from is not None and stop > self.hung_from:
+                self.hold.hung_s += stop - self.hung_from
         if self.recorder is not None:
             self.recorder.open_attempts.pop(id(self), None)
 
@@ -530,7 +585,7 @@ class Attempt:
             self.record.completed_at = now
             self.record.answered_sent_at = self.sent_at
             if self.hold is not None:
-                self.hold.productive_s += now - self.sent_at
+                self.hold.productive_s += max(0.0, held_until(self.hold, now) - self.sent_at)
         on_answer(self)
 
     def abandon(self, now: float) -> None:

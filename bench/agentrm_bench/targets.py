@@ -92,6 +92,30 @@ def check_hangs(d: dict) -> list[Check]:
                   f"{'/'.join(str(int(c)) for c in g10)})")]
 
 
+# Judged for AgentRM as agents now reach it (its gateway), and for its client library beside.
+PERSIST_POLICIES = ("agentrm-gateway", "agentrm")
+
+
+def check_hangs_persist(d: dict) -> list[Check]:
+    """Persistent slowness: no agent quarantined, goodput at least 0.98x gateway-fifo@120s's
+    (which never cuts a slow call) and hung lane-seconds at most 0.5x gateway-fifo@30s's."""
+    p, out = d["policies"], []
+    g120 = _seeds(p["gateway-fifo@120s"], "throughput_per_min")
+    g30 = _seeds(p["gateway-fifo@30s"], "hung_lane_seconds")
+    for name in (n for n in PERSIST_POLICIES if n in p):
+        a = p[name]
+        quarantined = _seeds(a, "quarantined_agents")
+        stuck = _seeds(a, "stuck_agents")
+        good = _ratio_per_seed(_seeds(a, "throughput_per_min"), g120)
+        hung = _ratio_per_seed(_seeds(a, "hung_lane_seconds"), g30)
+        out += [Check("hangs-persist", f"{name}: 0 agents quarantined", max(quarantined) == 0,
+                      f"{_fmt(quarantined)} (stuck {_fmt(stuck)})"),
+                Check("hangs-persist", f"{name}: goodput >= 0.98x gateway-fifo@120s", min(good) >= 0.98, _fmt(good)),
+                Check("hangs-persist", f"{name}: hung lane-seconds <= 0.5x gateway-fifo@30s", max(hung) <= 0.5,
+                      _fmt(hung))]
+    return out
+
+
 def check_runs(d: dict) -> list[Check]:
     p, a = d["policies"], d["policies"]["agentrm"]
     mean_a = _seeds(a, "run_completion_mean_s")
@@ -134,7 +158,8 @@ def check_fairness(name: str, d: dict) -> list[Check]:
 
 
 CHECKS = {"mixed-lanes": check_mixed_lanes, "provider-bound": check_provider_bound, "hangs": check_hangs,
-          "runs": check_runs, "replicas": check_replicas, "saturating-provider": check_saturating}
+          "hangs-persist": check_hangs_persist, "runs": check_runs, "replicas": check_replicas,
+          "saturating-provider": check_saturating}
 
 
 def check_all(results: Path) -> list[Check]:

@@ -12,6 +12,24 @@ Three kinds of agent, after the classes the scheduler knows:
 A fraction of calls hang: the provider accepts them and never answers. The hang belongs to
 the first attempt of a call; a retry of it is answered, so every policy can finish the work.
 
+Persistent faults (`fault_persistence` > 0, the `hangs-persist` scenario). Real slowness (a
+long prefill, a reasoning model, queueing at the provider) is not a property of one attempt:
+it comes back on the retry and on the same agent's next calls. `persistence_scope` says what
+the slowness belongs to:
+- "agent": after a call whose fault is one of `persistent_faults`, the agent's next call has
+  the same fault with probability p (a fresh size; otherwise its fault is drawn as usual),
+  and each retry of the call repeats it with probability p, up to the first healthy attempt
+  (`CallSpec.retry_faults`, at most MAX_RETRY_FAULTS). A geometric episode of mean 1/(1-p).
+- "model": the agents are spread over `models` models; each model's time is cut into
+  windows of `persistence_window_s`, and a window is slow with probability p after a slow
+  one and q after a healthy one, q chosen so that a share `slow_rate` of windows is slow in
+  the long run. Every attempt sent to a model in its slow window is slow, retries included.
+- "window": the same windows, shared by every model: the provider itself is slow.
+Windows are drawn per key (model, or the provider) from streams of their own, so they are
+the same for every policy; a slow window's extra delay is drawn per (call, attempt) and so
+is the same whichever policy sends that attempt. With p = 0 nothing is drawn and traces are
+exactly the traces of before.
+
 Why these defaults (the results they give: docs/benchmarks/scheduler.md):
 - 30 simulated minutes: openclaw-lanes' last backstop against hung calls is a 630 s lane task
   timeout. A 10-minute window ends before it can ever fire, which would flatter AgentRM;
@@ -34,10 +52,16 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 INTERACTIVE, BATCH, BACKGROUND = "INTERACTIVE", "BATCH", "BACKGROUND"
 CLASSES = (INTERACTIVE, BATCH, BACKGROUND)
+FAULT_KINDS = ("hang", "stall", "slow")
+AGENT, MODEL, WINDOW = "agent", "model", "window"
+SCOPES = (AGENT, MODEL, WINDOW)
+# The longest run of faulty retries a call carries: past it a retry is healthy (p = 1 would
+# otherwise never end).
+MAX_RETRY_FAULTS = 16
 
 
 @dataclass(frozen=True)
@@ -96,9 +120,33 @@ class WorkloadParams:
     # first token is multiplied by the factor (the `slow-provider` scenario; None: never).
     ttft_slowdown_at_s: float | None = None
     ttft_slowdown_factor: float = 1.0
+    # Persistent faults (module docstring): p, what the slowness belongs to, which kinds recur.
+    fault_persistence: float = 0.0
+    persistence_scope: str = "agent"        # "agent", "model" or "window"
+    persistent_faults: tuple[str, ...] = ("slow",)
+    models: int = 1                         # models the agents are spread over (scope "model")
+    persistence_window_s: float = 60.0      # window length of scopes "model" and "window"
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def validate(self) -> WorkloadParams:
+        """Self, or ValueError naming every parameter out of its range."""
+        problems = []
+        if not 0.0 <= self.fault_persistence <= 1.0:
+            problems.append("fault_persistence must be between 0 and 1")
+        if self.persistence_scope not in SCOPES:
+            problems.append(f"persistence_scope must be one of {', '.join(SCOPES)}")
+        unknown = sorted(set(self.persistent_faults) - set(FAULT_KINDS))
+        if unknown:
+            problems.append(f"persistent_faults: unknown kinds {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})")
+        if self.models < 1:
+            problems.append("models must be at least 1")
+        if not self.persistence_window_s > 0:
+            problems.append("persistence_window_s must be positive")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 @dataclass(frozen=True)
@@ -111,13 +159,25 @@ class CallSpec:
     provider_latency_s: float               # from request sent to the last byte
     first_chunk_s: float                    # from request sent to the first streamed chunk
     tool_after_s: float                     # tool time before the agent's next call (0 at run end)
-    fault: str | None = None                # None, "hang", "stall" or "slow" (first attempt only)
+    fault: str | None = None                # None, "hang", "stall" or "slow": the first admitted attempt's
     stall_after_s: float = 0.0              # a stall: stream time after the first chunk
     slow_extra_s: float = 0.0               # slow: extra time to the first chunk
+    # The faults of admitted attempts 2, 3, ... as (kind, size): a persistent fault's retries
+    # (size: stall_after_s or slow_extra_s); past the end of the tuple an attempt is healthy.
+    retry_faults: tuple[tuple[str, float], ...] = ()
 
     @property
     def hangs(self) -> bool:
         return self.fault == "hang"
+
+    def attempt_fault(self, admitted: int) -> tuple[str | None, float]:
+        """(kind, size) of the call's `admitted`-th admitted attempt (1: the first)."""
+        if admitted <= 1:
+            return self.fault, self.stall_after_s if self.fault == "stall" else self.slow_extra_s
+        if admitted - 2 < len(self.retry_faults):
+            kind, size = self.retry_faults[admitted - 2]
+            return kind, size
+        return None, 0.0
 
 
 @dataclass(frozen=True)
@@ -134,12 +194,22 @@ class AgentScript:
     agent_id: str
     priority_class: str
     runs: tuple[RunSpec, ...]
+    model: str = "m0"                       # the model its calls name (scope "model" spreads them)
+
+
+@dataclass(frozen=True)
+class SlowWindow:
+    """[start, end) in which every attempt sent to `model` ("*": any model) is slow."""
+    model: str
+    start_s: float
+    end_s: float
 
 
 @dataclass(frozen=True)
 class Trace:
     params: WorkloadParams
     agents: tuple[AgentScript, ...] = field(default_factory=tuple)
+    slow_windows: tuple[SlowWindow, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -184,6 +254,7 @@ class _Draw:
 class _CallFactory:
     def __init__(self, agent_id: str, draw: _Draw):
         self.agent_id, self.draw, self.count = agent_id, draw, 0
+        self.sticky: str | None = None      # the persistent fault of the agent's last call
 
     def make(self, prompt: int, output: int, max_output: int, tool_after: float) -> CallSpec:
         self.count += 1
@@ -196,6 +267,24 @@ class _CallFactory:
                         tool_after_s=round(tool_after, 4), **self._fault())
 
     def _fault(self) -> dict:
+        p, rng = self.draw.p, self.draw.rng
+        # Persistence draws only after a persistent fault, so traces without it are unchanged.
+        if self.sticky is not None and rng.random() < p.fault_persistence:
+            fault = self._sized(self.sticky)
+        else:
+            fault = self._fresh_fault()
+        kind = fault.get("fault")
+        persists = (p.fault_persistence > 0 and p.persistence_scope == AGENT and kind in p.persistent_faults)
+        self.sticky = kind if persists else None
+        if persists:
+            retries: list[tuple[str, float]] = []
+            while len(retries) < MAX_RETRY_FAULTS and rng.random() < p.fault_persistence:
+                sized = self._sized(str(kind))
+                retries.append((str(kind), float(sized.get("stall_after_s", sized.get("slow_extra_s", 0.0)))))
+            fault["retry_faults"] = tuple(retries)
+        return fault
+
+    def _fresh_fault(self) -> dict:
         # One draw decides the fault, so traces without stalls or slow calls are the same
         # as before those kinds existed; their sizes are drawn only when they occur.
         p, rng = self.draw.p, self.draw.rng
@@ -203,10 +292,18 @@ class _CallFactory:
         if u < p.hang_rate:
             return {"fault": "hang"}
         if u < p.hang_rate + p.stall_rate:
-            return {"fault": "stall", "stall_after_s": round(rng.uniform(*p.stall_after_s), 4)}
+            return self._sized("stall")
         if u < p.hang_rate + p.stall_rate + p.slow_rate:
-            return {"fault": "slow", "slow_extra_s": round(rng.uniform(*p.slow_extra_s), 4)}
+            return self._sized("slow")
         return {}
+
+    def _sized(self, kind: str) -> dict:
+        p, rng = self.draw.p, self.draw.rng
+        if kind == "stall":
+            return {"fault": "stall", "stall_after_s": round(rng.uniform(*p.stall_after_s), 4)}
+        if kind == "slow":
+            return {"fault": "slow", "slow_extra_s": round(rng.uniform(*p.slow_extra_s), 4)}
+        return {"fault": kind}
 
 
 def _run(draw: _Draw, factory: _CallFactory, priority_class: str, n_calls: int, prompt: int,
@@ -288,20 +385,56 @@ def class_counts(p: WorkloadParams) -> dict[str, int]:
     return {INTERACTIVE: interactive, BATCH: batch, BACKGROUND: p.agents - interactive - batch}
 
 
+def slow_windows(params: WorkloadParams, keys: tuple[str, ...]) -> tuple[SlowWindow, ...]:
+    """The slow windows of scopes "model" and "window": per key, a two-state chain over
+    windows of `persistence_window_s`, slow after slow with probability p and slow after
+    healthy with q = r (1 - p) / (1 - r), which makes the long-run share of slow windows the
+    call-level slow rate r. Each key has its own stream, so adding a model changes no other."""
+    p, r = params.fault_persistence, params.slow_rate
+    if p <= 0 or r <= 0 or "slow" not in params.persistent_faults:
+        return ()
+    q = 1.0 if r >= 1 else min(1.0, r * (1.0 - p) / (1.0 - r))
+    width = params.persistence_window_s
+    count = math.ceil(params.minutes * 60.0 / width)
+    out: list[SlowWindow] = []
+    for key in keys:
+        rng = random.Random(f"{params.seed}/slow-windows/{key}")
+        slow = rng.random() < r
+        for i in range(count):
+            if slow:
+                start = i * width
+                if out and out[-1].model == key and out[-1].end_s == start:
+                    out[-1] = SlowWindow(key, out[-1].start_s, start + width)
+                else:
+                    out.append(SlowWindow(key, start, start + width))
+            slow = rng.random() < (p if slow else q)
+    return tuple(out)
+
+
 def generate(params: WorkloadParams) -> Trace:
     """The trace for `params`: the same parameters always give the same trace."""
+    params.validate()
     horizon = params.minutes * 60.0
     agents: list[AgentScript] = []
     makers = {INTERACTIVE: _interactive, BATCH: _batch, BACKGROUND: _background}
+    by_model = params.fault_persistence > 0 and params.persistence_scope == MODEL
     index = 0
     for priority_class, count in class_counts(params).items():
         for _ in range(count):
             agent_id = f"{priority_class[:3].lower()}{index:04d}"
             # One stream per agent: adding agents never changes the existing agents' scripts.
             rng = random.Random(f"{params.seed}/{agent_id}")
-            agents.append(makers[priority_class](agent_id, _Draw(rng, params), horizon))
+            script = makers[priority_class](agent_id, _Draw(rng, params), horizon)
+            if by_model:
+                script = replace(script, model=f"m{index % params.models}")   # round robin: no draw
+            agents.append(script)
             index += 1
-    return Trace(params=params, agents=tuple(agents))
+    windows: tuple[SlowWindow, ...] = ()
+    if params.fault_persistence > 0 and params.persistence_scope == MODEL:
+        windows = slow_windows(params, tuple(f"m{i}" for i in range(params.models)))
+    elif params.fault_persistence > 0 and params.persistence_scope == WINDOW:
+        windows = slow_windows(params, ("*",))
+    return Trace(params=params, agents=tuple(agents), slow_windows=windows)
 
 
 def call_attempts(trace: Trace) -> dict[str, list[dict]]:
@@ -323,6 +456,7 @@ def call_attempts(trace: Trace) -> dict[str, list[dict]]:
                     "first_chunk_s": call.first_chunk_s,
                     "tool_after_s": call.tool_after_s, "hangs": call.hangs, "fault": call.fault,
                     "stall_after_s": call.stall_after_s, "slow_extra_s": call.slow_extra_s,
+                    "retry_faults": [list(f) for f in call.retry_faults], "model": agent.model,
                 })
         out[agent.agent_id] = seq
     return out

@@ -25,3 +25,23 @@ def test_hangs_targets_hold_or_fail_by_the_numbers(tmp_path):
     assert not checks["largest service gap <= 2x vtc's"].holds     # 1 / 0.4 = 2.5x
     missing = [c for c in targets.check_all(tmp_path) if c.scenario == "runs"]
     assert len(missing) == 1 and not missing[0].holds and "missing" in missing[0].detail
+
+
+def test_persistent_slowness_targets_judge_the_gateway_and_the_client_library_per_seed(tmp_path):
+    data = {"policies": {
+        "agentrm-gateway": _policy(quarantined_agents=[0, 0], stuck_agents=[0, 0], throughput_per_min=[300, 250],
+                                   hung_lane_seconds=[40, 60], jain=[{"A": 0.99}, {"A": 0.99}]),
+        "agentrm": _policy(quarantined_agents=[70, 80], stuck_agents=[70, 80], throughput_per_min=[290, 290],
+                           hung_lane_seconds=[10, 10], jain=[{"A": 0.99}, {"A": 0.99}], max_service_gap=[1, 1]),
+        "gateway-fifo@120s": _policy(throughput_per_min=[250, 260]),
+        "gateway-fifo@30s": _policy(hung_lane_seconds=[100, 100])}}
+    (tmp_path / "scheduler_hangs-persist.json").write_text(json.dumps(data))
+    checks = {c.what: c for c in targets.check_all(tmp_path) if c.scenario == "hangs-persist"}
+    assert checks["agentrm-gateway: 0 agents quarantined"].holds
+    good = checks["agentrm-gateway: goodput >= 0.98x gateway-fifo@120s"]
+    assert not good.holds and good.detail == "1.20/0.96"            # seed 2 is under
+    hung = checks["agentrm-gateway: hung lane-seconds <= 0.5x gateway-fifo@30s"]
+    assert not hung.holds and hung.detail == "0.40/0.60"
+    quarantine = checks["agentrm: 0 agents quarantined"]
+    assert not quarantine.holds and quarantine.detail == "70.00/80.00 (stuck 70.00/80.00)"
+    assert checks["agentrm: hung lane-seconds <= 0.5x gateway-fifo@30s"].holds

@@ -24,7 +24,7 @@ BASELINES: dict[str, tuple[str, str]] = {
     "vtc": ("vtc", "Vtc"),
     "plas": ("plas", "Plas"),
 }
-AGENTRM_NAMES = ("agentrm", "agentrm-fifo", "agentrm-nodeadline")
+AGENTRM_NAMES = ("agentrm", "agentrm-gateway", "agentrm-fifo", "agentrm-nodeadline")
 
 # BOUND_NAME (clairvoyant.py) is a yardstick, not a baseline (bounds.py): a clairvoyant order
 # that knows each call's true service time. Runnable by name, never in a default comparison.
@@ -32,10 +32,10 @@ AGENTRM_NAMES = ("agentrm", "agentrm-fifo", "agentrm-nodeadline")
 # The first-chunk timeouts gateway-fifo is reported at (the issue fixes 10, 30 and 120 s).
 GATEWAY_TIMEOUTS = ("10s", "30s", "120s")
 
-# The default comparison, in report order: every baseline once (gateway-fifo at each of its
-# timeouts), then AgentRM and its ablations.
+# The default comparison, in report order: AgentRM (its client library, then its gateway) and
+# its ablations, then every baseline once (gateway-fifo at each of its timeouts).
 POLICY_NAMES: tuple[str, ...] = (
-    "agentrm", "agentrm-fifo", "agentrm-nodeadline",
+    "agentrm", "agentrm-gateway", "agentrm-fifo", "agentrm-nodeadline",
     *(f"gateway-fifo@{t}" for t in GATEWAY_TIMEOUTS),
     "openclaw-lanes", "aios", "litellm-proxy", "litellm-proxy-priority", "no-gateway", "vtc", "plas",
 )
@@ -87,8 +87,10 @@ def make_policy(name: str, ctx: Context, agentrm_overrides: dict | None = None,
     """The policy `name` over ctx (and only `agents`, when a replica serves a share)."""
     base, variant = split_name(name)
     if base in AGENTRM_NAMES:
-        from .agentrm import make_agentrm
-        return make_agentrm(base, ctx, agentrm_overrides, agents)
+        from .agentrm import AgentRM, make_agentrm
+        from .agentrm_gateway import AgentRMGateway
+        cls: type[AgentRM] = AgentRMGateway if base == "agentrm-gateway" else AgentRM
+        return make_agentrm(base, ctx, agentrm_overrides, agents, cls)
     if base == "fixed-lanes":
         # The saturating-provider sweep: the plain gateway (30 s first-chunk timeout) at a
         # fixed number of lanes; the lane count is the variant.

@@ -159,14 +159,21 @@ class AgentRM(Policy):
         self._request_turn(cur)
 
     def _request_turn(self, cur: Cursor) -> None:
+        self._ask(cur, self._next_turn_id(cur))
+
+    def _next_turn_id(self, cur: Cursor) -> str:
         self.turn_count += 1
-        turn_id = f"{cast(CallRecord, cur.record).call.call_id}-t{self.turn_count}"
+        return f"{cast(CallRecord, cur.record).call.call_id}-t{self.turn_count}"
+
+    def _ask(self, cur: Cursor, turn_id: str, **fields) -> None:
+        """requestTurn for the cursor's call (`fields`: more of TurnRequested's, as a gateway
+        that holds the turn sends)."""
         self.by_turn[turn_id] = cur
         call = cast(CallRecord, cur.record).call
         self._decide(ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": cur.agent.agent_id,
                                          "estimated_tokens": call.prompt_tokens,
                                          "max_output_tokens": call.max_output_tokens, "at": self.sim.now,
-                                         "streams": self.streams, "run_id": cur.run_key})
+                                         "streams": self.streams, "run_id": cur.run_key, **fields})
 
     def _granted(self, cur: Cursor, turn_id: str, token: int) -> None:
         if cur.token != token or turn_id not in self.by_turn:
@@ -220,9 +227,9 @@ class AgentRM(Policy):
 
     def finish(self) -> None:
         super().finish()
+        self.recorder.quarantined_agents += len(self.quarantined)
         self.recorder.notes.update({"decisions": self.decisions, "reaps": self.reaps,
                                     "spurious_reaps": self.spurious_reaps,
-                                    "quarantined_agents": len(self.quarantined),
                                     "rate_factor_end": round(self.state.rate_factor, 3)})
 
 
@@ -239,14 +246,20 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "agentrm": ({}, {}),
     "agentrm-fifo": ({"policy": "fifo", "levels": 1}, {}),      # MLFQ off: one FIFO level
     "agentrm-nodeadline": ({}, {"streams": False}),             # start deadline off: plain lease
+    # Not an ablation: the same core reached through the /v1 gateway, which holds the turns
+    # (agentrm_gateway.py), with agents on the openai SDK.
+    "agentrm-gateway": ({}, {}),
 }
 
 
-def make_agentrm(name: str, ctx: Context, overrides: dict | None = None, agents=None) -> AgentRM:
+def make_agentrm(name: str, ctx: Context, overrides: dict | None = None, agents=None,
+                 policy_class: type[AgentRM] = AgentRM) -> AgentRM:
+    """The variant `name` of the core, played by `policy_class` (agentrm_gateway.py's for
+    agentrm-gateway: the registry in __init__.py picks it)."""
     settings_overrides, client = VARIANTS[name]
     ctx.options = {**ctx.options, **client}
     settings = agentrm_settings(ctx.lanes, ctx.provider.rpm, ctx.provider.tpm,
                                 **{**(overrides or {}), **settings_overrides})
-    policy = AgentRM(ctx, settings, agents)
+    policy = policy_class(ctx, settings, agents)
     policy.name = name
     return policy
