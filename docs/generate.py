@@ -463,11 +463,8 @@ HEADER_MEANINGS = {
                        "failed calls (429, 5xx, timeouts) are not kept.",
     "x-agentrm-idempotent-replay": "`true` on an answer replayed from a stored reply.",
     "accept": "Passed to the upstream.",
-    "openai-organization": "Passed to the upstream (OpenAI).",
-    "openai-project": "Passed to the upstream (OpenAI).",
     "x-client-request-id": "Passed to the upstream (OpenAI).",
     "anthropic-version": "Passed to the upstream (Anthropic); `2023-06-01` when the client sends none.",
-    "anthropic-beta": "Passed to the upstream (Anthropic).",
     "content-type": "`application/json` to the upstream; the upstream's is passed back.",
     "request-id": "Passed back from the upstream (Anthropic's request id, which the Anthropic SDK "
                   "reads as `_request_id`).",

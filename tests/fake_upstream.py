@@ -69,6 +69,7 @@ class Seen:
     prompt_tokens: int
     max_tokens: int
     forwarded_request_id: str | None = None    # the x-request-id the gateway sent
+    headers: dict = field(default_factory=dict)  # every header it came with, names in lower case
     upstream_request_id: str = field(default_factory=lambda: f"req_{uuid.uuid4().hex}")
     status: int = 0
     hung: bool = False
@@ -93,10 +94,16 @@ class FakeUpstream:
         self._gates: list[asyncio.Event] = []
         self._t0 = time.time()
         self.arrived = asyncio.Condition()
+        self._failures: list[tuple[int, dict]] = []
+        self.model_list_headers: list[dict] = []   # the headers of each GET /v1/models
 
     # -- knobs ---------------------------------------------------------------------------
     def reject_next(self, n: int = 1, retry_after: float = 1.0) -> None:
         self._reject.extend([retry_after] * n)
+
+    def fail_next(self, status: int, body: dict) -> None:
+        """The next request is answered `status` with `body`, as a provider's own error."""
+        self._failures.append((status, body))
 
     def delay_next(self, seconds: float, model: str | None = None) -> None:
         """The next answer's (to `model`, if named) first byte, headers included, comes after
@@ -157,6 +164,7 @@ class FakeUpstream:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         path = scope["path"]
         if scope["method"] == "GET" and path == "/v1/models":
+            self.model_list_headers.append(headers)
             await _json(send, 200, {"object": "list", "data": [
                 {"id": "fake-gpt", "object": "model", "created": 0, "owned_by": "fake"},
                 {"id": "fake-claude", "object": "model", "created": 0, "owned_by": "fake"}]}, {})
@@ -180,7 +188,7 @@ class FakeUpstream:
         key = headers.get("x-api-key") if wire is ANTHROPIC else headers.get("authorization", "")[7:] or None
         seen = Seen(path, headers.get("x-client-request-id") or str(uuid.uuid4()), key, body.get("model", ""),
                     body.get("stream") is True, time.time(), prompt, max_tokens,
-                    forwarded_request_id=headers.get("x-request-id"))
+                    forwarded_request_id=headers.get("x-request-id"), headers=dict(headers))
         self.seen.append(seen)
         watch = asyncio.create_task(_watch_disconnect(receive, seen))
         try:
@@ -192,6 +200,10 @@ class FakeUpstream:
     async def _answer(self, send, wire, body: dict, seen: Seen) -> None:
         await self._notify()
         now = time.time() - self._t0
+        if self._failures:
+            seen.status, failure = self._failures[0][0], self._failures.pop(0)[1]
+            await _json(send, seen.status, failure, self._rate_headers(wire, seen))
+            return
         if self._reject:
             retry = self._reject.pop(0)
             seen.status = 429

@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -167,6 +168,30 @@ class _Exchange:
 _ENDED = object()
 _TIMED_OUT = object()
 _background: set[asyncio.Task] = set()
+
+
+# Upstream answers about the operator's credentials or the provider itself say nothing an
+# agent can act on, and may quote the key ("Incorrect API key provided: sk-..."): the agent
+# gets a generic body in its wire's shape, the server's log keeps the upstream's, redacted.
+_CREDENTIAL_OR_PROVIDER = {401: "the upstream refused the pool's credentials",
+                           403: "the upstream refused the pool's credentials for this call"}
+_SECRET = re.compile(rb"(sk-(?:ant-)?|key-|Bearer\s+)[A-Za-z0-9_\-]{6,}")
+
+
+def redacted(content: bytes) -> bytes:
+    return _SECRET.sub(rb"\1[redacted]", content)
+
+
+def upstream_error_body(x: _Exchange, status: int, content: bytes, pool: str) -> bytes:
+    """What the client sees of an upstream's error answer: its own for what concerns the
+    request (400, 404, 413, 422, 429), a generic one for credentials and provider failures."""
+    generic = _CREDENTIAL_OR_PROVIDER.get(status) or ("the upstream provider failed" if status >= 500 else None)
+    if generic is None:
+        return redacted(content)
+    log.warning("gateway: upstream answered %s", status,
+                extra={"pool": pool, "upstream_body": redacted(content)[:2000].decode("utf-8", "replace")})
+    return json.dumps(x.wire.error_body(status, f"{generic} (status {status}); the operator can see why "
+                                                "in the server's log")).encode()
 
 
 def _in_background(coro) -> None:
@@ -404,6 +429,7 @@ class GatewayEndpoint:
         cut = content is _ENDED or content is _TIMED_OUT
         if cut:
             content = b""
+        content = upstream_error_body(x, response.status_code, content, turn.pool)
         headers = _client_headers(response.headers)
         if response.status_code == 429:
             retry = retry_after_seconds(response.headers)

@@ -40,9 +40,12 @@ def routes(holder: RuntimeHolder) -> list[Route]:
             if holder.upstreams is None:
                 raise LookupError("no upstreams yet: the application is starting")
             upstream = await holder.upstreams.for_pool(pool)
-            headers = {"authorization": f"Bearer {upstream.api_key}", "x-api-key": upstream.api_key} \
-                if upstream.api_key else {}
-            answer = await upstream.client.get(upstream.url("/v1/models"), headers=headers, timeout=10.0)
+            # The key in one form per request: OpenAI's first, Anthropic's only if that is refused.
+            answer = await upstream.client.get(upstream.url("/v1/models"), timeout=10.0, headers=(
+                {"authorization": f"Bearer {upstream.api_key}"} if upstream.api_key else {}))
+            if answer.status_code in (401, 403) and upstream.api_key:
+                answer = await upstream.client.get(upstream.url("/v1/models"), timeout=10.0, headers={
+                    "x-api-key": upstream.api_key, "anthropic-version": "2023-06-01"})
             if answer.status_code == 200:
                 for m in answer.json().get("data") or ():
                     if isinstance(m, dict) and isinstance(m.get("id"), str):

@@ -176,7 +176,9 @@ class OpenAIChat(WireFormat):
 
     def upstream_headers(self, client_headers, api_key: str | None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
-        for name in ("accept", "openai-organization", "openai-project", "x-client-request-id"):
+        # An allowlist: which organisation or project of the pool's key is billed is the
+        # operator's choice, so a client's openai-organization / openai-project never passes.
+        for name in ("accept", "x-client-request-id"):
             if name in client_headers:
                 headers[name] = client_headers[name]
         if api_key:
@@ -246,7 +248,9 @@ class AnthropicMessages(WireFormat):
     def upstream_headers(self, client_headers, api_key: str | None) -> dict[str, str]:
         headers = {"content-type": "application/json",
                    "anthropic-version": client_headers.get("anthropic-version", "2023-06-01")}
-        for name in ("accept", "anthropic-beta"):
+        # anthropic-beta is not passed: a beta can change what a call costs (a longer
+        # context, another billing), which is the operator's choice, not an agent's.
+        for name in ("accept",):
             if name in client_headers:
                 headers[name] = client_headers[name]
         if api_key:
