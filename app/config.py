@@ -122,7 +122,15 @@ def _strong_token(raw: str) -> str:
     return token
 
 
+def _hosts(raw: str) -> frozenset[str]:
+    hosts = frozenset(h.strip().lower().rstrip(".") for h in raw.split(",") if h.strip())
+    if any(not h or "/" in h or " " in h for h in hosts):
+        raise ValueError(raw)
+    return hosts
+
+
 FLAG = Kind("flag", "1, true, on or yes; 0, false, off or no", _flag)
+HOSTS = Kind("host list", "host names or addresses, separated by commas", _hosts)
 SECRET = Kind("secret", f"a secret of at least {MIN_TOKEN_CHARS} characters, not a placeholder"
               " (e.g. the output of `openssl rand -hex 32`)", _strong_token)
 TEXT = Kind("text", "any text", str)
@@ -202,6 +210,11 @@ class Settings:
         "the default pool's provider for the gateway; unset with the demo: the demo echo model")
     upstream_api_key: str | None = setting(
         "AGENTRM_UPSTREAM_API_KEY", TEXT, None, "the key sent to the default pool's provider")
+    upstream_allowed_hosts: frozenset[str] | None = setting(
+        "AGENTRM_UPSTREAM_ALLOWED_HOSTS", HOSTS, None,
+        "hosts a pool's upstreamBaseUrl may name although they are loopback, private or plain "
+        "http (a model server inside the network, a local test double); others must be public https",
+        shown_default="none")
     idempotency_window_seconds: float = setting(
         "AGENTRM_IDEMPOTENCY_WINDOW_SECONDS", number(1, 2_592_000), 86400.0,
         "how long after its first call a gateway answer is kept for a retry with the same "

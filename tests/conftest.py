@@ -15,6 +15,8 @@ import pytest_asyncio
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The fake providers listen on loopback, which a pool's upstream may name only when allowed.
+os.environ.setdefault("AGENTRM_UPSTREAM_ALLOWED_HOSTS", "127.0.0.1")
 
 
 def _free_port() -> int:

@@ -8,11 +8,13 @@ from typing import cast
 import strawberry
 from strawberry.types import Info
 
+from app import config
 from app.auth import require, require_operator
 from app.db.outage import is_outage
 from app.domain.decide import available
 from app.errors import BadInput, Forbidden, NotFound, ServiceError
 from app.eventstore.listener import follow
+from app.gateway.upstream_urls import check_upstream_url
 from app.replay import pool_state_at, replay_check
 from app.replies import changes_turn
 
@@ -157,6 +159,9 @@ class Mutation(ContextMutation, ResourceMutation):
         except (TypeError, ValueError) as exc:
             raise BadInput(str(exc)) from None
         svc = runtime(info).service
+        require_operator(principal(info))   # who asks is judged before what is asked
+        if settings.upstream_base_url is not None:
+            check_upstream_url(settings.upstream_base_url, config.load().upstream_allowed_hosts or frozenset())
         created = await svc.create_pool(principal(info), settings, input.upstream_api_key)
         return t.Pool.of(created, svc.has_upstream_api_key(created.name))
 
