@@ -109,7 +109,8 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         rt = await Runtime(url, run_schedulers=run_schedulers).start()
         rt.operator_token = op_token or operator_token()
         upstream = config.load()
-        upstreams = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key)
+        upstreams = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key,
+                              upstream.demo_upstream_url)
         metrics = AppMetrics(rt)
         holder.upstreams, holder.metrics, holder.runtime = upstreams, metrics, rt
         if tune_gc:   # a serving worker's own process (app/serving_gc.py says why)
