@@ -21,6 +21,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from typing import cast
 
 import httpx
@@ -33,6 +34,7 @@ from app.domain import events as ev
 from app.errors import BadInput, Forbidden, LimitExceeded, NotFound, ServiceError, Unauthenticated, Unavailable
 from app.observability import logs, metrics
 
+from .output_estimate import OutputEstimator
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .upstreams import Upstreams
 from .wire import BadRequest, SSEParser, StreamUsage, WireFormat
@@ -154,8 +156,10 @@ def _client_headers(upstream_headers) -> dict[str, str]:
 class GatewayEndpoint:
     """POST /v1/chat/completions or /v1/messages."""
 
-    def __init__(self, holder: RuntimeHolder, wire: WireFormat):
+    def __init__(self, holder: RuntimeHolder, wire: WireFormat, estimator: OutputEstimator | None = None):
         self.holder, self.wire = holder, wire
+        # What a call that names no output bound reserves, learned per pool and model.
+        self.estimator = estimator if estimator is not None else OutputEstimator()
         # Mean seconds a gateway turn holds its lane, for the max-wait estimate (EWMA).
         self.mean_hold_s = 1.0
 
@@ -217,9 +221,14 @@ class GatewayEndpoint:
         encoding = rt.projector.model.pools[pool].settings.tokenizer
         await encoding_ready(encoding)
         prompt = self.wire.count_prompt(body, encoding)
-        max_out = self.wire.max_output_tokens(body)
         streaming = body.get("stream") is True
         model = body.get("model") if isinstance(body.get("model"), str) else None
+        bound = self.wire.output_bound(body)
+        # The amount is recorded in the TurnRequested, so replay never needs the estimator.
+        max_out = self.estimator.reserve(pool, model) if bound is None else bound
+
+        def learn(completion_tokens: int) -> None:
+            self.estimator.observe(pool, model, completion_tokens, bound)
         turn = GatewayTurn(rt, principal, pool)
         try:
             await x.race(turn.take(prompt, max_out, streams=streaming, run_id=run_id,
@@ -239,14 +248,14 @@ class GatewayEndpoint:
         granted_at = time.monotonic()
         turn.set_limits(*rt.projector.model.pools[pool].settings.timeouts_for(model))
         try:
-            await self._forward(x, turn, upstream, raw, body, pool, prompt, encoding, streaming)
+            await self._forward(x, turn, upstream, raw, body, pool, prompt, encoding, streaming, learn)
         finally:
             turn.close()
             hold = time.monotonic() - granted_at
             self.mean_hold_s += (hold - self.mean_hold_s) / 8
 
     async def _forward(self, x: _Exchange, turn: GatewayTurn, upstream, raw: bytes, body: dict, pool: str,
-                       prompt: int, encoding: str, streaming: bool) -> None:
+                       prompt: int, encoding: str, streaming: bool, learn: Callable[[int], None]) -> None:
         request = upstream.client.build_request(
             "POST", upstream.url(self.wire.path), content=raw,
             headers=self.wire.upstream_headers(x.headers, upstream.api_key))
@@ -274,9 +283,9 @@ class GatewayEndpoint:
             if response.status_code != 200:
                 await self._relay_failure(x, turn, response, prompt)
             elif streaming:
-                await self._relay_stream(x, turn, response, body, prompt, encoding)
+                await self._relay_stream(x, turn, response, body, prompt, encoding, learn)
             else:
-                await self._relay_reply(x, turn, response, body, prompt)
+                await self._relay_reply(x, turn, response, body, prompt, learn)
         finally:
             _in_background(response.aclose())   # closes the upstream request if still open
 
@@ -298,7 +307,8 @@ class GatewayEndpoint:
             headers["retry-after"] = response.headers["retry-after"]
         await x.reply(response.status_code, content, headers)
 
-    async def _relay_reply(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int) -> None:
+    async def _relay_reply(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int,
+                           learn: Callable[[int], None]) -> None:
         parts = []
         stream = response.aiter_raw()
         try:
@@ -327,12 +337,14 @@ class GatewayEndpoint:
         used_prompt, used_completion = self.wire.usage(reply)
         await turn.complete(ev.OK, used_prompt if used_prompt is not None else prompt, used_completion or 0,
                             None, rate_limit_headers(response.headers))
+        if used_completion is not None:
+            learn(used_completion)
         if _wants_context(x.headers):
             await self._record(turn, body, self.wire.reply_text(reply))
         await x.reply(200, content, _client_headers(response.headers))
 
     async def _relay_stream(self, x: _Exchange, turn: GatewayTurn, response, body: dict, prompt: int,
-                            encoding: str) -> None:
+                            encoding: str, learn: Callable[[int], None]) -> None:
         usage = StreamUsage(encoding)
         parser = SSEParser()
         headers = {"content-type": response.headers.get("content-type", "text/event-stream"),
@@ -375,6 +387,7 @@ class GatewayEndpoint:
             # client that asks right after sees its lane already free.
             settled = True
             await completion()
+            learn(usage.completion())   # a whole answer: the stream ended, not cut short
             if _wants_context(x.headers):
                 await self._record(turn, body, "".join(usage.text))
             if began:

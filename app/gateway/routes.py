@@ -12,6 +12,7 @@ from starlette.routing import Route
 from app.api.holder import RuntimeHolder
 from app.auth import authenticate
 
+from .output_estimate import OutputEstimator
 from .proxy import GatewayEndpoint
 from .wire import ANTHROPIC, OPENAI
 
@@ -71,6 +72,7 @@ def routes(holder: RuntimeHolder) -> list[Route]:
                              "first_id": data[0]["id"] if data else None,
                              "last_id": data[-1]["id"] if data else None})
 
-    return [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
-            Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
+    estimator = OutputEstimator()   # one per worker, shared by both wire formats
+    return [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI, estimator), methods=["POST"]),
+            Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC, estimator), methods=["POST"]),
             Route("/v1/models", models, methods=["GET"])]
