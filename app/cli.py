@@ -19,6 +19,7 @@ BENCHMARKS = {
     "context": "context retention after compaction (key facts, LoCoMo-style questions)",
     "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
     "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
+    "first-call": "README example 1's gateway call under `make run` (demo fleet on): p50/p90/max",
     "all": "every benchmark, writing bench/results/",
 }
 
