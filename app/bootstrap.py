@@ -85,14 +85,18 @@ def write_secret(path: Path, text: str) -> None:
         f.write(text)
 
 
-def use_demo_upstream(host: str, port: int) -> str | None:
-    """With the demo and no upstream configured, the `default` pool's upstream is the demo
-    server's own echo model (app/gateway/demo_upstream.py), so the gateway works offline.
-    Returns the URL it handed to the workers, or None when an upstream was configured."""
-    if config.load().upstream_base_url:
-        return None
+def use_demo_upstream(host: str, port: int, *, fleet: bool) -> str | None:
+    """Where the demo echo model (app/gateway/demo_upstream.py) is served, handed to the
+    workers. It is served whenever no upstream is configured, fleet or not, as the
+    `default` pool's upstream, so the gateway works offline; and with the demo fleet, as
+    the `demo` pool's. Returns the URL when it is the `default` pool's, else None."""
     local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url = f"http://{local}:{port}/demo-upstream/v1"
+    for_default = not config.load().upstream_base_url
+    # "" clears a value a parent process may have left in the environment: not served.
+    config.export_for_workers(demo_upstream_url=url if fleet or for_default else "")
+    if not for_default:
+        return None
     config.export_for_workers(upstream_base_url=url)
     return url
 

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "context": "context retention after compaction (key facts, LoCoMo-style questions)",
     "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
     "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
+    "first-call": "README example 1's gateway call under `make run` (demo fleet on): p50/p90/max",
     "all": "every benchmark, writing bench/results/",
 }
 
@@ -27,12 +28,13 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from app.db.migrate import upgrade
+    from app.demo import DEMO_POOL, FLEET
     from app.observability import logs
     log_config = logs.configure(args.log_format, args.log_level)
     url = database_url()
     if not args.no_migrate:
         upgrade(url)
-    demo_upstream = bootstrap.use_demo_upstream(args.host, args.port) if not args.no_demo else None
+    demo_upstream = bootstrap.use_demo_upstream(args.host, args.port, fleet=not args.no_demo)
     export_for_workers(database_url=url, demo=not args.no_demo)
     token = bootstrap.operator_token()
     base = f"http://{args.host}:{args.port}"
@@ -50,6 +52,9 @@ def cmd_serve(args) -> int:
     if demo_upstream:
         print(f"default pool upstream: the demo echo model at {demo_upstream} "
               "(set AGENTRM_UPSTREAM_BASE_URL for a real provider)", flush=True)
+    if not args.no_demo:
+        print(f"demo fleet: {len(FLEET)} simulated agents in pool `{DEMO_POOL.name}` (the console's pool menu; "
+              "--no-demo stops them)", flush=True)
     if args.workers > 1:   # its workers leave if it is killed outright (app/orphan_watch.py)
         export_for_workers(supervisor_pid=os.getpid())
     uvicorn.run("app.api.main:app_from_env", factory=True, host=args.host, port=args.port,
@@ -124,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    serve.add_argument("--no-demo", action="store_true", help="do not drive the demo fleet or serve the demo model")
+    serve.add_argument("--no-demo", action="store_true",
+                       help="do not drive the demo fleet (the demo model still serves the default pool "
+                            "when no upstream is configured)")
     serve.add_argument("--no-migrate", action="store_true", help="do not apply pending migrations")
     serve.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                        help="level of library logs; AgentRM's own are at info (default warning)")

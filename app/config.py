@@ -207,7 +207,7 @@ class Settings:
     # -- the gateway
     upstream_base_url: str | None = setting(
         "AGENTRM_UPSTREAM_BASE_URL", TEXT, None,
-        "the default pool's provider for the gateway; unset with the demo: the demo echo model")
+        "the default pool's provider for the gateway; unset under `agentrm serve`: the demo echo model")
     upstream_api_key: str | None = setting(
         "AGENTRM_UPSTREAM_API_KEY", TEXT, None, "the key sent to the default pool's provider")
     upstream_allowed_hosts: frozenset[str] | None = setting(
@@ -264,6 +264,9 @@ class Settings:
         "AGENTRM_RESOLVED_DATABASE_URL", TEXT, None, "the database the workers use", internal=True)
     demo: bool = setting(
         "AGENTRM_DEMO", FLAG, True, "whether the workers drive the demo fleet", internal=True)
+    demo_upstream_url: str | None = setting(
+        "AGENTRM_DEMO_UPSTREAM_URL", TEXT, None,
+        "the demo echo model the workers serve, the `demo` pool's upstream (unset: not served)", internal=True)
     supervisor_pid: int | None = setting(
         "AGENTRM_SUPERVISOR_PID", PID, None,
         "the supervisor a worker stops without (app/orphan_watch.py)", internal=True)
@@ -290,11 +293,13 @@ def load() -> Settings:
 # -- writers ------------------------------------------------------------------------------
 
 def export_for_workers(*, database_url: str | None = None, demo: bool | None = None,
-                       upstream_base_url: str | None = None, supervisor_pid: int | None = None) -> None:
+                       upstream_base_url: str | None = None, demo_upstream_url: str | None = None,
+                       supervisor_pid: int | None = None) -> None:
     """Hand settings to the uvicorn workers of `agentrm serve`, which are fresh processes and
     inherit this process's environment. Only the arguments given are written."""
     given = {"resolved_database_url": database_url, "demo": None if demo is None else ("1" if demo else "0"),
-             "upstream_base_url": upstream_base_url, "supervisor_pid": supervisor_pid}
+             "upstream_base_url": upstream_base_url, "demo_upstream_url": demo_upstream_url,
+             "supervisor_pid": supervisor_pid}
     for field, value in given.items():
         if value is not None:
             os.environ[_BY_FIELD[field].name] = str(value)

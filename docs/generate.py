@@ -513,7 +513,7 @@ def route_rows() -> list[list[str]]:
             methods = ", ".join(sorted(route.methods))
         purpose = ROUTE_PURPOSES[route.path]
         if route.path.startswith(PREFIX):
-            purpose += " Mounted only with the demo."
+            purpose += " Mounted with the demo fleet, or when no upstream is configured."
         rows.append([methods, code(route.path), purpose, _served_by(route)])
     return rows
 

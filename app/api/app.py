@@ -112,7 +112,8 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
         rt = await Runtime(url, run_schedulers=run_schedulers).start()
         rt.operator_token = op_token or operator_token()
         upstream = config.load()
-        upstreams = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key)
+        upstreams = Upstreams(rt, upstream.upstream_base_url, upstream.upstream_api_key,
+                              upstream.demo_upstream_url)
         metrics = AppMetrics(rt)
         holder.replies = PostgresGatewayReplies(rt.db, upstream.idempotency_window_seconds)
         holder.upstreams, holder.metrics, holder.runtime = upstreams, metrics, rt

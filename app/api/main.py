@@ -10,4 +10,7 @@ def app_from_env():
     if not settings.resolved_database_url:
         raise config.ConfigError("AGENTRM_RESOLVED_DATABASE_URL is not set: this factory serves "
                                  "the workers of `agentrm serve`, which sets it")
-    return create_app(settings.resolved_database_url, demo=settings.demo, tune_gc=True)
+    # The demo echo model is served whenever `serve` handed its URL over: with the fleet, and
+    # without it when no upstream is configured (app/bootstrap.py, use_demo_upstream).
+    return create_app(settings.resolved_database_url, demo=settings.demo,
+                      demo_upstream=bool(settings.demo_upstream_url), tune_gc=True)

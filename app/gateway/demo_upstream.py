@@ -1,9 +1,10 @@
 """A stand-in LLM for `make run` on a machine with no provider key: the model `demo-echo`,
-served by the demo server itself under /demo-upstream/v1, in both wire formats, streaming
+served by the server itself under /demo-upstream/v1, in both wire formats, streaming
 or not. It echoes the last user message word by word (20 ms a word, as a small model
 streams) and reports exact usage, so a newcomer's first gateway call works offline and
-shows up in the console and in /metrics like any other. Mounted only with the demo
-(`agentrm serve` without --no-demo and without AGENTRM_UPSTREAM_BASE_URL)."""
+shows up in the console and in /metrics like any other. Mounted by `agentrm serve` when
+no AGENTRM_UPSTREAM_BASE_URL is set (it is then the `default` pool's upstream, with or
+without --no-demo) and with the demo fleet (the `demo` pool's upstream)."""
 from __future__ import annotations
 
 import asyncio

@@ -57,8 +57,8 @@ class OpenAIEmbeddings(OpenAIChat):
     def count_prompt(self, body: dict, encoding: str) -> int:
         return sum(len(i) if isinstance(i, list) else count_text(i, encoding) for i in _inputs(body["input"]))
 
-    def max_output_tokens(self, body: dict) -> int:
-        return 0
+    def output_bound(self, body: dict) -> int | None:
+        return 0   # an embedding generates nothing
 
     def usage(self, reply: dict) -> tuple[int | None, int | None]:
         u = reply.get("usage") if isinstance(reply, dict) else None

@@ -21,6 +21,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -43,6 +44,7 @@ from .correlation import (
     upstream_request_id,
 )
 from .idempotency import REPLAY_HEADER, Capture, KeyReused, body_hash, claim_or_replay, key_of
+from .output_estimate import OutputEstimator
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .upstreams import Upstreams
 from .wire import BadRequest, SSEParser, StreamUsage, WireFormat
@@ -81,6 +83,8 @@ class _Exchange:
         self.request_id = request_id_of(scope)
         self.turn_id: str | None = None      # named on every response once the call has a turn
         self.upstream_request_id: str | None = None
+        # Told the completion tokens of a whole answer, to learn what this model's answers take.
+        self.learn: Callable[[int], None] = lambda _tokens: None
         # With an Idempotency-Key: what is sent, and whether it is the call's whole answer
         # (set where an answer ends normally; an error or a stream cut short leaves it False).
         self.capture: Capture | None = None
@@ -240,8 +244,10 @@ def _about_the_model(content: bytes) -> bool:
 class GatewayEndpoint:
     """POST /v1/chat/completions, /v1/messages or /v1/embeddings: a call in `wire`'s format."""
 
-    def __init__(self, holder: RuntimeHolder, wire: WireFormat):
+    def __init__(self, holder: RuntimeHolder, wire: WireFormat, estimator: OutputEstimator | None = None):
         self.holder, self.wire = holder, wire
+        # What a call that names no output bound reserves, learned per pool and model.
+        self.estimator = estimator if estimator is not None else OutputEstimator()
         # Mean seconds a gateway turn holds its lane, for the max-wait estimate (EWMA).
         self.mean_hold_s = 1.0
 
@@ -338,9 +344,14 @@ class GatewayEndpoint:
         encoding = rt.projector.model.pools[pool].settings.tokenizer
         await encoding_ready(encoding)
         prompt = self.wire.count_prompt(body, encoding)
-        max_out = self.wire.max_output_tokens(body)
         streaming = body.get("stream") is True
         model = body.get("model") if isinstance(body.get("model"), str) else None
+        bound = self.wire.output_bound(body)
+        # The amount is recorded in the TurnRequested, so replay never needs the estimator.
+        max_out = self.estimator.reserve(pool, model) if bound is None else bound
+
+        def learn(completion_tokens: int) -> None:
+            self.estimator.observe(pool, model, completion_tokens, bound)
         turn = GatewayTurn(rt, principal, pool)
         try:
             try:
@@ -363,6 +374,7 @@ class GatewayEndpoint:
         granted_at = time.monotonic()
         turn.set_limits(*rt.projector.model.pools[pool].settings.timeouts_for(model))
         try:
+            x.learn = learn
             await self._forward(x, turn, upstream, raw, body, pool, prompt, encoding, streaming)
         finally:
             turn.close()
@@ -471,6 +483,8 @@ class GatewayEndpoint:
         used_prompt, used_completion = call.wire.usage(reply)
         used_prompt = used_prompt if used_prompt is not None else prompt
         await turn.complete(ev.OK, used_prompt, used_completion or 0, None, rate_limit_headers(response.headers))
+        if used_completion is not None:
+            x.learn(used_completion)
         if _wants_context(x.headers):
             await self._record(turn, body, call.wire.reply_text(reply))
         if call.translation is not None:
@@ -531,6 +545,7 @@ class GatewayEndpoint:
             # client that asks right after sees its lane already free.
             settled = True
             await completion()
+            x.learn(usage.completion())   # a whole answer: the stream ended, not cut short
             if _wants_context(x.headers):
                 await self._record(turn, body, "".join(usage.text))
             if translation is not None:

@@ -19,6 +19,7 @@ from typing import cast
 from app.api.holder import RuntimeHolder
 from app.domain import events as ev
 
+from .output_estimate import OutputEstimator
 from .proxy import GatewayEndpoint, UpstreamCall, _Exchange
 from .responses import ChatToResponses, Untranslatable, chat_request
 from .responses_wire import RESPONSES
@@ -28,8 +29,8 @@ from .wire import OPENAI
 
 
 class ResponsesEndpoint(GatewayEndpoint):
-    def __init__(self, holder: RuntimeHolder):
-        super().__init__(holder, RESPONSES)
+    def __init__(self, holder: RuntimeHolder, estimator: OutputEstimator | None = None):
+        super().__init__(holder, RESPONSES, estimator)
 
     def _upstreams(self) -> Upstreams:
         return cast(Upstreams, self.holder.upstreams)   # set before the runtime

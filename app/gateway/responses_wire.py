@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .wire import DEFAULT_MAX_OUTPUT_TOKENS, BadRequest, OpenAIChat, StreamUsage, _content_text, _int_or_none
+from .wire import BadRequest, OpenAIChat, StreamUsage, _content_text, _int_or_none
 
 # Stream events that end a response and carry its usage.
 FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -65,9 +65,8 @@ class OpenAIResponses(OpenAIChat):
             out.extend(_item_text(i) for i in items)
         return out
 
-    def max_output_tokens(self, body: dict) -> int:
-        value = _int_or_none(body.get("max_output_tokens"))
-        return DEFAULT_MAX_OUTPUT_TOKENS if value is None else value
+    def output_bound(self, body: dict) -> int | None:
+        return _int_or_none(body.get("max_output_tokens"))
 
     def usage(self, reply: dict) -> tuple[int | None, int | None]:
         u = reply.get("usage") if isinstance(reply, dict) else None

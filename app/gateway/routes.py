@@ -16,6 +16,7 @@ from .count_tokens import PATH as COUNT_TOKENS_PATH
 from .count_tokens import count_tokens
 from .embeddings import EMBEDDINGS
 from .fallback import catch_all
+from .output_estimate import OutputEstimator
 from .proxy import GatewayEndpoint
 from .responses_endpoint import ResponsesEndpoint
 from .wire import ANTHROPIC, OPENAI, caller_wire
@@ -98,9 +99,10 @@ def routes(holder: RuntimeHolder) -> list[Route]:
                                                  "models of this token's pools", code="model_not_found"),
                             status_code=404)
 
-    served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI), methods=["POST"]),
-              Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC), methods=["POST"]),
-              Route("/v1/responses", ResponsesEndpoint(holder), methods=["POST"]),
+    estimator = OutputEstimator()   # one per worker, shared by the wire formats that generate
+    served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI, estimator), methods=["POST"]),
+              Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC, estimator), methods=["POST"]),
+              Route("/v1/responses", ResponsesEndpoint(holder, estimator), methods=["POST"]),
               Route("/v1/embeddings", GatewayEndpoint(holder, EMBEDDINGS), methods=["POST"]),
               Route(COUNT_TOKENS_PATH, count_tokens(holder), methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),

@@ -1,7 +1,9 @@
 """Where each pool's calls go: base URL, API key and one HTTP connection pool per upstream.
 
 The base URL comes from the pool's settings (`upstreamBaseUrl` on createPool; for the
-`default` pool AGENTRM_UPSTREAM_BASE_URL). The API key is never in the event log: the log
+`default` pool AGENTRM_UPSTREAM_BASE_URL; for the demo fleet's pool `demo`, the demo echo
+model when the server serves it: its URL depends on the port of each start, so it is
+never written into the pool's settings). The API key is never in the event log: the log
 keeps a fingerprint, and the key itself sits in the `pool_secrets` table, written in the
 same transaction as the pool's creation (Service.create_pool); for `default` it comes
 from AGENTRM_UPSTREAM_API_KEY. It is read here only to be sent upstream, and is never
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from app.demo import DEMO_POOL
 from app.errors import NotFound, Unavailable
 
 # No read timeout: a hung call is the scheduler's to reap (start deadline, lease), and the
@@ -40,9 +43,11 @@ class Upstream:
 
 
 class Upstreams:
-    def __init__(self, runtime, default_base_url: str | None = None, default_api_key: str | None = None):
+    def __init__(self, runtime, default_base_url: str | None = None, default_api_key: str | None = None,
+                 demo_base_url: str | None = None):
         self.runtime = runtime
         self.default_base_url, self.default_api_key = default_base_url, default_api_key
+        self.demo_base_url = demo_base_url
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._keys: dict[str, str | None] = {}
         self._absent: dict[tuple[str, str], float] = {}
@@ -58,7 +63,8 @@ class Upstreams:
         state = self.runtime.projector.model.pools.get(pool)
         if state is None:
             raise NotFound(f"no pool named {pool!r}")
-        base = state.settings.upstream_base_url or (self.default_base_url if pool == "default" else None)
+        base = state.settings.upstream_base_url or {"default": self.default_base_url,
+                                                     DEMO_POOL.name: self.demo_base_url}.get(pool)
         if not base:
             raise Unavailable(f"pool {pool!r} has no upstream: set upstreamBaseUrl on createPool"
                            + (" or AGENTRM_UPSTREAM_BASE_URL" if pool == "default" else ""))

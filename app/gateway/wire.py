@@ -15,8 +15,9 @@ from typing import Any
 from app.auth import parse_bearer
 from app.context.tokens import REPLY_PRIMING_TOKENS, count_message, count_text
 
-# When a request names no output bound: what the turn reserves. OpenAI's own default is
-# "up to the context", which no admission can reserve; 1024 is a typical answer's bound.
+# The output bound of a request that names none, where a fixed one is needed (the gateway
+# itself reserves a learned estimate instead: app/gateway/output_estimate.py). OpenAI's own
+# default is "up to the context", which no admission can reserve.
 DEFAULT_MAX_OUTPUT_TOKENS = 1024
 
 
@@ -86,7 +87,12 @@ class WireFormat(ABC):
         return n
 
     @abstractmethod
-    def max_output_tokens(self, body: dict) -> int: ...
+    def output_bound(self, body: dict) -> int | None:
+        """The output tokens the request allows itself, or None when it names no bound."""
+
+    def max_output_tokens(self, body: dict) -> int:
+        bound = self.output_bound(body)
+        return DEFAULT_MAX_OUTPUT_TOKENS if bound is None else bound
 
     @abstractmethod
     def usage(self, reply: dict) -> tuple[int | None, int | None]: ...
@@ -146,12 +152,12 @@ class OpenAIChat(WireFormat):
             out.append((m["role"], text))
         return out
 
-    def max_output_tokens(self, body: dict) -> int:
+    def output_bound(self, body: dict) -> int | None:
         for key in ("max_completion_tokens", "max_tokens"):
             value = _int_or_none(body.get(key))
             if value is not None:
                 return value
-        return DEFAULT_MAX_OUTPUT_TOKENS
+        return None
 
     def usage(self, reply: dict) -> tuple[int | None, int | None]:
         u = reply.get("usage") if isinstance(reply, dict) else None
@@ -213,8 +219,8 @@ class AnthropicMessages(WireFormat):
             raise BadRequest("max_tokens is required")
         return body
 
-    def max_output_tokens(self, body: dict) -> int:
-        return _int_or_none(body.get("max_tokens")) or DEFAULT_MAX_OUTPUT_TOKENS
+    def output_bound(self, body: dict) -> int | None:
+        return _int_or_none(body.get("max_tokens")) or None
 
     def usage(self, reply: dict) -> tuple[int | None, int | None]:
         u = reply.get("usage") if isinstance(reply, dict) else None

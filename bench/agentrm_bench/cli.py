@@ -1,4 +1,4 @@
-"""`agentrm bench scheduler|system|context|live|load|all [--out DIR] [...]`."""
+"""`agentrm bench scheduler|system|context|live|load|first-call|all [--out DIR] [...]`."""
 from __future__ import annotations
 
 import argparse
@@ -73,6 +73,31 @@ def _load(argv: list[str]) -> int:
     else:
         print(to_markdown(result))
     return 0 if result["verify_ok"] else 1
+
+
+def _first_call(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench first-call",
+                                description="README example 1's gateway call under `make run` (the demo fleet on)")
+    p.add_argument("--calls", type=int, default=20, help="calls per round")
+    p.add_argument("--repeat", type=int, default=3, help="rounds of calls; the spread is reported")
+    p.add_argument("--warmup", type=float, default=240.0, help="seconds the fleet works before the first round")
+    p.add_argument("--gap", type=float, default=30.0, help="seconds between rounds")
+    p.add_argument("--tree", type=Path, default=None, help="serve this checkout instead (a before/after run)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true", help="10 calls, one round, 5 s of warm-up")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.calls, args.repeat, args.warmup = min(args.calls, 10), 1, 5.0
+    if args.calls < 1 or args.repeat < 1 or args.warmup < 0 or args.gap < 0:
+        p.error("--calls and --repeat must be at least 1, --warmup and --gap not negative")
+    if args.tree is not None and not (args.tree / "app" / "cli.py").is_file():
+        p.error(f"--tree {args.tree}: not an AgentRM checkout")
+    from .first_call import run, to_markdown
+    result = run(args.out, _bench_database("agentrm_bench_first_call", migrate=False), calls=args.calls,
+                 repeat=args.repeat, warmup_s=args.warmup, gap_s=args.gap, tree=args.tree)
+    print(json.dumps(result, sort_keys=True) if args.json else to_markdown(result))
+    return 0 if result["target_met"] else 1
 
 
 def _context(argv: list[str]) -> int:
@@ -162,10 +187,12 @@ def _live(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "load", "all"):
-        print("usage: agentrm bench scheduler|system|context|live|load|all [options]", file=sys.stderr)
+    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "load", "first-call", "all"):
+        print("usage: agentrm bench scheduler|system|context|live|load|first-call|all [options]", file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
+    if which == "first-call":
+        return _first_call(rest)
     if which == "load":
         return _load(rest)
     if which == "live":
@@ -191,5 +218,6 @@ def main(argv: list[str]) -> int:
     code |= _system(out + (["--quick"] if args.quick else []))
     code |= _context(out + (["--quick"] if args.quick else []))
     code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))
+    code |= _first_call(out + (["--quick"] if args.quick else []))
     print(f"results in {args.out}/")
     return code

@@ -156,3 +156,26 @@ def test_the_domain_pool_accepts_every_default_pool_setting_in_range():
     top = Settings.from_mapping({"AGENTRM_DEFAULT_LANES": "1024", "AGENTRM_DEFAULT_RPM": "10000000",
                                  "AGENTRM_DEFAULT_TPM": "10000000000", "AGENTRM_DEFAULT_LEASE_SECONDS": "3600"})
     assert default_pool_settings(top).validate()
+
+
+def test_serve_serves_the_demo_echo_model_to_the_default_pool_with_or_without_the_fleet(monkeypatch):
+    from app.bootstrap import use_demo_upstream
+    echo = "http://127.0.0.1:8000/demo-upstream/v1"
+    for fleet in (True, False):
+        for name in ("AGENTRM_UPSTREAM_BASE_URL", "AGENTRM_DEMO_UPSTREAM_URL"):
+            monkeypatch.delenv(name, raising=False)
+        assert use_demo_upstream("0.0.0.0", 8000, fleet=fleet) == echo
+        settings = config.load()
+        assert (settings.upstream_base_url, settings.demo_upstream_url) == (echo, echo), fleet
+
+
+def test_a_configured_upstream_keeps_the_demo_model_for_the_fleets_pool_only(monkeypatch):
+    from app.bootstrap import use_demo_upstream
+    monkeypatch.setenv("AGENTRM_UPSTREAM_BASE_URL", "https://provider.example/v1")
+    monkeypatch.setenv("AGENTRM_DEMO_UPSTREAM_URL", "http://stale.example/demo-upstream/v1")
+    assert use_demo_upstream("127.0.0.1", 9000, fleet=True) is None
+    settings = config.load()
+    assert settings.upstream_base_url == "https://provider.example/v1"
+    assert settings.demo_upstream_url == "http://127.0.0.1:9000/demo-upstream/v1"
+    assert use_demo_upstream("127.0.0.1", 9000, fleet=False) is None
+    assert config.load().demo_upstream_url is None     # --no-demo with a provider: not served
