@@ -288,6 +288,8 @@ def _turn_suspected(state: PoolState, d: ev.TurnSuspected) -> None:
     turn.suspected = True
     if d.lane_freed:
         _release_lane(state, turn)
+    if d.stalled_s is not None:
+        return   # a stream that began and went silent: nothing of its start (deadlines.py)
     if turn.start_backoff == 0 and turn.granted_at is not None:
         deadlines.estimator(state, turn, learn=True).observe(d.waited_s, turn.estimated_tokens, spread=False)
     agent = state.agents.get(turn.agent_id)

@@ -37,10 +37,20 @@ holder is gone, and nothing else. A slow call is not a dead one:
   pool keeps moving, while the call itself stays open and is billed once when it ends.
   Suspects off their lanes are at most as many as the lanes in use, which bounds the calls
   open at the provider at twice the lanes; past that a suspect keeps its lane.
+- a stream that began and then went silent is a suspect too (a stall): each keepalive of a
+  begun stream says how long ago its last chunk came (HeartbeatSent.idle_s, the holder's
+  view, recorded so replay decides the same), and once that reaches the pool's
+  stall_timeout_seconds the call becomes a suspect (TurnSuspected.stalled_s) by the same
+  lane rule. The gateway still closes it at its idle timeout. A stall says nothing of the
+  model's time to start, nor of the provider answering nobody: it is no sample, no start
+  miss and no outage evidence. A chunk after it does not take the lane back: the pool has
+  granted the lane to another call by then, and a call that stalled once is likely to again.
 - no reap of a held call counts towards quarantine: quarantine is for agents whose own
   turns expire, and a held turn's expiry is the gateway's failure, not the agent's.
 """
 from __future__ import annotations
+
+import math
 
 from . import events as ev
 from .settings import PoolSettings
@@ -98,6 +108,18 @@ def suspects_off_lane(state: PoolState) -> int:
 def frees_lane(state: PoolState) -> bool:
     """Whether a new suspect may leave its lane (bounded: see the module's docstring)."""
     return suspects_off_lane(state) < state.lanes_in_use()
+
+
+def stalled_for(state: PoolState, turn: TurnState, idle_s: object) -> float | None:
+    """The silence a holder's keepalive reports, when it makes the held stream a suspect: it
+    began (a first chunk), is not a suspect yet, and its last chunk is stall_timeout_seconds
+    old or more. None otherwise (and for a value that is not a finite number of seconds)."""
+    stall = state.settings.stall_timeout_seconds
+    if (stall is None or turn.holder is None or not turn.streams or not turn.progressed or turn.suspected
+            or isinstance(idle_s, bool) or not isinstance(idle_s, (int, float))):
+        return None
+    idle = float(idle_s)
+    return idle if math.isfinite(idle) and idle >= stall else None
 
 
 def lease_after_heartbeat(settings: PoolSettings, turn: TurnState) -> tuple[float, bool]:

@@ -182,3 +182,70 @@ def test_a_state_with_held_turns_round_trips_and_an_old_state_keeps_its_form():
                                       "max_output_tokens": 0, "at": 0.0}, 0.0)
     d = plain.to_dict()
     assert "model_starts" not in d and not {"holder", "model", "suspect_at", "suspected"} & set(d["turns"]["u"])
+
+
+# -- a held stream that began and went silent (deadlines.stalled_for) --------------------
+
+def keepalive_idle(s, turn_id, now, idle_s):
+    return decide_events(s, ev.HEARTBEAT_SENT, {"turn_id": turn_id, "at": now, "keepalive": True,
+                                                "idle_s": idle_s}, now)
+
+
+def test_a_held_stream_silent_past_the_stall_timeout_is_a_suspect_and_frees_its_lane():
+    s = pool(lanes=1, adaptive_lanes=False)     # stall_timeout_seconds 6 (the default)
+    register(s, "a")
+    now = warm_model(s, "a", 0.0)
+    held(s, "t", "a", now)
+    first_chunk(s, "t", now + 1.0)
+    held(s, "next", "a", now + 2.0)             # queued behind it: one lane
+    learned = s.model_starts["chat"].samples
+    out = keepalive_idle(s, "t", now + 10.0, 3.0)   # streaming, 3 s since its last chunk: alive
+    assert not any(isinstance(d, ev.TurnSuspected) for d in out) and s.turns["next"].status == ev.QUEUED
+    out = keepalive_idle(s, "t", now + 20.0, 12.0)  # nothing for 12 s: stalled
+    [suspect] = [d for d in out if isinstance(d, ev.TurnSuspected)]
+    assert suspect.stalled_s == 12.0 and suspect.lane_freed and suspect.waited_s == 20.0
+    assert [d.turn_id for d in out if isinstance(d, ev.TurnGranted)] == ["next"]   # the pool moves
+    assert s.turns["t"].status == ev.GRANTED and s.turns["t"].suspected          # the call stays open
+    # A stall teaches nothing of the start, is no start miss, and is no outage evidence.
+    assert s.model_starts["chat"].samples == learned
+    assert s.agents["a"].start_misses == 0 and s.silent_reaps == 0
+    # Once a suspect, always: later keepalives and a late chunk do not take the lane back.
+    first_chunk(s, "next", now + 21.0)
+    out = keepalive_idle(s, "t", now + 30.0, 22.0)
+    assert not any(isinstance(d, ev.TurnSuspected) for d in out)
+    first_chunk(s, "t", now + 31.0)
+    assert s.lanes == ["next"]
+    for alive in range(40, 140, 10):             # its holder keeps it open until its idle cut
+        keepalive_idle(s, "t", now + alive, alive - 31.0)
+        keepalive_idle(s, "next", now + alive, 0.1)
+    out = decide(s, ev.COMPLETION_REPORTED, {"turn_id": "t", "outcome": ev.ERROR, "prompt_tokens": 5,
+                                             "completion_tokens": 0}, now + 140.0)   # the gateway's idle cut
+    assert [d["turn_id"] for k, d in out if k == ev.TURN_COMPLETED] == ["t"] and s.lanes == ["next"]
+
+
+def test_no_stall_suspicion_before_the_first_chunk_without_a_stall_timeout_or_from_bad_input():
+    s = pool()
+    register(s, "a")
+    held(s, "t", "a", 0.0)                       # cold model: no first-chunk suspicion either
+    for now, idle in ((10.0, 60.0), (20.0, 60.0)):
+        assert not any(isinstance(d, ev.TurnSuspected) for d in keepalive_idle(s, "t", now, idle))
+    first_chunk(s, "t", 21.0)
+    for now, idle in ((30.0, "60"), (40.0, True), (50.0, float("nan")), (60.0, None), (70.0, 5.9)):
+        assert not any(isinstance(d, ev.TurnSuspected) for d in keepalive_idle(s, "t", now, idle))
+    legacy = pool(stall_timeout_seconds=None)
+    register(legacy, "a")
+    held(legacy, "t", "a", 0.0)
+    first_chunk(legacy, "t", 1.0)
+    assert not any(isinstance(d, ev.TurnSuspected) for d in keepalive_idle(legacy, "t", 10.0, 9.0))
+    assert not legacy.turns["t"].suspected
+
+
+def test_a_keepalive_without_idle_s_is_logged_as_before():
+    s = pool()
+    register(s, "a")
+    held(s, "t", "a", 0.0)
+    event = ev.HeartbeatSent(turn_id="t", at=10.0, keepalive=True)
+    assert "idle_s" not in event.to_dict()
+    [extended] = decide_events(s, ev.HEARTBEAT_SENT, event.to_dict(), 10.0)
+    assert isinstance(extended, ev.LeaseExtended) and "stalled_s" not in ev.TurnSuspected(
+        turn_id="t", agent_id="a", lane=0, waited_s=1.0, lane_freed=True, at=1.0).to_dict()
