@@ -3,8 +3,10 @@ leases, so a slow call is never reaped; a learned deadline makes a late call a s
 whose lane may go while the call stays open; a held turn's expiry never quarantines."""
 from __future__ import annotations
 
+import pytest
+
 from app.domain import events as ev
-from app.domain.deadlines import MAX_MODEL_ESTIMATORS, estimator_key
+from app.domain.deadlines import MAX_MODEL_ESTIMATORS, estimator_key, suspicion_after
 from app.domain.decide import decide, decide_events, next_deadline
 
 from .test_capacity_rules import complete, kinds, pool, register
@@ -249,3 +251,56 @@ def test_a_keepalive_without_idle_s_is_logged_as_before():
     [extended] = decide_events(s, ev.HEARTBEAT_SENT, event.to_dict(), 10.0)
     assert isinstance(extended, ev.LeaseExtended) and "stalled_s" not in ev.TurnSuspected(
         turn_id="t", agent_id="a", lane=0, waited_s=1.0, lane_freed=True, at=1.0).to_dict()
+
+
+# -- slowness that belongs to one agent (deadlines.teaches_model) -------------------------
+
+def suspect_in(s, turn_id, agent_id, now):
+    return dict(held(s, turn_id, agent_id, now))[ev.TURN_GRANTED]["suspect_at"] - now
+
+
+def late_call(s, turn_id, agent_id, now, *, first_chunk_after=30.0, outcome=ev.OK):
+    """A held stream suspected at its deadline whose first chunk comes `first_chunk_after` s in."""
+    after = suspect_in(s, turn_id, agent_id, now)
+    out = decide_events(s, None, None, now + after)
+    assert [d.turn_id for d in out if isinstance(d, ev.TurnSuspected)] == [turn_id]
+    for alive in range(10, int(first_chunk_after), 10):
+        keepalive(s, turn_id, now + alive)
+    first_chunk(s, turn_id, now + first_chunk_after)
+    decide(s, ev.COMPLETION_REPORTED, {"turn_id": turn_id, "outcome": outcome, "prompt_tokens": 0,
+                                       "completion_tokens": 1}, now + first_chunk_after + 1.0)
+    return after, now + first_chunk_after + 5.0
+
+
+def test_a_persistently_slow_agent_does_not_widen_its_models_deadline_for_the_others():
+    s = pool(lanes=8, adaptive_lanes=False)
+    register(s, "a")
+    register(s, "slow")
+    now = warm_model(s, "a", 0.0)               # first chunks at 1 s: a deadline of 1.5 s
+    before = suspect_in(s, "a0", "a", now)
+    first_chunk(s, "a0", now + 1.0)
+    complete(s, "a0", now + 1.5)
+    now += 5.0
+    waits = []
+    for i in range(5):                          # its every call starts 30 s in
+        after, now = late_call(s, f"s{i}", "slow", now)
+        waits.append(after)
+    assert suspect_in(s, "a1", "a", now) < 1.6 and before == 1.5   # the others' deadline stays
+    # The slow agent's own deadline backs off, doubled per miss (its late answers do not end it).
+    base = waits[1] / 2    # the model's deadline after the first miss's censored sample: it moves no more
+    assert [w / base for w in waits[1:]] == pytest.approx([2, 4, 8, 16])
+    assert s.agents["slow"].start_misses == 5
+
+
+def test_a_held_calls_backoff_outlives_an_error_completion_and_ends_with_a_call_in_time():
+    s = pool(lanes=8, adaptive_lanes=False)
+    register(s, "a")
+    now = warm_model(s, "a", 0.0)
+    _after, now = late_call(s, "cut", "a", now, outcome=ev.ERROR)   # the gateway cut it (idle limit)
+    assert s.agents["a"].start_misses == 1
+    backed_off = suspect_in(s, "next", "a", now)
+    assert backed_off == pytest.approx(2 * suspicion_after(s, s.turns["next"], 0))
+    assert s.turns["next"].start_backoff == 1
+    first_chunk(s, "next", now + 1.0)            # in time: the backoff ends
+    complete(s, "next", now + 1.5)
+    assert s.agents["a"].start_misses == 0 and suspect_in(s, "after", "a", now + 5.0) == pytest.approx(backed_off / 2)
