@@ -455,10 +455,12 @@ class Service:
         return self.turn_view(turn_id)
 
     async def heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None = None, *,
-                        keepalive: bool = False) -> TurnDoc:
+                        keepalive: bool = False, idle_s: float | None = None) -> TurnDoc:
+        """A client's heartbeat; with `keepalive`, a holder's renewal, and `idle_s` the seconds
+        since the held stream's last chunk (once it has begun: the stall suspicion's input)."""
         request_id = idempotency.checked(request_id)
         if keepalive:
-            return await self._heartbeat(principal, turn_id, None, keepalive=True)
+            return await self._heartbeat(principal, turn_id, None, keepalive=True, idle_s=idle_s)
         if request_id is None:
             return await self._heartbeat(principal, turn_id, None)
         async with self._retry_lock(turn_id):
@@ -466,7 +468,8 @@ class Service:
                                                                               expected))
 
     async def _heartbeat(self, principal: Principal | None, turn_id: str, request_id: str | None,
-                         expected: int | None = None, *, keepalive: bool = False) -> TurnDoc:
+                         expected: int | None = None, *, keepalive: bool = False,
+                         idle_s: float | None = None) -> TurnDoc:
         doc = await self._granted_turn(principal, turn_id)
         if request_id is not None and (last := await self._answered_before(doc, "heartbeat_request_id",
                                                                            request_id)):
@@ -476,6 +479,8 @@ class Service:
         data: dict[str, Any] = {} if request_id is None else {"request_id": request_id}
         if keepalive:
             data["keepalive"] = True   # the holder is alive; the call has shown nothing yet
+            if idle_s is not None:
+                data["idle_s"] = math.ceil(max(0.0, idle_s) * 1000) / 1000   # never rounded below the stall
         return await self._input_and_wait(principal, doc, ev.HEARTBEAT_SENT, data, changes_turn, expected)
 
     async def complete_turn(self, principal: Principal | None, turn_id: str, outcome: str = ev.OK,

@@ -178,9 +178,10 @@ def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
         return   # the holder is alive; the call has shown nothing
     turn.progressed = True
     if d.first_chunk_s is not None:
-        deadlines.estimator(state, turn, learn=True).observe(float(d.first_chunk_s), turn.estimated_tokens)
         agent = state.agents.get(turn.agent_id)
-        if agent is not None:
+        if deadlines.teaches_model(turn, agent):
+            deadlines.estimator(state, turn, learn=True).observe(float(d.first_chunk_s), turn.estimated_tokens)
+        if agent is not None and deadlines.in_time(turn):
             agent.start_misses = 0
         if state.silent_from is None or (turn.granted_at is not None and turn.granted_at >= state.silent_from):
             # A call granted no earlier than the silent ones started: new calls are answered.
@@ -195,7 +196,9 @@ def _lease_extended(state: PoolState, d: ev.LeaseExtended) -> None:
 
 def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
     turn = state.turns.pop(d.turn_id)
-    if turn.holder is not None and not turn.streams and d.outcome == ev.OK:
+    agent = state.agents.get(turn.agent_id)
+    if (turn.holder is not None and not turn.streams and d.outcome == ev.OK
+            and deadlines.teaches_model(turn, agent)):
         # A held call that does not stream: its whole answer's time is what its suspicion
         # deadline is learned from.
         deadlines.estimator(state, turn, learn=True).observe(d.lane_seconds, turn.estimated_tokens)
@@ -208,12 +211,13 @@ def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
     # Reconcile the reservation with real usage; never above the bucket's capacity.
     capacity = state.tokens.capacity(state.rate_factor)
     state.tokens.level = min(capacity, state.tokens.level + turn.reserved_tokens - used)
-    agent = state.agents.get(turn.agent_id)
     if agent:
         agent.used_seconds += d.lane_seconds
         agent.used_tokens += used
         agent.consecutive_reaps = 0
-        agent.start_misses = 0
+        if turn.holder is None or (d.outcome == ev.OK and deadlines.in_time(turn)):
+            # A held call's backoff outlives its late or failed calls (deadlines.py)
+            agent.start_misses = 0
         agent.completions += 1
     if state.silent_from is None or (turn.granted_at is not None and turn.granted_at >= state.silent_from):
         state.silent_reaps, state.silent_from = 0, None   # the provider answered a call as new
@@ -288,6 +292,8 @@ def _turn_suspected(state: PoolState, d: ev.TurnSuspected) -> None:
     turn.suspected = True
     if d.lane_freed:
         _release_lane(state, turn)
+    if d.stalled_s is not None:
+        return   # a stream that began and went silent: nothing of its start (deadlines.py)
     if turn.start_backoff == 0 and turn.granted_at is not None:
         deadlines.estimator(state, turn, learn=True).observe(d.waited_s, turn.estimated_tokens, spread=False)
     agent = state.agents.get(turn.agent_id)

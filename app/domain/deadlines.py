@@ -37,14 +37,35 @@ holder is gone, and nothing else. A slow call is not a dead one:
   pool keeps moving, while the call itself stays open and is billed once when it ends.
   Suspects off their lanes are at most as many as the lanes in use, which bounds the calls
   open at the provider at twice the lanes; past that a suspect keeps its lane.
+- a stream that began and then went silent is a suspect too (a stall): each keepalive of a
+  begun stream says how long ago its last chunk came (HeartbeatSent.idle_s, the holder's
+  view, recorded so replay decides the same), and once that reaches the pool's
+  stall_timeout_seconds the call becomes a suspect (TurnSuspected.stalled_s) by the same
+  lane rule. The gateway still closes it at its idle timeout. A stall says nothing of the
+  model's time to start, nor of the provider answering nobody: it is no sample, no start
+  miss and no outage evidence. A chunk after it does not take the lane back: the pool has
+  granted the lane to another call by then, and a call that stalled once is likely to again.
+- slowness that belongs to one agent (its prompts, its backend: a slow call's retry and its
+  next calls are slow again) must not widen the deadline of every other agent of the model.
+  So the model's estimator learns only from calls that were in time and whose agent is not
+  backed off (teaches_model): a suspect's late first chunk is not taken (its missed deadline
+  was, as a censored sample of the mean), nor is any call of an agent with start_misses.
+  The agent's own deadline backs off instead (doubled per miss, as Karn's), and the backoff
+  ends only with a call that shows its first chunk or answer before its deadline: a late
+  call that answers at last, or one the gateway cut (an ERROR completion), leaves it.
+  Chosen over a robust per-model estimate (a median or low quantile) because that would
+  still drift with the share of slow agents, and it separates the cases by who is slow,
+  which is what the per-agent backoff knows already.
 - no reap of a held call counts towards quarantine: quarantine is for agents whose own
   turns expire, and a held turn's expiry is the gateway's failure, not the agent's.
 """
 from __future__ import annotations
 
+import math
+
 from . import events as ev
 from .settings import PoolSettings
-from .state import PoolState, StartEstimator, TurnState
+from .state import AgentState, PoolState, StartEstimator, TurnState
 
 GATEWAY = "gateway"                 # the one holder there is
 MAX_MODEL_ESTIMATORS = 64           # models are named by agents: the state stays bounded
@@ -79,6 +100,23 @@ def estimator(state: PoolState, turn: TurnState, *, learn: bool = False) -> Star
     return created
 
 
+def in_time(turn: TurnState) -> bool:
+    """The call showed its first chunk (or answer) before it was suspected, if it is held."""
+    return turn.holder is None or not turn.suspected
+
+
+def teaches_model(turn: TurnState, agent: AgentState | None) -> bool:
+    """Whether this call's first chunk (or whole answer) is a sample of its model's shared
+    deadline. An unheld call's always is (the pool's own estimator). A held call's is not
+    when it was a suspect (its missed deadline was its sample already, a censored one), or
+    when its agent is backed off (start_misses, or a backed-off grant): slowness that
+    belongs to one agent's prompts or backend would otherwise widen the deadline of every
+    agent of the model (see the module's docstring)."""
+    if turn.holder is None:
+        return True
+    return not turn.suspected and turn.start_backoff == 0 and (agent is None or agent.start_misses == 0)
+
+
 def suspicion_after(state: PoolState, turn: TurnState, backoff: int) -> float | None:
     """Seconds after its grant at which a held call becomes a suspect; None while its model's
     estimate is cold, or when the deadline would not come before the call's own timeout."""
@@ -98,6 +136,18 @@ def suspects_off_lane(state: PoolState) -> int:
 def frees_lane(state: PoolState) -> bool:
     """Whether a new suspect may leave its lane (bounded: see the module's docstring)."""
     return suspects_off_lane(state) < state.lanes_in_use()
+
+
+def stalled_for(state: PoolState, turn: TurnState, idle_s: object) -> float | None:
+    """The silence a holder's keepalive reports, when it makes the held stream a suspect: it
+    began (a first chunk), is not a suspect yet, and its last chunk is stall_timeout_seconds
+    old or more. None otherwise (and for a value that is not a finite number of seconds)."""
+    stall = state.settings.stall_timeout_seconds
+    if (stall is None or turn.holder is None or not turn.streams or not turn.progressed or turn.suspected
+            or isinstance(idle_s, bool) or not isinstance(idle_s, (int, float))):
+        return None
+    idle = float(idle_s)
+    return idle if math.isfinite(idle) and idle >= stall else None
 
 
 def lease_after_heartbeat(settings: PoolSettings, turn: TurnState) -> tuple[float, bool]:

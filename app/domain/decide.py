@@ -336,6 +336,10 @@ def _on_heartbeat(step: _Step, d: ev.HeartbeatSent) -> None:
         # Its holder is alive: the full lease again, and nothing learned about the call.
         step.emit(ev.LeaseExtended, turn_id=turn.turn_id, agent_id=turn.agent_id,
                   lease_expires_at=step.now + step.state.settings.lease_seconds, keepalive=True)
+        if (silent := deadlines.stalled_for(step.state, turn, d.idle_s)) is not None:
+            step.emit(ev.TurnSuspected, turn_id=turn.turn_id, agent_id=turn.agent_id, lane=cast(int, turn.lane),
+                      waited_s=_held(turn, step.now), lane_freed=deadlines.frees_lane(step.state),
+                      stalled_s=silent)
         return
     first_chunk_s = None
     if turn.streams and not turn.progressed:

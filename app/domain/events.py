@@ -165,6 +165,9 @@ class HeartbeatSent(Event):
     at: float | None = None
     request_id: str | None = None
     keepalive: bool | None = None      # the holder is alive; says nothing of the call's progress
+    # With a keepalive of a stream that has begun: seconds since its last chunk, as its holder
+    # saw it (the stall suspicion is decided from it, so replay decides the same).
+    idle_s: float | None = None
 
 
 @event
@@ -310,13 +313,17 @@ class TurnReaped(Decided):
 class TurnSuspected(Decided):
     """A held call is slower than its model's learned deadline: it may be hung. It is not
     cut (its holder is alive and may yet get an answer); its lane is freed so the pool keeps
-    moving, unless as many suspects are already off their lanes as the pool has lanes."""
+    moving, unless as many suspects are already off their lanes as the pool has lanes.
+    With `stalled_s`, the call had begun streaming and then went silent for that long (the
+    pool's stall timeout or more, by its holder's keepalive); otherwise it showed nothing by
+    its model's deadline."""
     TYPE = TURN_SUSPECTED
     turn_id: str
     agent_id: str
     lane: int
     waited_s: float
     lane_freed: bool
+    stalled_s: float | None = None   # set when a begun stream went silent this long (not a late start)
 
 
 @event

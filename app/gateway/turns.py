@@ -91,9 +91,12 @@ class GatewayTurn:
         self.rt, self.principal, self.pool = runtime, dataclasses.replace(principal, via_gateway=True), pool
         self.svc = runtime.service
         self.turn_id: str | None = None
-        self.lease_s = runtime.projector.model.pools[pool].settings.lease_seconds
+        settings = runtime.projector.model.pools[pool].settings
+        self.lease_s, self.stall_s = settings.lease_seconds, settings.stall_timeout_seconds
         self._streams = False
         self._first_chunk_sent = False
+        self._last_chunk_at: float | None = None     # monotonic time of the stream's latest chunk
+        self._stall_told = False                     # a keepalive has reported the stall already
         self._beat: asyncio.Task | None = None
         self._keepalive: asyncio.Task | None = None
         self._completing = False
@@ -190,14 +193,40 @@ class GatewayTurn:
         return (f"the upstream call took longer than {self.request_timeout_s:g} s (the pool's "
                 "requestTimeoutSeconds); AgentRM closed the call")
 
+    def idle_s(self, now: float) -> float | None:
+        """Seconds since the stream's latest chunk, once it has begun (None before, and for a
+        call that does not stream)."""
+        return None if self._last_chunk_at is None else max(0.0, now - self._last_chunk_at)
+
+    def _stall_due_at(self) -> float | None:
+        """When the begun stream's silence reaches the pool's stall timeout, if it has not been
+        reported yet: the keepalive wakes then, so the core may suspect it at once rather than
+        at the next renewal (app/domain/deadlines.py, held calls)."""
+        if self._last_chunk_at is None or self.stall_s is None or self._stall_told:
+            return None
+        return self._last_chunk_at + self.stall_s
+
     async def _keep_alive(self) -> None:
         """Renew the lease every third of it while the call is open (this task is cancelled
-        when the turn completes or the exchange ends). A short call costs no heartbeat at all;
-        a refused one (the turn ended meanwhile) stops the renewals."""
+        when the turn completes or the exchange ends), each renewal with the stream's silence
+        so far; and one renewal early, when a begun stream has been silent for the stall
+        timeout. While chunks flow that costs a wakeup per stall timeout, not a heartbeat. A
+        short call costs no heartbeat at all; a refused one (the turn ended meanwhile) stops
+        the renewals."""
+        renew_at = time.monotonic() + self.lease_s / 3
         while True:
-            await asyncio.sleep(self.lease_s / 3)
+            stall_at = self._stall_due_at()
+            wake = renew_at if stall_at is None else min(renew_at, stall_at)
+            await asyncio.sleep(max(0.0, wake - time.monotonic()))
+            now = time.monotonic()
+            idle = self.idle_s(now)
+            stalled = self.stall_s is not None and idle is not None and idle >= self.stall_s
+            if now < renew_at and not (stalled and not self._stall_told):
+                continue   # the stream moved meanwhile: wait for the next chunk's stall time
+            self._stall_told = self._stall_told or stalled
+            renew_at = now + self.lease_s / 3
             try:
-                await self.svc.heartbeat(self.principal, self.turn_id, keepalive=True)
+                await self.svc.heartbeat(self.principal, self.turn_id, keepalive=True, idle_s=idle)
             except ServiceError as exc:
                 log.info("keepalive refused", extra={"turn_id": self.turn_id, "reason": str(exc)})
                 return
@@ -221,8 +250,11 @@ class GatewayTurn:
     def on_chunk(self) -> None:
         """Called from the code that reads the upstream's bytes: a stream's first chunk is
         reported at once (its model's first-chunk sample, and the end of any suspicion);
-        the lease itself is the keepalive's to renew."""
-        if not self._streams or self._first_chunk_sent:
+        the lease itself is the keepalive's to renew, with the time since the latest chunk."""
+        if not self._streams:
+            return
+        self._last_chunk_at = time.monotonic()
+        if self._first_chunk_sent:
             return
         self._first_chunk_sent = True
         self._beat = asyncio.create_task(self._heartbeat())

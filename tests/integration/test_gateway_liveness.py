@@ -80,3 +80,46 @@ async def test_fifty_concurrent_calls_on_one_token_all_succeed_with_the_sdks_def
         await client.close()
     finally:
         await fake.stop()
+
+
+async def test_a_stream_that_stalls_after_its_first_chunk_gives_up_its_lane_until_the_idle_cut(server, operator,
+                                                                                                 upstream):
+    # One lane. The first stream stops after two words and never resumes; the second call
+    # waits for the lane. The stall suspicion (1 s of silence) frees it; the gateway still
+    # closes the stalled call at its idle limit (15 s here), as an error inside the stream.
+    pool = await make_pool(operator, upstream, lanes=1, adaptiveLanes=False, stallTimeoutSeconds=1.0,
+                           streamIdleTimeoutSeconds=15.0)
+    stalled_agent, stalled_token = await make_agent(operator, pool, "stalls")
+    other_agent, other_token = await make_agent(operator, pool, "waits")
+    stalled_client = openai.AsyncOpenAI(base_url=f"{server.base}/v1", api_key=stalled_token, max_retries=0)
+    other_client = openai.AsyncOpenAI(base_url=f"{server.base}/v1", api_key=other_token)
+    upstream.stall_next_after(2)
+    finished: list[str] = []
+
+    async def stalls() -> None:
+        stream = await stalled_client.chat.completions.create(model="fake-gpt", messages=MESSAGES, stream=True)
+        try:
+            async for _chunk in stream:
+                pass
+        except openai.APIError:
+            finished.append("stalled call cut")
+
+    async def waits() -> None:
+        await upstream.wait_for(lambda seen: any(s.hung for s in seen))
+        reply = await other_client.chat.completions.create(model="fake-gpt", messages=MESSAGES)
+        assert reply.choices[0].message.content == REPLY
+        finished.append("other call answered")
+
+    await asyncio.gather(stalls(), waits())
+    assert finished == ["other call answered", "stalled call cut"]   # the lane did not wait for the cut
+    [stalled_turn] = turns_of(server, stalled_agent)
+    [suspect] = await events_of(server, {ev.TURN_SUSPECTED}, turn_id=stalled_turn["turn_id"])
+    assert suspect.data["stalled_s"] >= 1.0 and suspect.data["lane_freed"] is True
+    [told] = [e for e in await events_of(server, {ev.HEARTBEAT_SENT}, turn_id=stalled_turn["turn_id"], keepalive=True)
+              if e.data.get("idle_s", 0) >= 1.0][:1]
+    assert told.position < suspect.position
+    assert stalled_turn["status"] == ev.COMPLETED and stalled_turn["outcome"] == ev.ERROR
+    assert server.runtime.projector.model.agent_view(stalled_agent)["state"] == ev.ACTIVE
+    assert not await events_of(server, {ev.TURN_SUSPECTED}, agent_id=other_agent)
+    await stalled_client.close()
+    await other_client.close()

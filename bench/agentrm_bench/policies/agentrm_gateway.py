@@ -28,6 +28,13 @@ with the code it follows:
   suspect (TurnSuspected); its lane is freed (bounded by the lanes in use) while the call
   stays open, and the lane's hold ends there (sim.held_until). The core decides it
   (app/domain/decide.py `_fire_suspicions`, app/domain/apply.py `_turn_suspected`).
+- Stalls: each keepalive of a begun stream carries the seconds since its last chunk
+  (`GatewayTurn.idle_s`, HeartbeatSent.idle_s), and one more goes when that silence reaches
+  the pool's stall_timeout_seconds (`GatewayTurn._stall_due_at`; here a Watchdog on the
+  attempt with that idle limit). The core makes the call a suspect and frees its lane
+  (app/domain/deadlines.py `stalled_for`, decide.py `_on_heartbeat`). The real gateway
+  restarts its renewal period at that early keepalive; here the period runs on (one
+  keepalive more per stall, which changes nothing the core decides).
 - 429: nothing is retried in the gateway; the upstream's 429 is reported (RATE_LIMITED,
   with retry-after and the headers) and relayed (proxy.py `_relay_failure`).
 - Quarantine: a held turn's reap or cut never counts towards it (apply.py `_turn_reaped`:
@@ -72,6 +79,7 @@ class _Exchange:
     granted_at: float | None = None
     attempt: Attempt | None = None
     watchdog: Watchdog | None = None
+    stall_watch: Watchdog | None = None   # the early keepalive of a begun stream gone silent
     began: bool = False           # the stream reached the client (its first chunk)
     done: bool = False            # the gateway has answered the SDK (or dropped the exchange)
 
@@ -149,8 +157,9 @@ class AgentRMGateway(AgentRM):
 
     def _end(self, ex: _Exchange) -> None:
         ex.done = True
-        if ex.watchdog is not None:
-            ex.watchdog.cancel()
+        for watch in (ex.watchdog, ex.stall_watch):
+            if watch is not None:
+                watch.cancel()
         if ex.granted_at is not None:
             self.mean_hold_s += (self.sim.now - ex.granted_at - self.mean_hold_s) / 8.0   # proxy.py
         self.exchanges.pop(ex.turn_id, None)
@@ -181,15 +190,27 @@ class AgentRMGateway(AgentRM):
         request_s, idle_s = self.settings.timeouts_for(cur.agent.model)
         ex.watchdog = Watchdog(self.sim, attempt, min(idle_s, request_s), idle_s,
                                lambda a: self._timed_out(ex))
+        stall_s = self.settings.stall_timeout_seconds
+        if stall_s is not None and self.streams:
+            ex.stall_watch = Watchdog(self.sim, attempt, None, stall_s, lambda a: self._send_keepalive(ex))
         self.sim.after(request_s, lambda: self._timed_out(ex))
 
     def _keepalive(self, ex: _Exchange) -> None:
         if ex.done:
             return
-        self.counts["keepalives"] += 1
-        self._after_report_delay(lambda: self._decide(ev.HEARTBEAT_SENT, {"turn_id": ex.turn_id, "keepalive": True})
-                                 if ex.turn_id in self.by_turn else None)
+        self._send_keepalive(ex)
         self.sim.after(self.keepalive_s, lambda: self._keepalive(ex))
+
+    def _send_keepalive(self, ex: _Exchange) -> None:
+        """HeartbeatSent with keepalive, and the begun stream's silence so far (turns.py idle_s)."""
+        if ex.done:
+            return
+        self.counts["keepalives"] += 1
+        data: dict = {"turn_id": ex.turn_id, "keepalive": True}
+        attempt, now = ex.attempt, self.sim.now
+        if attempt is not None and attempt.chunk_seen(now):
+            data["idle_s"] = math.ceil(max(0.0, now - attempt.silent_since(now)) * 1000) / 1000   # service.py
+        self._after_report_delay(lambda: self._decide(ev.HEARTBEAT_SENT, data) if ex.turn_id in self.by_turn else None)
 
     def _first_chunk(self, ex: _Exchange) -> None:
         if ex.done:
