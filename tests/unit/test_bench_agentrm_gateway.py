@@ -1,8 +1,8 @@
 """`agentrm-gateway`: the real core behind its gateway, which holds the turns. A slow call is
 never reaped nor cut (keepalives, 120 s idle limit), a hung one is cut at the idle limit and
-retried by the SDK while its lane was freed at suspicion, a stalled stream's error reaches
-the agent, and no agent is ever quarantined, where the client-held `agentrm` quarantines an
-agent whose calls are all slow."""
+retried by the SDK while its lane was freed at suspicion, a stalled stream gives up its lane
+at the stall timeout and its error reaches the agent, and no agent is ever quarantined,
+where the client-held `agentrm` quarantines an agent whose calls are all slow."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +11,7 @@ from agentrm_bench.harness import run_policy
 from agentrm_bench.workload import BATCH, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams
 
 IDLE_S = 120.0   # PoolSettings.stream_idle_timeout_seconds
+STALL_S = 6.0    # PoolSettings.stall_timeout_seconds
 
 
 def _trace(calls: list[CallSpec], minutes: float = 20.0) -> Trace:
@@ -67,11 +68,13 @@ def test_a_call_that_hangs_on_every_sdk_retry_reaches_the_agent_which_asks_again
     assert run.recorder.notes["agentrm_gateway_errors_to_agent"] == 1
 
 
-def test_a_stream_that_stalls_holds_its_lane_to_the_idle_limit_and_its_error_reaches_the_agent():
+def test_a_stream_that_stalls_gives_up_its_lane_at_the_stall_timeout_and_its_error_reaches_the_agent():
     run = _run("agentrm-gateway", _warm() + [_call(10, latency=20.0, fault="stall", stall_after_s=3.0)])
     rec = run.recorder
     stalled = rec.calls[-1]
     assert stalled.attempts == 2 and stalled.failed == 1 and stalled.completed_at is not None
     (hold,) = [h for h in rec.holds if h.hung_s > 0]
-    assert hold.hung_s == pytest.approx(IDLE_S, abs=0.1)   # silent on its lane until the cut
+    # a suspect once silent for the stall timeout (its lane freed); the call is cut at the idle limit
+    assert hold.hung_s == pytest.approx(STALL_S, abs=0.1)
+    assert rec.notes["agentrm_gateway_lanes_freed"] >= 1 and rec.notes["agentrm_gateway_gateway_cuts"] == 1
     assert rec.notes["agentrm_gateway_sdk_retries"] == 0      # an error inside a begun stream
