@@ -52,6 +52,7 @@ GATEWAY_REGISTRY.register(gc_pauses.PAUSES)
 # Every name this module exports, for the ops files' check (tests/unit/test_ops_files.py).
 EXPORTED = (
     "agentrm_gateway_request_duration_seconds", "agentrm_gateway_upstream_responses_total",
+    "agentrm_gateway_idempotent_replays_total",
     "agentrm_grants_total", "agentrm_reaps_total", "agentrm_demotions_total", "agentrm_boosts_total",
     "agentrm_promotions_total", "agentrm_rate_limited_total", "agentrm_pauses_total",
     "agentrm_compactions_total", "agentrm_quarantines_total", "agentrm_grant_latency_seconds",
