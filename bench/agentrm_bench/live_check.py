@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import json
 import math
+import secrets
 import socket
 import statistics
 import time
@@ -73,7 +74,8 @@ from .workload import (
 
 TOLERANCE = 0.15               # relative agreement asked of p50, p95 and throughput
 LANE_WASTE_ABS_TOLERANCE = 0.02  # lane waste is a small fraction: compared in absolute points
-OPERATOR_TOKEN = "live-check-operator"
+# The server refuses a short or guessable operator token; each run draws its own.
+OPERATOR_TOKEN = "op_live_check_" + secrets.token_hex(8)
 
 
 # -- settings ---------------------------------------------------------------------------------
