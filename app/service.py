@@ -28,7 +28,7 @@ from app.auth import (
     require_self_or_operator,
 )
 from app.domain import events as ev
-from app.domain import pool_access, rules
+from app.domain import limiter, pool_access, rules
 from app.domain.context import resume_point_for
 from app.domain.settings import MAX_MODEL_NAME, PoolSettings
 from app.domain.streams import agent_stream, pool_stream, turn_stream
@@ -335,9 +335,10 @@ class Service:
         # The scheduler's own rules, checked here too so that a request bound to be refused
         # gets an error and appends nothing. (An agent not admitted yet will be: its
         # registration comes before this request in the log.)
-        if refusal := rules.reservation_refusal(rules.reservation(est, out), settings.tpm):
+        if refusal := rules.reservation_refusal(rules.reservation(est, out), limiter.token_capacity(settings)):
             raise BadInput(f"estimatedTokens + maxOutputTokens = {refusal.need} exceeds pool "
-                           f"{agent['pool']!r} tpm of {refusal.limit}; it could never be admitted")
+                           f"{agent['pool']!r} {limiter.budget_name(settings)} of {refusal.limit}; "
+                           "it could never be admitted")
         if rules.agent_refusal(agent["state"]):
             raise Forbidden("agent is quarantined after repeated reaps; an operator must release it")
         unanswered = self._unanswered.get(agent["agent_id"], 0)

@@ -103,8 +103,10 @@ COMPLETE = f"""mutation($id: ID!, $outcome: Outcome!, $p: Int, $c: Int, $retry: 
 
 CANCEL = f"mutation($id: ID!) {{ cancelTurn(turnId: $id) {{ {TURN_FIELDS} }} }}"
 
-CREATE_POOL = """mutation($name: String!, $lanes: Int!, $rpm: Int!, $tpm: Int!, $lease: Float!, $boost: Float) {
-  createPool(input: {name: $name, lanes: $lanes, rpm: $rpm, tpm: $tpm, leaseSeconds: $lease, boostSeconds: $boost}) {
+CREATE_POOL = """mutation($name: String!, $lanes: Int!, $rpm: Int!, $tpm: Int!, $lease: Float!, $boost: Float,
+                            $limiter: RateLimiter) {
+  createPool(input: {name: $name, lanes: $lanes, rpm: $rpm, tpm: $tpm, leaseSeconds: $lease, boostSeconds: $boost,
+                     limiter: $limiter}) {
     name lanes rpm tpm leaseSeconds } }"""
 
 SCHEDULER = """query($pool: String!) { scheduler(pool: $pool) { pool position

@@ -5,13 +5,18 @@ workload tells it, per request, how long to take and whether to hang) and only O
 stream. The gateway must be tested with the official SDKs, which send real requests:
 OpenAI chat completions and Anthropic messages, streaming and not. What it does share is
 the limiter: `agentrm_bench.sim.Provider`, the simulation's model of a provider's RPM/TPM
-buckets, 429 + retry-after and x-ratelimit-* headers (here also given in Anthropic's names).
+buckets, 429 + retry-after and x-ratelimit-* headers (here also given in Anthropic's names),
+or with `limiter=` one of its other shapes: a strict "sliding-window" or "fixed-window" of
+`window_s` (sim.provider_of), whose headers say what is left of the window and when it frees.
 
 Behaviour:
 - time to first byte `first_chunk_s`, then one SSE event per word every `chunk_interval_s`
   (realistic latency, scaled down);
 - `reject_next(n, retry_after)` answers the next n requests 429 with retry-after, as a
   provider that counts traffic AgentRM does not see would;
+- `exhaust_next(reset_s)` answers the next admitted request with remaining 0 and that reset,
+  and refuses (429) every request that arrives before the reset, as a provider whose budget
+  other traffic spent would;
 - `hang_next(n)` admits the next n requests and then sends nothing (not even headers)
   until the client hangs up;
 - `gate_next()` holds the next answer (before its first byte) until the test opens the
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
-from agentrm_bench.sim import Provider
+from agentrm_bench.sim import provider_of
 from app.context.tokens import count_text
 from app.gateway.embeddings import EMBEDDINGS
 from app.gateway.responses_wire import RESPONSES
@@ -81,9 +86,11 @@ class Seen:
 class FakeUpstream:
     def __init__(self, rpm: int = 10_000, tpm: int = 10_000_000, *, first_chunk_s: float = 0.02,
                  chunk_interval_s: float = 0.01, words: int = REPLY_WORDS, count_tokens: bool = False,
-                 responses: bool = False):
-        self.limiter = Provider(rpm, tpm)
+                 responses: bool = False, limiter: str = "token-bucket", window_s: float = 60.0, **shape):
+        self.limiter = provider_of(limiter, rpm, tpm, window_s=window_s, **shape)
         self.count_tokens, self.responses = count_tokens, responses
+        self._exhaust: list[float] = []
+        self._exhausted_until = 0.0
         self.first_chunk_s, self.chunk_interval_s, self.words = first_chunk_s, chunk_interval_s, words
         self.seen: list[Seen] = []
         self.missing: list[str] = []     # the paths answered 404
@@ -104,6 +111,9 @@ class FakeUpstream:
     def fail_next(self, status: int, body: dict) -> None:
         """The next request is answered `status` with `body`, as a provider's own error."""
         self._failures.append((status, body))
+
+    def exhaust_next(self, reset_s: float) -> None:
+        self._exhaust.append(reset_s)
 
     def delay_next(self, seconds: float, model: str | None = None) -> None:
         """The next answer's (to `model`, if named) first byte, headers included, comes after
@@ -210,6 +220,12 @@ class FakeUpstream:
             await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire, seen), "retry-after": f"{retry:g}"})
             return
         answer = self.limiter.submit(now, seen.prompt_tokens, seen.max_tokens)
+        if answer.admitted and now < self._exhausted_until:
+            seen.status = 429
+            headers = {**self._rate_headers(wire, seen), **self._exhausted(wire, now)}
+            await _json(send, 429, _rate_error(wire),
+                        {**headers, "retry-after": f"{max(1, int(self._exhausted_until - now + 0.999))}"})
+            return
         if not answer.admitted:
             seen.status = 429
             await _json(send, 429, _rate_error(wire), {**self._rate_headers(wire, seen),
@@ -242,6 +258,10 @@ class FakeUpstream:
             words = []
         completion = count_text(f"{tool}{{}}" if tool is not None else "".join(words))
         headers = self._rate_headers(wire, seen)
+        if self._exhaust:
+            self._exhausted_until = time.time() - self._t0 + self._exhaust.pop(0)
+        if time.time() - self._t0 < self._exhausted_until:
+            headers.update(self._exhausted(wire, time.time() - self._t0))
         if not seen.stream:
             text = "".join(words)
             await asyncio.sleep(self.chunk_interval_s * len(words))
@@ -282,6 +302,14 @@ class FakeUpstream:
         seen.finished = True
         self.limiter.settle(time.time() - self._t0, seen.prompt_tokens + seen.max_tokens,
                             seen.prompt_tokens + completion)
+
+    def _exhausted(self, wire, now: float) -> dict:
+        """Remaining 0 until the exhaustion's reset, in the wire's names."""
+        left = max(0.0, self._exhausted_until - now)
+        if wire is OPENAI:
+            return {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": f"{left:.3f}s"}
+        reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + left + 1))
+        return {"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset}
 
     def _rate_headers(self, wire, seen: Seen) -> dict:
         h = self.limiter._headers()

@@ -20,6 +20,7 @@ PLAIN_FIELDS = (
     "size_slack_cap_seconds", "run_forget_seconds", "output_credit_per_ktoken", "output_credit_cap_seconds",
     "adaptive_lanes", "adaptive_lanes_initial", "adaptive_lanes_minimum",
     "outage_after_silent_reaps", "probe_backoff_cap", "request_timeout_seconds", "stream_idle_timeout_seconds",
+    "limiter_window_seconds", "agent_retry_after_cap_seconds",
 )
 
 
@@ -32,6 +33,8 @@ def settings_of(data) -> PoolSettings:
             given[key] = value
     if data.policy is not None:
         given["policy"] = data.policy.value
+    if data.limiter is not None:
+        given["limiter"] = data.limiter.value
     if data.class_slack_seconds is not None:
         given["class_slack_seconds"] = tuple(data.class_slack_seconds)
     # Null is a value here: no stall deadline (a streaming turn keeps the plain lease);

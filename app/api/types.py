@@ -61,6 +61,14 @@ class SchedulingPolicy(Enum):
     FIFO = "fifo"
 
 
+@strawberry.enum(description="The shape of the provider's rate limiter a pool admits against "
+                            "(docs/concepts/rate-admission.md).")
+class RateLimiter(Enum):
+    SLIDING_WINDOW = "sliding-window"
+    FIXED_WINDOW = "fixed-window"
+    TOKEN_BUCKET = "token-bucket"
+
+
 @strawberry.type
 class Pool:
     name: str
@@ -93,6 +101,11 @@ class Pool:
     request_timeout_seconds: float
     stream_idle_timeout_seconds: float
     model_timeouts: list[ModelTimeout]
+    limiter: RateLimiter
+    limiter_window_seconds: float
+    agent_retry_after_cap_seconds: float | None = strawberry.field(description=(
+        "The longest pause an agent's own report of a 429 may cause; null: agents' reports are trusted "
+        "(a pool created before the rule)."))
 
     @classmethod
     def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> Pool:
@@ -113,7 +126,11 @@ class Pool:
                    request_timeout_seconds=s.request_timeout_seconds,
                    stream_idle_timeout_seconds=s.stream_idle_timeout_seconds,
                    model_timeouts=[ModelTimeout(model=m, request_timeout_seconds=r, stream_idle_timeout_seconds=i)
-                                   for m, r, i in s.model_timeouts])
+                                   for m, r, i in s.model_timeouts],
+                   # A pool recorded before the setting admitted against a token bucket.
+                   limiter=RateLimiter(s.limiter or "token-bucket"),
+                   limiter_window_seconds=s.limiter_window_seconds,
+                   agent_retry_after_cap_seconds=s.agent_retry_after_cap_seconds)
 
 
 @strawberry.type(description="A model's own timeouts for the calls the gateway holds.")
@@ -324,6 +341,15 @@ class PoolInput:
     model_timeouts: list[ModelTimeoutInput] | None = strawberry.field(default=None, description=(
         "Per-model request and stream idle timeouts of gateway calls (at most 32 models), overriding "
         "the pool's two for calls that name that model."))
+    limiter: RateLimiter | None = strawberry.field(default=None, description=(
+        "The shape of the provider's limiter: SLIDING_WINDOW (default: safe against every shape), "
+        "FIXED_WINDOW (the same rule) or TOKEN_BUCKET (buckets refilled continuously, one minute's worth)."))
+    limiter_window_seconds: float | None = strawberry.field(default=None, description=(
+        "SLIDING_WINDOW and FIXED_WINDOW: the window W (default 60; 10 for Azure's 10-second slices), "
+        "1-3600. At most rpm x W/60 requests and tpm x W/60 tokens are admitted in any W + 1 seconds."))
+    agent_retry_after_cap_seconds: float | None = strawberry.field(default=None, description=(
+        "An agent's own report of a 429 is a claim: its retry-after is capped at this (default 30), "
+        "0-60, and it pauses only that agent unless the gateway or another agent reported one within it."))
 
 
 @strawberry.input

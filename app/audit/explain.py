@@ -113,6 +113,13 @@ def explain_turn(turn_id: str, turn_records: list[Record], pool_records: list[Re
         elif isinstance(e, ev.PoolPaused):
             n.say(f"Its 429 paused the whole pool until {when(e.until)} (retry-after {e.retry_after:.1f}s "
                   f"+ jitter {e.jitter:.2f}s) and cut the admitted rate factor to {e.rate_factor:.2f}.")
+        elif isinstance(e, ev.ModelPaused):
+            n.say(f"Its 429 paused model {e.model} (not the pool) until {when(e.until)} and cut that model's "
+                  f"rate factor to {e.rate_factor:.2f}.")
+        elif isinstance(e, ev.AgentPaused):
+            n.say(f"Its agent's own report of a 429 is a claim nothing corroborated: only that agent paused, "
+                  f"until {when(e.until)} (retry-after {e.retry_after:.1f}s"
+                  + (f", capped from {e.claimed_retry_after:.1f}s)." if e.claimed_retry_after else ")."))
         if isinstance(e, _FREES_LANE):
             finished_at = e.at
     if n.queued is None:
@@ -150,6 +157,11 @@ def _while_waiting(n: _Narrator, state: PoolState, d: ev.Decided) -> None:
                  if d.at - me.queued_at >= state.settings.boost_seconds else "."))
     elif isinstance(d, ev.PoolPaused):
         n.say(f"While it waited, turn {_short(d.turn_id)} hit a 429 and the pool paused until {when(d.until)}.")
+    elif isinstance(d, ev.ModelPaused) and d.model == me.model:
+        n.say(f"While it waited, turn {_short(d.turn_id)} hit a 429 on its model {d.model}, which paused "
+              f"until {when(d.until)}.")
+    elif isinstance(d, ev.AgentPaused) and d.agent_id == me.agent_id:
+        n.say(f"While it waited, its agent reported a 429 and paused until {when(d.until)}.")
 
 
 def _granted(n: _Narrator, state: PoolState, d: ev.TurnGranted) -> None:

@@ -25,9 +25,18 @@ over a whole log in one pass. The bound is an upper bound only: a scheduler that
 less than it could passes here (the worked examples in the unit tests pin the exact
 levels). It also checks that a PoolPaused halves the factor the log implies (AIMD's
 decrease, never below the floor) and that nothing is granted while the pool is paused.
+
+A pool whose limiter is a window (settings `limiter` "sliding-window" or "fixed-window")
+promises something else, checked instead of the envelope: at every grant, the grants of
+the last W + 1 seconds (W = `limiter_window_seconds`, the 1 s the documented margin for
+arrival delays), this one included, hold at most rpm x W/60 requests and tpm x W/60
+tokens net of refunds, scaled by the factor the log implies. The grants are kept here at
+their exact times; the scheduler counts them in tenth-of-a-second slices, which only
+counts more.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from app.domain import events as ev
@@ -36,6 +45,7 @@ from app.domain import events as ev
 # that fit may sit a rounding error beyond the bound recomputed here.
 REL_EPSILON = 1e-9
 ABS_EPSILON = 1e-6
+WINDOW_MARGIN_S = 1.0   # the margin the limiter documents (docs/concepts/rate-admission.md)
 
 
 @dataclass
@@ -107,6 +117,8 @@ class RateOracle:
     reservations: dict[str, int] = field(default_factory=dict)  # granted, not yet settled
     paused_until: float | None = None
     grants: int = 0
+    window_s: float | None = None   # a window limiter's W; None: the buckets' envelope
+    recent: deque = field(default_factory=deque)   # window limiters: [at, turn id, tokens] of recent grants
 
     def __post_init__(self) -> None:
         self.requests = _Envelope("requests", self.rpm)
@@ -117,9 +129,11 @@ class RateOracle:
         """From a PoolCreated event's data."""
         pool = ev.PoolCreated.from_dict(created)
         s, at = pool.settings, float(pool.at)
+        windowed = s.get("limiter") in ("sliding-window", "fixed-window")
         return cls(rpm=float(s["rpm"]), tpm=float(s["tpm"]), aimd_floor=float(s.get("aimd_floor", 0.1)),
                    aimd_decrease=float(s.get("aimd_decrease", 0.5)), clock=at,
-                   aimd=_Aimd(1.0, at, float(s.get("aimd_increase_per_minute", 0.1))))
+                   aimd=_Aimd(1.0, at, float(s.get("aimd_increase_per_minute", 0.1))),
+                   window_s=float(s.get("limiter_window_seconds", 60.0)) if windowed else None)
 
     def factor(self) -> float:
         return self.aimd.at(self.clock)
@@ -159,6 +173,8 @@ class RateOracle:
             return f"turn {turn_id} reserved {reserved} tokens, but it asked for {need} (estimated + max output)"
         self.reservations[turn_id] = reserved
         self.grants += 1
+        if self.window_s is not None:
+            return self._within_window(turn_id, reserved)
         self.requests.consumed += 1
         self.tokens.consumed += reserved
         for env in (self.requests, self.tokens):
@@ -166,11 +182,29 @@ class RateOracle:
                 return f"turn {turn_id} granted beyond the rate budget: {env.explain()}"
         return None
 
+    def _within_window(self, turn_id: str, reserved: int) -> str | None:
+        span = float(self.window_s) + WINDOW_MARGIN_S   # type: ignore[arg-type]  # a window limiter's
+        while self.recent and self.recent[0][0] <= self.clock - span:
+            self.recent.popleft()
+        self.recent.append([self.clock, turn_id, float(reserved)])
+        share = self.factor() * float(self.window_s) / 60.0   # type: ignore[arg-type]
+        requests, tokens = len(self.recent), sum(entry[2] for entry in self.recent)
+        for name, used, limit in (("requests", requests, self.rpm), ("tokens", tokens, self.tpm)):
+            budget = limit * share
+            if used > budget + ABS_EPSILON + REL_EPSILON * limit:
+                return (f"turn {turn_id} granted beyond the rate budget: {used:g} {name} granted net of "
+                        f"refunds in the {span:g} s up to {self.clock:.3f}, over the window's "
+                        f"{budget:.3f} (limit {limit:g}/min x {self.window_s:g}/60 x AIMD factor)")
+        return None
+
     def _TurnCompleted(self, d: ev.TurnCompleted, where: str) -> None:
         reserved = self.reservations.pop(d.turn_id, None)
         if reserved is not None:  # refunded once, by the reservation the grant made
             used = int(d.prompt_tokens or 0) + int(d.completion_tokens or 0)
             self.tokens.consumed -= reserved - used
+            for entry in self.recent:
+                if entry[1] == d.turn_id:
+                    entry[2] = max(0.0, entry[2] - (reserved - used))
 
     def _settled_without_refund(self, d: ev.TurnReaped | ev.TurnCancelled, where: str) -> None:
         self.reservations.pop(d.turn_id, None)

@@ -11,9 +11,10 @@ import math
 from collections.abc import Callable
 from typing import Any, cast
 
-from . import deadlines
+from . import deadlines, limiter
 from . import events as ev
 from .admission import aimd_factor
+from .rate_scopes import POOL, Hold, ModelLimits
 from .settings import PoolSettings
 from .state import AgentState, PoolState, RunState, TurnState
 
@@ -56,6 +57,25 @@ def _advance(state: PoolState, at: float) -> None:
     state.rate_factor = aimd_factor(state.rate_factor, state.rate_factor_at, at, s.aimd_increase_per_minute)
     state.rate_factor_at = at
     state.clock = at
+    _forget_spent_limits(state, at)
+
+
+def _forget_spent_limits(state: PoolState, at: float) -> None:
+    """Drop what no longer holds anything back at `at` (pauses and holds over, a model's
+    factor back at 1, reports older than the cap), so the state stays bounded."""
+    if state.agent_pauses:
+        for agent_id in [a for a, until in state.agent_pauses.items() if until <= at]:
+            del state.agent_pauses[agent_id]
+    if state.holds:
+        for scope in [k for k, hold in state.holds.items() if hold.until <= at]:
+            del state.holds[scope]
+    if state.model_limits:
+        increase = state.settings.aimd_increase_per_minute
+        for model in [m for m, limits in state.model_limits.items() if limits.idle(at, increase)]:
+            del state.model_limits[model]
+    if state.rate_reports:
+        cap = state.settings.agent_retry_after_cap_seconds or 0.0
+        state.rate_reports = [r for r in state.rate_reports if r[0] > at - cap]
 
 
 def _enqueue(state: PoolState, turn: TurnState) -> None:
@@ -166,6 +186,15 @@ def _turn_granted(state: PoolState, d: ev.TurnGranted) -> None:
     state.lanes[turn.lane] = turn.turn_id
     state.requests.level -= 1
     state.tokens.level -= turn.reserved_tokens
+    if state.settings.windowed:
+        state.window.add(d.at, turn.reserved_tokens)
+        state.window.prune(d.at, limiter.span(state.settings))
+    if state.holds:
+        for scope in (POOL, turn.model):
+            hold = state.holds.get(scope) if scope is not None else None
+            if hold is not None and hold.active(d.at):
+                hold.requests = None if hold.requests is None else hold.requests - 1
+                hold.tokens = None if hold.tokens is None else hold.tokens - turn.reserved_tokens
     turn.granted_mark, turn.grant_number = state.reserved_total, state.granted_total
     state.reserved_total += turn.reserved_tokens
     state.granted_total += 1
@@ -211,6 +240,8 @@ def _turn_completed(state: PoolState, d: ev.TurnCompleted) -> None:
     # Reconcile the reservation with real usage; never above the bucket's capacity.
     capacity = state.tokens.capacity(state.rate_factor)
     state.tokens.level = min(capacity, state.tokens.level + turn.reserved_tokens - used)
+    if state.settings.windowed and turn.granted_at is not None:
+        state.window.refund(turn.granted_at, turn.reserved_tokens - used)
     if agent:
         agent.used_seconds += d.lane_seconds
         agent.used_tokens += used
@@ -358,10 +389,32 @@ def _pool_paused(state: PoolState, d: ev.PoolPaused) -> None:
     # rate instead of releasing a full bucket at once, which is what caused the 429.
     state.requests.level = min(state.requests.level, 0.0)
     state.tokens.level = min(state.tokens.level, state.tokens.capacity(state.rate_factor))
+    _reported(state, d.at, d.reporter, None)
 
 
 def _pool_resumed(state: PoolState, d: ev.PoolResumed) -> None:
     state.paused_until = None
+
+
+def _reported(state: PoolState, at: float, reporter: str | None, model: str | None) -> None:
+    """A 429 report kept for the claims rule (decide._corroborated): the latest per reporter
+    and model, so the list is bounded by the reporters."""
+    if reporter is None:
+        return
+    state.rate_reports = [r for r in state.rate_reports if (r[1], r[2]) != (reporter, model)]
+    state.rate_reports.append([at, reporter, model])
+
+
+def _model_paused(state: PoolState, d: ev.ModelPaused) -> None:
+    limits = state.model_limits.setdefault(d.model, ModelLimits())
+    limits.paused_until = d.until
+    limits.factor, limits.factor_at = d.rate_factor, d.at
+    _reported(state, d.at, d.reporter, d.model)
+
+
+def _agent_paused(state: PoolState, d: ev.AgentPaused) -> None:
+    state.agent_pauses[d.agent_id] = max(d.until, state.agent_pauses.get(d.agent_id, d.until))
+    _reported(state, d.at, d.agent_id, d.model)
 
 
 def _rate_observed(state: PoolState, d: ev.RateObserved) -> None:
@@ -371,6 +424,15 @@ def _rate_observed(state: PoolState, d: ev.RateObserved) -> None:
         state.requests.level = min(state.requests.level, float(d.remaining_requests))
     if d.remaining_tokens is not None:
         state.tokens.level = min(state.tokens.level, float(d.remaining_tokens))
+    if d.hold_until is not None:
+        scope = d.model or POOL
+        as_of = float(d.hold_as_of) if d.hold_as_of is not None else d.at
+        held = state.holds.get(scope)
+        # A later call's headers describe a later state of the provider: an older call's,
+        # arriving after them, do not replace them.
+        if held is None or not held.active(d.at) or held.as_of <= as_of:
+            state.holds[scope] = Hold(until=float(d.hold_until), requests=d.hold_requests, tokens=d.hold_tokens,
+                                      as_of=as_of)
 
 
 def _lane_limit_changed(state: PoolState, d: ev.LaneLimitChanged) -> None:
@@ -412,4 +474,6 @@ _HANDLERS: dict[str, Callable[[PoolState, Any], None]] = {
     ev.PROVIDER_OUTAGE_SUSPECTED: _outage_suspected,
     ev.PROVIDER_RECOVERED: _provider_recovered,
     ev.RATE_RECOVERED: _rate_recovered,
+    ev.MODEL_PAUSED: _model_paused,
+    ev.AGENT_PAUSED: _agent_paused,
 }

@@ -26,8 +26,14 @@ granted with a lease that ends at its start deadline (see settings); its first h
 gives the full lease and is the sample the deadline is estimated from. A provider call
 that never produces a chunk is reaped after a few seconds, not a whole lease.
 Admission: the head turn is granted only if a lane is free, the pool is not paused, and
-both buckets hold its reservation; the head is never skipped for a smaller turn behind
-it, so big requests cannot starve either.
+the pool's limiter (buckets or window, limiter.py) holds its reservation; the head is
+never skipped for a smaller turn behind it, so big requests cannot starve either. A turn
+held back by a scope of its own (its agent's pause, its model's pause, hold or lower AIMD
+factor) is passed over: the next turn is asked.
+A 429 pauses what it concerns: the call's model when the call named one (ModelPaused),
+else the pool (PoolPaused). An agent's own report of a 429 is a claim (the gateway's
+reports are not): its retry-after is capped, and it pauses only that agent (AgentPaused)
+unless the gateway or another agent reported one within the cap.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ import math
 from collections.abc import Callable
 from typing import Any, cast
 
-from . import deadlines, ordering, pool_access, rules
+from . import deadlines, limiter, ordering, pool_access, rules
 from . import events as ev
 from .access import AccessPolicy
 from .admission import MAX_RETRY_AFTER_S, RateObservation, aimd_factor, jitter, parse_rate_headers
@@ -127,8 +133,7 @@ def factor_at(state: PoolState, now: float) -> float:
 
 def available(state: PoolState, now: float) -> tuple[float, float]:
     """(requests, tokens) admissible at `now`, as apply() will compute them."""
-    f = state.rate_factor
-    return state.requests.available(now, f), state.tokens.available(now, f)
+    return limiter.available(state, now)
 
 
 def next_deadline(state: PoolState, now: float) -> float | None:
@@ -144,23 +149,32 @@ def next_deadline(state: PoolState, now: float) -> float | None:
         times.extend(aging)
     if state.paused_until is not None:
         times.append(state.paused_until)
-    else:
-        head = ordering.next_turn(state)
-        if head is not None and deadlines.grants_allowed(state) > 0:
-            wait = max(state.requests.seconds_until(1, now, state.rate_factor),
-                       state.tokens.seconds_until(head.need_tokens, now, state.rate_factor))
-            if math.isinf(wait):
-                # The reservation exceeds the capacity at the factor of the last decision:
-                # wake when the factor has grown enough to hold it (_dispatch then folds
-                # it forward with RateRecovered, and the refill wait follows).
-                wait = _seconds_until_factor_allows(state, head, now)
-            times.append(now + max(wait, 1e-3))
+    elif deadlines.grants_allowed(state) > 0:
+        times.extend(_admission_wakeups(state, now))
     return min(times) if times else None
+
+
+def _admission_wakeups(state: PoolState, now: float) -> list[float]:
+    """When the turns _dispatch would ask, in its order, may be let through: each one
+    passed over (its own scope holds it) until the first the pool's budget decides."""
+    order, passed, times = ordering.GrantOrder(state), set[str](), list[float]()
+    while (turn := order.next(passed) if passed else order.next()) is not None:
+        kind, when = limiter.verdict(state, turn, now)
+        if math.isinf(when):
+            # The reservation exceeds the capacity at the factor of the last decision:
+            # wake when the factor has grown enough to hold it (_dispatch then folds
+            # it forward with RateRecovered, and the refill wait follows).
+            when = now + max(_seconds_until_factor_allows(state, turn, now), 1e-3)
+        times.append(max(when, now + 1e-3))
+        if kind != limiter.SKIP:
+            break
+        passed.add(turn.turn_id)
+    return times
 
 
 def _seconds_until_factor_allows(state: PoolState, head: TurnState, now: float) -> float:
     s = state.settings
-    needed = max(1.0 / s.rpm, head.need_tokens / s.tpm)
+    needed = limiter.factor_needed(s, head)
     per_second = max(s.aimd_increase_per_minute, 1e-9) / 60.0
     return max(0.0, state.rate_factor_at + (needed - state.rate_factor) / per_second - now)
 
@@ -290,10 +304,11 @@ def _on_request(step: _Step, d: ev.TurnRequested) -> None:
     max_output = d.max_output_tokens if d.has("max_output_tokens") else 0
     refusal = (rules.agent_refusal(agent.state if agent is not None else None)
                or rules.reservation_refusal(rules.reservation(d.estimated_tokens, max_output),
-                                            state.settings.tpm)
+                                            limiter.token_capacity(state.settings))
                or _queue_refusal(state, agent_id, d.queue_cap))
     if refusal is not None:
-        step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=_reason(refusal))
+        step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id,
+                  reason=_reason(refusal, limiter.budget_name(state.settings)))
         return
     if (verdict := pool_access.refusal(step.access, agent_id, state.settings.name)) is not None:
         step.emit(ev.TurnCancelled, turn_id=turn_id, agent_id=agent_id, reason=pool_access.reason(verdict),
@@ -319,12 +334,12 @@ def _queue_refusal(state: PoolState, agent_id: str, cap: object) -> rules.Refusa
     return rules.queue_refusal(state.queued_of(agent_id), cap)
 
 
-def _reason(refusal: rules.Refusal) -> str:
+def _reason(refusal: rules.Refusal, budget: str) -> str:
     """A refused request's reason, as the log has always spelled it."""
     if refusal.kind == rules.QUEUE_FULL:
         return rules.queue_full_reason(refusal)
     if refusal.kind == rules.TOO_BIG:
-        return f"reservation of {refusal.need} tokens exceeds the pool's tpm of {refusal.limit}"
+        return rules.too_big_reason(refusal, budget)
     return {rules.UNKNOWN_AGENT: "unknown agent", rules.QUARANTINED: "agent quarantined"}[refusal.kind]
 
 
@@ -406,24 +421,118 @@ def _on_completion(step: _Step, d: ev.CompletionReported) -> None:
     if not observation.empty():
         granted_since = (state.granted_total - turn.grant_number - 1,
                          state.reserved_total - turn.granted_mark - turn.reserved_tokens)
-        step.emit(ev.RateObserved, turn_id=turn.turn_id,
-                  **_aged_observation(observation, _held(turn, now), granted_since, state.settings))
+        fields = _aged_observation(observation, _held(turn, now), granted_since, state.settings)
+        if state.settings.rate_rules and not _is_claim(state, turn):
+            fields.update(_hold(state, turn, observation, granted_since, now))
+        step.emit(ev.RateObserved, turn_id=turn.turn_id, **fields)
     if outcome == ev.RATE_LIMITED:
-        s = state.settings
-        retry_after = d.retry_after_seconds
-        if retry_after is None:
-            retry_after = observation.retry_after_s
-        if retry_after is None:
-            retry_after = s.retry_after_default
-        retry_after = min(float(retry_after), MAX_RETRY_AFTER_S)
-        spread = jitter(turn.turn_id, s.jitter_seconds)
-        until = now + float(retry_after) + spread
-        if state.paused_until is not None:
-            until = max(until, state.paused_until)
-        new_factor = max(s.aimd_floor, factor_at(state, now) * s.aimd_decrease)
-        step.emit(ev.PoolPaused, turn_id=turn.turn_id, until=until, retry_after=float(retry_after),
-                  jitter=spread, rate_factor=new_factor)
+        _rate_limited(step, turn, d, observation)
     _after_usage(step, turn.agent_id)
+
+
+def _is_claim(state: PoolState, turn: TurnState) -> bool:
+    """Whether a report on this turn is an agent's claim: the agent completed it itself
+    (a gateway turn is completed by the gateway only, with what the provider answered),
+    in a pool whose rules treat agents' reports as claims."""
+    return state.settings.agent_retry_after_cap_seconds is not None and turn.holder != deadlines.GATEWAY
+
+
+def _rate_limited(step: _Step, turn: TurnState, d: ev.CompletionReported, observation: RateObservation) -> None:
+    """A 429: pause what it concerns. An agent's claim, uncorroborated, pauses that agent
+    alone; otherwise the call's model, or the pool if the model is unknown, pauses and its
+    AIMD factor is cut."""
+    state, now = step.state, step.now
+    s = state.settings
+    retry_after = d.retry_after_seconds
+    if retry_after is None:
+        retry_after = observation.retry_after_s
+    if retry_after is None:
+        retry_after = s.retry_after_default
+    retry_after = min(float(retry_after), MAX_RETRY_AFTER_S)
+    reporter = None
+    if s.agent_retry_after_cap_seconds is not None:
+        reporter = deadlines.GATEWAY if turn.holder == deadlines.GATEWAY else turn.agent_id
+    if _is_claim(state, turn):
+        cap = float(cast(float, s.agent_retry_after_cap_seconds))
+        claimed, retry_after = retry_after, min(retry_after, cap)
+        if not _corroborated(state, turn, now, cap):
+            step.emit(ev.AgentPaused, turn_id=turn.turn_id, agent_id=turn.agent_id,
+                      until=max(now + retry_after, state.agent_pauses.get(turn.agent_id, now)),
+                      retry_after=retry_after, claimed_retry_after=claimed if claimed > retry_after else None,
+                      model=turn.model)
+            return
+    spread = jitter(turn.turn_id, s.jitter_seconds)
+    until = now + float(retry_after) + spread
+    model = _model_scope(state, turn)
+    if model is not None:
+        limits = state.model_limits.get(model)
+        if limits is not None and limits.paused_until is not None:
+            until = max(until, limits.paused_until)
+        factor = min(factor_at(state, now), limiter.model_factor(state, turn, now))
+        step.emit(ev.ModelPaused, turn_id=turn.turn_id, model=model, until=until, retry_after=float(retry_after),
+                  jitter=spread, rate_factor=max(s.aimd_floor, factor * s.aimd_decrease), reporter=reporter)
+        return
+    if state.paused_until is not None:
+        until = max(until, state.paused_until)
+    new_factor = max(s.aimd_floor, factor_at(state, now) * s.aimd_decrease)
+    step.emit(ev.PoolPaused, turn_id=turn.turn_id, until=until, retry_after=float(retry_after),
+              jitter=spread, rate_factor=new_factor, reporter=reporter)
+
+
+def _model_scope(state: PoolState, turn: TurnState) -> str | None:
+    """The model a 429 or the headers of this turn concern, or None for the whole pool: the
+    model unknown, the rule off (a pool recorded before it), or too many models already
+    (agents name them: the state stays bounded)."""
+    model = turn.model
+    if not state.settings.rate_rules or not model:
+        return None
+    if model in state.model_limits or model in state.holds:
+        return model
+    tracked = max(len(state.model_limits), len(state.holds))
+    return model if tracked < deadlines.MAX_MODEL_ESTIMATORS else None
+
+
+def _corroborated(state: PoolState, turn: TurnState, now: float, cap: float) -> bool:
+    """An agent's 429 is believed when the gateway or another agent reported one within the
+    cap, on the same model (or either without one)."""
+    return any(at > now - cap and who != turn.agent_id and (model is None or turn.model is None or model == turn.model)
+               for at, who, model in state.rate_reports)
+
+
+def _hold(state: PoolState, turn: TurnState, observation: RateObservation, granted_since: tuple[float, float],
+          now: float) -> dict[str, Any]:
+    """The provider's remaining budget overrides the pool's model of it until its reset:
+    remaining 0 holds the scope's grants until the reset; remaining N lets N more through
+    (less what was granted after the observed call) until the reset, or for a window if
+    none is given. A token bucket reads a remaining N > 0 through its bucket (apply), and
+    its reset is the time to refill the whole bucket (OpenAI's meaning), so a bucket holds
+    for no longer than one request takes to refill."""
+    s = state.settings
+    ends: list[float] = []
+    left: dict[str, float | None] = {"requests": None, "tokens": None}
+    for kind, since, remaining, reset, limit in (
+            ("requests", granted_since[0], observation.remaining_requests, observation.reset_requests_s,
+             observation.limit_requests or s.rpm),
+            ("tokens", granted_since[1], observation.remaining_tokens, observation.reset_tokens_s,
+             observation.limit_tokens or s.tpm)):
+        if remaining is None:
+            continue
+        if remaining < 1:
+            if reset is None:
+                if not s.windowed:
+                    continue
+                reset = limiter.span(s)
+            if not s.windowed:
+                reset = min(reset, 60.0 / max(limit, 1e-9))
+            left[kind] = 0.0
+            ends.append(now + reset)
+        elif s.windowed:
+            left[kind] = max(0.0, remaining - max(0.0, since))
+            ends.append(now + (reset if reset is not None else limiter.span(s)))
+    if not ends or max(ends) <= now:
+        return {}
+    return {"model": _model_scope(state, turn), "hold_until": max(ends), "hold_requests": left["requests"],
+            "hold_tokens": left["tokens"], "hold_as_of": turn.granted_at}
 
 
 def _aged_observation(observation: RateObservation, age: float, granted_since: tuple[float, float],
@@ -481,12 +590,16 @@ def _dispatch(step: _Step) -> None:
     # `after` (a list of every free lane per pass would scan all of a big pool's lanes).
     after = 0
     order = ordering.GrantOrder(state)
+    passed: set[str] = set()   # held back by a scope of their own for the rest of this pass
     while (lane := _free_lane(state, after)) is not None and deadlines.grants_allowed(state) > 0:
-        head = order.next()
+        head = order.next(passed) if passed else order.next()
         if head is None:
             return
-        requests, tokens = available(state, now)
-        if requests < 1 or tokens < head.need_tokens:
+        kind, _when = limiter.verdict(state, head, now)
+        if kind == limiter.SKIP:
+            passed.add(head.turn_id)
+            continue
+        if kind == limiter.WAIT:
             if _rate_recovered(step, head):
                 continue
             return
@@ -525,11 +638,10 @@ def _rate_recovered(step: _Step, head: TurnState) -> bool:
     head waits for some unrelated decision. True when the head may now fit."""
     state, now = step.state, step.now
     stale = state.rate_factor
-    if (head.need_tokens <= state.tokens.capacity(stale) and 1 <= state.requests.capacity(stale)):
+    if limiter.within_capacity(state.settings, head, stale):
         return False   # it fits the capacity; only the refill is missing
     grown = factor_at(state, now)
     if grown <= stale:
         return False
     step.emit(ev.RateRecovered, turn_id=head.turn_id, rate_factor=grown)
-    requests, tokens = available(state, now)
-    return requests >= 1 and tokens >= head.need_tokens
+    return limiter.fits(state, head, now, state.rate_factor)

@@ -57,12 +57,14 @@ LANE_LIMIT_CHANGED = "LaneLimitChanged"              # the number of lanes in us
 PROVIDER_OUTAGE_SUSPECTED = "ProviderOutageSuspected"  # one probe at a time from here
 PROVIDER_RECOVERED = "ProviderRecovered"
 RATE_RECOVERED = "RateRecovered"                    # the AIMD factor, folded forward for a waiting head
+MODEL_PAUSED = "ModelPaused"                        # a 429 on one model: that model pauses, not the pool
+AGENT_PAUSED = "AgentPaused"                        # an agent's own report of a 429: only its turns wait
 
 DECISIONS = frozenset({AGENT_ADMITTED, QUARANTINE_LIFTED, TURN_QUEUED, TURN_GRANTED, LEASE_EXTENDED, TURN_COMPLETED,
                        TURN_CANCELLED, TURN_REAPED, TURN_SUSPECTED, AGENT_DEMOTED, LEVELS_BOOSTED, TURN_PROMOTED,
                        AGENT_QUARANTINED,
                        POOL_PAUSED, POOL_RESUMED, RATE_OBSERVED, LANE_LIMIT_CHANGED, PROVIDER_OUTAGE_SUSPECTED,
-                       PROVIDER_RECOVERED, RATE_RECOVERED})
+                       PROVIDER_RECOVERED, RATE_RECOVERED, MODEL_PAUSED, AGENT_PAUSED})
 
 # Turn statuses and agent states, as the public contract spells them.
 QUEUED, GRANTED, COMPLETED, CANCELLED, REAPED = "QUEUED", "GRANTED", "COMPLETED", "CANCELLED", "REAPED"
@@ -369,6 +371,7 @@ class PoolPaused(Decided):
     retry_after: float
     jitter: float
     rate_factor: float
+    reporter: str | None = None            # "gateway" or the agent whose report it was (claims rule on)
 
 
 @event
@@ -392,6 +395,14 @@ class RateObserved(Decided):
     observed_remaining_requests: float | None = None
     observed_remaining_tokens: float | None = None
     age_s: float | None = None
+    # Set when the headers hold grants back until their reset (rate_scopes.Hold): the scope
+    # (the call's model; absent: the pool), the end, what may still be granted before it
+    # (absent: no bound of that kind), and when the observed call was granted.
+    model: str | None = None
+    hold_until: float | None = None
+    hold_requests: float | None = None
+    hold_tokens: float | None = None
+    hold_as_of: float | None = None
 
 
 @event
@@ -427,6 +438,33 @@ class RateRecovered(Decided):
     TYPE = RATE_RECOVERED
     turn_id: str
     rate_factor: float
+
+
+@event
+class ModelPaused(Decided):
+    """A 429 on a call that named its model: that model's turns wait until `until` and are
+    then admitted at `rate_factor` (the model's AIMD factor); the pool's other models go on."""
+    TYPE = MODEL_PAUSED
+    turn_id: str
+    model: str
+    until: float
+    retry_after: float
+    jitter: float
+    rate_factor: float
+    reporter: str | None = None            # "gateway" or the agent whose report it was
+
+
+@event
+class AgentPaused(Decided):
+    """An agent's own report of a 429, which nothing corroborated: a claim, so only that
+    agent's turns wait, for its retry-after capped at agent_retry_after_cap_seconds."""
+    TYPE = AGENT_PAUSED
+    turn_id: str
+    agent_id: str
+    until: float
+    retry_after: float                     # as capped
+    claimed_retry_after: float | None = None   # set when the claim asked for longer
+    model: str | None = None               # the call's model, if it named one
 
 
 # -- context (stream context-<agent>; folded by app.domain.context) -------------------
@@ -498,7 +536,7 @@ _REGISTRY = _catalogue(
     AgentAdmitted, QuarantineLifted, TurnQueued, TurnGranted, LeaseExtended, TurnCompleted,
     TurnCancelled, TurnReaped, TurnSuspected, AgentDemoted, LevelsBoosted, TurnPromoted, AgentQuarantined,
     PoolPaused, PoolResumed, RateObserved, LaneLimitChanged, ProviderOutageSuspected,
-    ProviderRecovered, RateRecovered,
+    ProviderRecovered, RateRecovered, ModelPaused, AgentPaused,
     ContextAppended, ContextCompacted,
     *resource_events.EVENTS,
 )

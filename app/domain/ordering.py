@@ -53,6 +53,7 @@ import heapq
 from typing import Any
 
 from . import events as ev
+from . import limiter
 from .state import PoolState, TurnState
 
 DEADLINE = "deadline"
@@ -79,6 +80,9 @@ def rate_bound(state: PoolState) -> bool:
     if not s.output_credit_per_ktoken > 0:
         return False
     factor, at = state.rate_factor, state.clock
+    if s.windowed:
+        left, caps = limiter.available(state, at), limiter.capacity(s, factor)
+        return any(have < RATE_BOUND_LEVEL * cap for have, cap in zip(left, caps))
     return any(bucket.available(at, factor) < RATE_BOUND_LEVEL * bucket.capacity(factor)
                for bucket in (state.requests, state.tokens))
 
@@ -123,15 +127,20 @@ def min_slack(state: PoolState) -> float:
     return -s.output_credit_cap_seconds if s.output_credit_per_ktoken > 0 else 0.0
 
 
-def next_turn(state: PoolState) -> TurnState | None:
+def next_turn(state: PoolState, passed: set[str] | frozenset[str] = frozenset()) -> TurnState | None:
     """The queued turn the next free lane goes to (if the rate budget takes it: the choice
-    is never skipped for a smaller turn behind it, so big requests cannot starve either)."""
+    is never skipped for a smaller turn behind it, so big requests cannot starve either),
+    `passed` left out (turns a scope of their own holds back: limiter.verdict's SKIP)."""
     if not by_deadline(state):
-        return state.head()
+        if not passed:
+            return state.head()
+        return next((state.turns[t] for queue in state.queues for t in queue if t not in passed), None)
     best, best_key = None, None
     bound = rate_bound(state)
     for queue in state.queues:
         for turn_id in queue:
+            if turn_id in passed:
+                continue
             turn = state.turns[turn_id]
             key = (deadline(state, turn, bound), turn.seq)
             if best_key is None or key < best_key:
@@ -158,10 +167,12 @@ class GrantOrder:
         self._heap: list[tuple[float, int, str]] | None = None
         self._bound: bool | None = None
 
-    def next(self) -> TurnState | None:
+    def next(self, passed: set[str] | frozenset[str] = frozenset()) -> TurnState | None:
+        """The next turn to ask, `passed` left out (turns held back by a scope of their own
+        for the rest of the pass, limiter.verdict's SKIP)."""
         state = self.state
         if not by_deadline(state):
-            return state.head()
+            return next_turn(state, passed)
         bound = rate_bound(state)
         if self._heap is None or bound != self._bound:
             queued = (state.turns[turn_id] for queue in state.queues for turn_id in queue)
@@ -171,9 +182,9 @@ class GrantOrder:
         heap = self._heap
         while heap:
             turn = state.turns.get(heap[0][2])
-            if turn is not None and turn.status == ev.QUEUED:
+            if turn is not None and turn.status == ev.QUEUED and turn.turn_id not in passed:
                 return turn
-            heapq.heappop(heap)   # granted earlier in this pass
+            heapq.heappop(heap)   # granted earlier in this pass, or passed over for the rest of it
         return None
 
 

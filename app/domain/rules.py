@@ -35,8 +35,14 @@ def reservation(estimated_tokens: int, max_output_tokens: int | None) -> int:
 
 
 def reservation_refusal(need: int, tpm: int) -> Refusal | None:
-    """A reservation larger than the pool's whole minute of tokens could never be admitted."""
+    """A reservation larger than the pool's whole minute of tokens (or its whole window's,
+    for a window shorter than a minute: limiter.token_capacity) could never be admitted."""
     return Refusal(TOO_BIG, need=need, limit=tpm) if need > tpm else None
+
+
+def too_big_reason(refusal: Refusal, budget: str = "tpm") -> str:
+    """`budget`: what the limit is, "tpm" or a window's tokens (limiter.budget_name)."""
+    return f"reservation of {refusal.need} tokens exceeds the pool's {budget} of {refusal.limit}"
 
 
 def agent_refusal(agent_state: str | None) -> Refusal | None:

@@ -33,6 +33,12 @@ Defaults and why (docs/reference/pool-settings.md lists them):
 - Adaptive lanes: the number of lanes in use is learned from the provider's time to first
   chunk (app/domain/concurrency.py, a gradient limit after Netflix's Gradient2); the
   configured lanes are its ceiling.
+- Limiter "sliding-window" over 60 s (app/domain/rate_window.py): a provider may enforce its
+  RPM/TPM as a token bucket, a sliding window or fixed windows, and admitting no more than
+  the limit in any window of 60 s (+1 s) is safe against all three, where modelling a bucket
+  that starts full draws a 429 from the other two at the first refill after the burst.
+- Agent reports are claims: an agent's own 429 pauses only that agent, for at most 30 s,
+  unless the gateway or another agent reported one within those 30 s (decide.py).
 """
 from __future__ import annotations
 
@@ -45,6 +51,9 @@ MAX_LANES = 1024
 MAX_MODEL_TIMEOUTS = 32
 MAX_MODEL_NAME = 200
 POLICIES = ("mlfq", "fifo", "deadline")
+TOKEN_BUCKET, SLIDING_WINDOW, FIXED_WINDOW = "token-bucket", "sliding-window", "fixed-window"
+LIMITERS = (TOKEN_BUCKET, SLIDING_WINDOW, FIXED_WINDOW)
+MAX_AGENT_RETRY_AFTER_CAP = 60.0
 ORDER_FIELDS = ("class_slack_seconds", "run_slack_per_service", "run_slack_cap_seconds",
                 "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds",
                 "output_credit_per_ktoken", "output_credit_cap_seconds")
@@ -89,6 +98,16 @@ class PoolSettings:
     request_timeout_seconds: float = 600.0
     stream_idle_timeout_seconds: float = 120.0
     model_timeouts: tuple[tuple[str, float, float], ...] = ()
+    # The shape of the provider's limiter the pool admits against (app/domain/limiter.py):
+    # "token-bucket" (two buckets refilled continuously, one minute's worth), "sliding-window"
+    # or "fixed-window" (at most rpm x W/60 requests and tpm x W/60 tokens in any window of W
+    # seconds, W = limiter_window_seconds). None: a pool recorded before the limiter was a
+    # setting (a token bucket, with the rules of its time).
+    limiter: str | None = SLIDING_WINDOW
+    limiter_window_seconds: float = 60.0
+    # The longest pause an agent's own report of a 429 may cause (its retry-after is a claim);
+    # None: agents' reports are trusted as the gateway's (a pool recorded before the rule).
+    agent_retry_after_cap_seconds: float | None = 30.0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # The grant order of policy "deadline" (app/domain/ordering.py has the rule and the reasons).
     # Written to the log only by pools of that policy, so logs of the other policies keep their
@@ -109,6 +128,17 @@ class PoolSettings:
             return 0
         index = {"INTERACTIVE": 0, "BATCH": 1, "BACKGROUND": 2}[priority_class]
         return min(index, self.levels - 1)
+
+    @property
+    def windowed(self) -> bool:
+        """Admission counts the grants of a window (sliding or fixed), not a bucket."""
+        return self.limiter in (SLIDING_WINDOW, FIXED_WINDOW)
+
+    @property
+    def rate_rules(self) -> bool:
+        """The rules that came with the limiter setting: per-model pauses, and provider
+        headers that hold grants until their reset. Off for a pool recorded before them."""
+        return self.limiter is not None
 
     def allotment(self, level: int) -> tuple[float, float]:
         seconds = self.allotment_seconds[level] if level < len(self.allotment_seconds) else math.inf
@@ -184,6 +214,18 @@ class PoolSettings:
                 for entry in self.model_timeouts):
             problems.append(f"modelTimeouts must be at most {MAX_MODEL_TIMEOUTS} entries of a model name "
                             f"(1-{MAX_MODEL_NAME} characters) and two timeouts between 1 and 86400 seconds")
+        if self.limiter is not None and self.limiter not in LIMITERS:
+            problems.append("limiter must be token-bucket, sliding-window or fixed-window")
+        window = self.limiter_window_seconds
+        if not (isinstance(window, (int, float)) and not isinstance(window, bool) and 1 <= window <= 3600):
+            problems.append("limiterWindowSeconds must be between 1 and 3600")
+        elif self.windowed and self.rpm * window / 60.0 < 1:
+            # Fewer than one request per window could never be admitted.
+            problems.append("a window limiter needs rpm x limiterWindowSeconds / 60 of at least 1 request")
+        cap = self.agent_retry_after_cap_seconds
+        if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool)
+                                    and 0 <= cap <= MAX_AGENT_RETRY_AFTER_CAP):
+            problems.append(f"agentRetryAfterCapSeconds must be between 0 and {MAX_AGENT_RETRY_AFTER_CAP:g}")
         if self.tokenizer not in ("cl100k_base", "o200k_base"):
             problems.append("tokenizer must be cl100k_base or o200k_base")
         if problems:
@@ -245,7 +287,8 @@ class PoolSettings:
 # The value each later rule had before it existed. Stored settings that lack a key were
 # written before its rule, so they read it as off: replay and what-if of an old log decide
 # exactly as the recorded scheduler did.
-LEGACY: dict[str, Any] = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False}
+LEGACY: dict[str, Any] = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False,
+                          "limiter": None, "agent_retry_after_cap_seconds": None}
 # The same for a rule of the deadline order (written, like the order's other fields, only by
 # pools of that policy): a deadline pool stored without the key ran without the rule.
 LEGACY_ORDER: dict[str, Any] = {"output_credit_per_ktoken": 0.0}
@@ -255,7 +298,7 @@ LEGACY_ORDER: dict[str, Any] = {"output_credit_per_ktoken": 0.0}
 DEFAULTED: dict[str, Any] = {key: PoolSettings.__dataclass_fields__[key].default
                    for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap",
                                "output_credit_cap_seconds", "request_timeout_seconds",
-                               "stream_idle_timeout_seconds", "model_timeouts")}
+                               "stream_idle_timeout_seconds", "model_timeouts", "limiter_window_seconds")}
 
 
 def _is_int(value: object) -> bool:

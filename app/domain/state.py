@@ -15,6 +15,8 @@ from typing import Any
 
 from .admission import Bucket
 from .concurrency import LaneLimit
+from .rate_scopes import Hold, ModelLimits
+from .rate_window import RateWindow
 from .settings import PoolSettings
 
 
@@ -204,6 +206,16 @@ class PoolState:
     # First-chunk (and whole-answer) times of held calls, one estimator per model: one pool may
     # serve a fast chat model and a slow reasoning model (deadlines.estimator_key).
     model_starts: dict[str, StartEstimator] = field(default_factory=dict)
+    # The limiter rules (app/domain/limiter.py), each stored only when it holds something:
+    # the grants of the last window (window limiters), each model's pause and AIMD factor,
+    # the holds of provider headers (by model, rate_scopes.POOL for the pool), each agent's
+    # own pause after its report of a 429, and the recent 429 reports [at, reporter, model]
+    # that corroborate an agent's (decide.py).
+    window: RateWindow = field(default_factory=lambda: RateWindow())
+    model_limits: dict[str, ModelLimits] = field(default_factory=dict)
+    holds: dict[str, Hold] = field(default_factory=dict)
+    agent_pauses: dict[str, float] = field(default_factory=dict)
+    rate_reports: list[list[Any]] = field(default_factory=list)
 
     # Each agent's QUEUED turns, counted: an index of the queues, not state of its own (not
     # stored, not compared). Built from the queues by the first queued_of(), then kept by
@@ -283,6 +295,16 @@ class PoolState:
             d["lane_limit"] = asdict(self.lane_limit)
         if self.model_starts:
             d["model_starts"] = {k: asdict(v) for k, v in sorted(self.model_starts.items())}
+        if self.window.slices:
+            d["window"] = self.window.to_list()
+        if self.model_limits:
+            d["model_limits"] = {k: flat_dict(v) for k, v in sorted(self.model_limits.items())}
+        if self.holds:
+            d["holds"] = {k: flat_dict(v) for k, v in sorted(self.holds.items())}
+        if self.agent_pauses:
+            d["agent_pauses"] = dict(sorted(self.agent_pauses.items()))
+        if self.rate_reports:
+            d["rate_reports"] = [list(r) for r in self.rate_reports]
         for key in self._LATER:
             value = getattr(self, key)
             if value != PoolState.__dataclass_fields__[key].default:
@@ -301,6 +323,11 @@ class PoolState:
         state.start = StartEstimator(**d.get("start", {}))
         state.lane_limit = LaneLimit(**d.get("lane_limit", {}))
         state.model_starts = {k: StartEstimator(**v) for k, v in d.get("model_starts", {}).items()}
+        state.window = RateWindow([list(entry) for entry in d.get("window", [])])
+        state.model_limits = {k: ModelLimits(**v) for k, v in d.get("model_limits", {}).items()}
+        state.holds = {k: Hold(**v) for k, v in d.get("holds", {}).items()}
+        state.agent_pauses = dict(d.get("agent_pauses", {}))
+        state.rate_reports = [list(r) for r in d.get("rate_reports", [])]
         for key in cls._LATER:
             if key in d:
                 setattr(state, key, d[key])

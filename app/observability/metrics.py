@@ -55,6 +55,7 @@ EXPORTED = (
     "agentrm_gateway_idempotent_replays_total",
     "agentrm_grants_total", "agentrm_reaps_total", "agentrm_demotions_total", "agentrm_boosts_total",
     "agentrm_promotions_total", "agentrm_rate_limited_total", "agentrm_pauses_total",
+    "agentrm_scoped_pauses_total",
     "agentrm_compactions_total", "agentrm_quarantines_total", "agentrm_grant_latency_seconds",
     "agentrm_queue_depth", "agentrm_lanes", "agentrm_lanes_busy", "agentrm_rate_available_requests",
     "agentrm_rate_available_tokens", "agentrm_rate_factor", "agentrm_pool_paused",
@@ -79,6 +80,8 @@ class EventMetrics:
         self.rate_limited = c("agentrm_rate_limited", "Completions reported RATE_LIMITED (upstream 429s).",
                               ["pool"])
         self.pauses = c("agentrm_pauses", "Pool pauses after a 429.", ["pool"])
+        self.scoped_pauses = c("agentrm_scoped_pauses", "Pauses after a 429 of one model (scope model) or of "
+                               "one agent, its own uncorroborated report (scope agent).", ["pool", "scope"])
         self.compactions = c("agentrm_compactions", "Context compactions.", [])
         self.quarantines = c("agentrm_quarantines", "Agents quarantined after repeated reaps.", ["pool"])
         self.grant_latency = Histogram(
@@ -104,6 +107,8 @@ class EventMetrics:
             self.promotions.labels(pool).inc()
         elif kind == ev.POOL_PAUSED:
             self.pauses.labels(pool).inc()
+        elif kind in (ev.MODEL_PAUSED, ev.AGENT_PAUSED):
+            self.scoped_pauses.labels(pool, "model" if kind == ev.MODEL_PAUSED else "agent").inc()
         elif kind == ev.AGENT_QUARANTINED:
             self.quarantines.labels(pool).inc()
         elif kind == ev.COMPLETION_REPORTED and data.get("outcome") == ev.RATE_LIMITED:

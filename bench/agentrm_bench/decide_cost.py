@@ -94,8 +94,8 @@ class ScanBeforeEveryGrant:
     def __init__(self, state):
         self.state = state
 
-    def next(self):
-        return ordering.next_turn(self.state)
+    def next(self, passed=frozenset()):
+        return ordering.next_turn(self.state, passed)
 
 
 def _scanned_queued_of(self: PoolState, agent_id: str) -> int:

@@ -179,26 +179,38 @@ class Provider:
         }
 
     def submit(self, now: float, prompt_tokens: int, max_output_tokens: int) -> ProviderAnswer:
-        self.requests.refill(now)
-        self.tokens.refill(now)
+        self._advance(now)
         charge = prompt_tokens + max_output_tokens
         if self.max_concurrent is not None and self.inflight >= self.max_concurrent:
             headers = self._headers()
             headers["retry-after"] = "1"
             self.rejections.append(now)
             return ProviderAnswer(False, headers, 1.0)
-        if self.requests.level >= 1.0 and self.tokens.level >= charge:
-            self.requests.level -= 1.0
-            self.tokens.level -= charge
+        if self._fits(charge):
+            self._take(now, charge)
             self.admitted_log.append((now, charge))
             self.inflight += 1
             return ProviderAnswer(True, self._headers())
-        wait = max(self.requests.seconds_until(1.0), self.tokens.seconds_until(charge))
-        retry_after = float(max(1, math.ceil(wait)))
+        retry_after = float(max(1, math.ceil(self._wait(charge))))
         headers = self._headers()
         headers["retry-after"] = str(int(retry_after))
         self.rejections.append(now)
         return ProviderAnswer(False, headers, retry_after)
+
+    # -- the limiter's shape: two buckets here, windows in the subclasses below ------------
+    def _advance(self, now: float) -> None:
+        self.requests.refill(now)
+        self.tokens.refill(now)
+
+    def _fits(self, charge: int) -> bool:
+        return self.requests.level >= 1.0 and self.tokens.level >= charge
+
+    def _take(self, now: float, charge: int) -> None:
+        self.requests.level -= 1.0
+        self.tokens.level -= charge
+
+    def _wait(self, charge: int) -> float:
+        return max(self.requests.seconds_until(1.0), self.tokens.seconds_until(charge))
 
     def extra_first_chunk_s(self, now: float, first_chunk_s: float) -> float:
         """How much later than its trace says a call sent at `now` starts (a slowdown)."""
@@ -209,6 +221,125 @@ class Provider:
     def settle(self, now: float, charged: int, used: int) -> None:
         self.tokens.refill(now)
         self.tokens.level = min(self.tpm, self.tokens.level + charged - used)
+
+
+class SlidingWindowProvider(Provider):
+    """A provider that enforces its limits over a strict sliding window of `window_s`: a
+    request is admitted only if the requests (and tokens) it admitted in the last window,
+    plus this one, fit rpm x W/60 (tpm x W/60). `x-ratelimit-remaining-*` is what is left of
+    the window; `x-ratelimit-reset-*` is when the next one frees up (the oldest admission
+    leaves). A settled call's charge is corrected to its real usage, as the bucket's is."""
+
+    def __init__(self, rpm: int, tpm: int, window_s: float = 60.0, **kw):
+        super().__init__(rpm, tpm, **kw)
+        self.window_s = window_s
+        self.cap_requests, self.cap_tokens = rpm * window_s / 60.0, tpm * window_s / 60.0
+        self.window: list[list[float]] = []   # [at, charge, settled], oldest first
+        self.now = 0.0
+
+    def _advance(self, now: float) -> None:
+        self.now = max(self.now, now)
+        while self.window and self.window[0][0] <= self.now - self.window_s:
+            self.window.pop(0)
+
+    def _used(self) -> tuple[int, float]:
+        return len(self.window), sum(entry[1] for entry in self.window)
+
+    def _fits(self, charge: int) -> bool:
+        requests, tokens = self._used()
+        return requests + 1 <= self.cap_requests and tokens + charge <= self.cap_tokens
+
+    def _take(self, now: float, charge: int) -> None:
+        self.window.append([now, float(charge), 0.0])
+
+    def _wait(self, charge: int) -> float:
+        requests, tokens = self._used()
+        for at, taken, _settled in self.window:
+            requests, tokens = requests - 1, tokens - taken
+            if requests + 1 <= self.cap_requests and tokens + charge <= self.cap_tokens:
+                return at + self.window_s - self.now
+        return self.window_s
+
+    def _headers(self) -> dict:
+        requests, tokens = self._used()
+        oldest = (self.window[0][0] + self.window_s - self.now) if self.window else 0.0
+        return {
+            "x-ratelimit-limit-requests": str(self.rpm),
+            "x-ratelimit-limit-tokens": str(self.tpm),
+            "x-ratelimit-remaining-requests": str(max(0, math.floor(self.cap_requests - requests))),
+            "x-ratelimit-remaining-tokens": str(max(0, math.floor(self.cap_tokens - tokens))),
+            "x-ratelimit-reset-requests": _duration(max(0.0, oldest)),
+            "x-ratelimit-reset-tokens": _duration(max(0.0, oldest)),
+        }
+
+    def settle(self, now: float, charged: int, used: int) -> None:
+        self._advance(now)
+        for entry in self.window:   # the oldest admission of that charge not yet settled
+            if entry[1] == charged and not entry[2]:
+                entry[1], entry[2] = float(used), 1.0
+                break
+
+
+class FixedWindowProvider(Provider):
+    """A provider that counts its limits in fixed windows of `window_s` (Azure OpenAI counts
+    its RPM in 10-second slices: rpm x 10/60 per slice), starting at `phase_s`. The count
+    starts again at each window's start; `x-ratelimit-reset-*` is when the current one ends."""
+
+    def __init__(self, rpm: int, tpm: int, window_s: float = 60.0, phase_s: float = 0.0, **kw):
+        super().__init__(rpm, tpm, **kw)
+        self.window_s, self.phase_s = window_s, phase_s
+        self.cap_requests, self.cap_tokens = rpm * window_s / 60.0, tpm * window_s / 60.0
+        self.index: int | None = None
+        self.count, self.charged = 0, 0.0
+        self.unsettled: list[int] = []   # the charges admitted in the current window, not yet settled
+        self.now = 0.0
+
+    def _advance(self, now: float) -> None:
+        self.now = max(self.now, now)
+        index = math.floor((self.now - self.phase_s) / self.window_s)
+        if index != self.index:
+            self.index, self.count, self.charged, self.unsettled = index, 0, 0.0, []
+
+    def _fits(self, charge: int) -> bool:
+        return self.count + 1 <= self.cap_requests and self.charged + charge <= self.cap_tokens
+
+    def _take(self, now: float, charge: int) -> None:
+        self.count += 1
+        self.charged += charge
+        self.unsettled.append(charge)
+
+    def _ends_in(self) -> float:
+        index = self.index if self.index is not None else 0
+        return self.phase_s + (index + 1) * self.window_s - self.now
+
+    def _wait(self, charge: int) -> float:
+        return self._ends_in()
+
+    def _headers(self) -> dict:
+        return {
+            "x-ratelimit-limit-requests": str(self.rpm),
+            "x-ratelimit-limit-tokens": str(self.tpm),
+            "x-ratelimit-remaining-requests": str(max(0, math.floor(self.cap_requests - self.count))),
+            "x-ratelimit-remaining-tokens": str(max(0, math.floor(self.cap_tokens - self.charged))),
+            "x-ratelimit-reset-requests": _duration(max(0.0, self._ends_in())),
+            "x-ratelimit-reset-tokens": _duration(max(0.0, self._ends_in())),
+        }
+
+    def settle(self, now: float, charged: int, used: int) -> None:
+        self._advance(now)
+        if charged in self.unsettled:   # a call of an earlier window counts no more anyway
+            self.unsettled.remove(charged)
+            self.charged = max(0.0, self.charged - (charged - used))
+
+
+LIMITERS = {"token-bucket": Provider, "sliding-window": SlidingWindowProvider, "fixed-window": FixedWindowProvider}
+
+
+def provider_of(limiter: str, rpm: int, tpm: int, window_s: float = 60.0, **kw) -> Provider:
+    """A provider whose limiter has the shape `limiter` (the pool setting's names)."""
+    if limiter == "token-bucket":
+        return Provider(rpm, tpm, **kw)
+    return LIMITERS[limiter](rpm, tpm, window_s=window_s, **kw)
 
 
 # -- what happens to a call -----------------------------------------------------------------

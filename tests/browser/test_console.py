@@ -363,7 +363,8 @@ async def test_live_view_and_charts_screenshots(page, console, operator):
     async with agent:
         turn = (await agent(REQUEST, est=100, out=10, wait=30.0))["requestTurn"]
         await agent(COMPLETE, id=turn["id"], outcome="RATE_LIMITED", p=0, c=0, retry=1.0, headers=None)
-        await expect(page.locator('[data-testid="happenings"] li[data-type="PoolPaused"]').first).to_be_visible()
+        # An agent's own 429 report pauses that agent (a claim), shown as it happens.
+        await expect(page.locator('[data-testid="happenings"] li[data-type="AgentPaused"]').first).to_be_visible()
         turn = (await agent(REQUEST, est=800, out=100, wait=30.0))["requestTurn"]
         await expect(page.locator(f'[data-testid="lanes"] [data-turn="{turn["id"]}"]')).to_be_visible()
         await page.screenshot(path=str(SHOTS / "live.png"), full_page=True)

@@ -28,9 +28,9 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-async def new_pool(operator, lanes=2, lease=30.0, rpm=6000, tpm=1_000_000, boost=None) -> str:
+async def new_pool(operator, lanes=2, lease=30.0, rpm=6000, tpm=1_000_000, boost=None, limiter=None) -> str:
     name = unique("p")
-    await operator(CREATE_POOL, name=name, lanes=lanes, rpm=rpm, tpm=tpm, lease=lease, boost=boost)
+    await operator(CREATE_POOL, name=name, lanes=lanes, rpm=rpm, tpm=tpm, lease=lease, boost=boost, limiter=limiter)
     return name
 
 
@@ -80,7 +80,7 @@ async def test_completion_refunds_the_reservation_minus_real_usage(server, opera
     visible to the token (no refund: 2000 left; doubled: capped at 6000; 10x refill: off
     by the elapsed seconds times 900)."""
     tpm, rpm = 6000, 600
-    pool = await new_pool(operator, lanes=1, rpm=rpm, tpm=tpm)
+    pool = await new_pool(operator, lanes=1, rpm=rpm, tpm=tpm, limiter="TOKEN_BUCKET")
     _, token = await register(operator, "frugal", pool)
     start = await head(server)
     async with GraphQLClient(server, token) as agent:
@@ -271,35 +271,49 @@ async def test_zombie_is_reaped_and_repeat_offender_quarantined_until_released(s
         await agent(COMPLETE, id=turn["id"], outcome="OK", p=1, c=1)
 
 
-async def test_rate_limited_completion_pauses_the_pool(server, operator):
-    # One lane: the bystander is queued behind the call that hits the 429, so it is
-    # waiting when the pause begins, whatever the machine's speed.
-    pool = await new_pool(operator, lanes=1)
+async def test_an_agents_429_pauses_that_agent_and_a_second_agents_pauses_the_pool(server, operator):
+    # Two lanes, both held by the agents that will report a 429. The first report is a
+    # claim: only its agent pauses, and the bystander is granted the lane it frees. The
+    # second, from another agent within the cap, pauses the pool: the bystander's next turn
+    # is queued while the lane is free, and granted only once the pause is over.
+    pool = await new_pool(operator, lanes=2)
     _, t1 = await register(operator, "hit429", pool)
-    _, t2 = await register(operator, "bystander", pool)
+    _, t2 = await register(operator, "hit429-too", pool)
+    _, t3 = await register(operator, "bystander", pool)
     start = await head(server)
-    async with GraphQLClient(server, t1) as a1, GraphQLClient(server, t2) as a2:
-        turn = (await a1(REQUEST, est=10, out=10, wait=5))["requestTurn"]
-        waiting = (await a2(REQUEST, est=10, out=10, wait=0))["requestTurn"]
-        assert waiting["status"] == "QUEUED"
-        async with a2.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
+    async with GraphQLClient(server, t1) as a1, GraphQLClient(server, t2) as a2, GraphQLClient(server, t3) as a3:
+        first = (await a1(REQUEST, est=10, out=10, wait=5))["requestTurn"]
+        second = (await a2(REQUEST, est=10, out=10, wait=5))["requestTurn"]
+        assert first["status"] == second["status"] == "GRANTED"
+        await a1(COMPLETE, id=first["id"], outcome="RATE_LIMITED", retry=3600,
+                 headers={"x-ratelimit-remaining-requests": "0", "retry-after": "1"})
+        alone = (await a3(REQUEST, est=10, out=10, wait=10))["requestTurn"]
+        assert alone["status"] == "GRANTED"
+        state = (await operator(SCHEDULER, pool=pool))["scheduler"]
+        assert state["rateLimit"]["rateFactor"] == 1.0 and state["rateLimit"]["pausedUntil"] is None
+        await a3(COMPLETE, id=alone["id"], outcome="OK", p=10, c=10)
+        await a2(COMPLETE, id=second["id"], outcome="RATE_LIMITED", retry=1.5)
+        state = (await operator(SCHEDULER, pool=pool))["scheduler"]
+        assert state["rateLimit"]["rateFactor"] == 0.5
+        waiting = (await a3(REQUEST, est=10, out=10, wait=0))["requestTurn"]
+        async with a3.subscribe(f"subscription($id: ID!) {{ turn(turnId: $id) {{ {TURN_FIELDS} }} }}",
                                 id=waiting["id"]) as sub:
-            assert (await sub.next())["turn"]["status"] == "QUEUED"
-            await a1(COMPLETE, id=turn["id"], outcome="RATE_LIMITED", retry=1.5,
-                     headers={"x-ratelimit-remaining-requests": "0", "retry-after": "1"})
-            state = (await operator(SCHEDULER, pool=pool))["scheduler"]
-            assert state["rateLimit"]["rateFactor"] == 0.5
-            granted = (await sub.next(timeout=15))["turn"]
-            assert granted["status"] == "GRANTED"
-        await a2(COMPLETE, id=waiting["id"], outcome="OK", p=10, c=10)
-    log = await events_of(operator, start, ["PoolPaused", "PoolResumed", "TurnGranted"])
+            if waiting["status"] == "QUEUED" and (await sub.next())["turn"]["status"] == "QUEUED":
+                granted = (await sub.next(timeout=15))["turn"]
+                assert granted["status"] == "GRANTED"
+        await a3(COMPLETE, id=waiting["id"], outcome="OK", p=10, c=10)
+    log = await events_of(operator, start, ["AgentPaused", "PoolPaused", "PoolResumed", "TurnGranted"])
+    claim = next(e for e in log if e["type"] == "AgentPaused")
     paused = next(e for e in log if e["type"] == "PoolPaused")
     resumed = next(e for e in log if e["type"] == "PoolResumed")
     bystander = next(e for e in log if e["type"] == "TurnGranted" and e["data"]["turn_id"] == waiting["id"])
-    # The explicit retryAfterSeconds wins over the header, plus at most a second of jitter.
+    # The claim is capped at 30 s; the corroborated report keeps its own retry-after (within
+    # the cap), plus at most a second of jitter.
+    assert claim["data"]["retry_after"] == 30.0 and claim["data"]["claimed_retry_after"] == 3600.0
     assert paused["data"]["retry_after"] == 1.5 and 0 <= paused["data"]["jitter"] < 1.0
-    # Nobody hammers the provider during the pause: the lane was free, yet the queued
-    # turn was granted only once the pause was over.
+    assert paused["data"]["reporter"] == second["agentId"]
+    # Nobody hammers the provider during the pause: a lane was free, yet the queued turn was
+    # granted only once the pause was over.
     assert paused["position"] < resumed["position"] < bystander["position"]
     assert bystander["data"]["at"] >= paused["data"]["until"]
 

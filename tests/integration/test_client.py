@@ -91,8 +91,9 @@ async def test_a_429_inside_the_block_is_reported_rate_limited(server, operator,
         assert reported.data["outcome"] == ev.RATE_LIMITED and reported.data["retry_after_seconds"] == 3.0
         assert reported.data["rate_limit_headers"]["retry-after"] == "3"
         assert "x-ratelimit-remaining-requests" in reported.data["rate_limit_headers"]
-        paused = [e for e in await events_of(server, {ev.POOL_PAUSED}) if e.stream == f"pool-{pool}"]
-        assert len(paused) == 1 and paused[0].data["retry_after"] == 3.0
+        # An agent's own report is a claim: it pauses that agent, not the pool.
+        paused = [e for e in await events_of(server, {ev.POOL_PAUSED, ev.AGENT_PAUSED}) if e.stream == f"pool-{pool}"]
+        assert [e.type for e in paused] == [ev.AGENT_PAUSED] and paused[0].data["retry_after"] == 3.0
         # Any client's 429 can say so with RateLimited.
         with pytest.raises(RateLimited):
             async with rm.turn(estimated_tokens=30, max_output_tokens=64) as second:

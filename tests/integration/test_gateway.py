@@ -145,7 +145,7 @@ async def test_a_wrong_or_missing_key_gets_the_providers_401(server, operator, u
     assert await events_of(server, {ev.TURN_REQUESTED}, agent_id=agent_id) == [] and upstream.seen == []
 
 
-async def test_an_upstream_429_pauses_the_pool_and_every_client_is_then_served_once(server, operator, upstream):
+async def test_an_upstream_429_pauses_its_model_and_every_client_is_then_served_once(server, operator, upstream):
     pool = await make_pool(operator, upstream)
     agents = [await make_agent(operator, pool, f"c{i}") for i in range(4)]
     upstream.reject_next(1, retry_after=1)
@@ -157,9 +157,12 @@ async def test_an_upstream_429_pauses_the_pool_and_every_client_is_then_served_o
     assert raised.value.response.headers["retry-after"] == "1"
     assert raised.value.body["code"] == "rate_limit_exceeded"
     assert "x-ratelimit-remaining-requests" in raised.value.response.headers
-    paused = await events_of(server, {ev.POOL_PAUSED})
+    # The call named its model: that model pauses (every call here names it), not the pool.
+    paused = await events_of(server, {ev.POOL_PAUSED, ev.MODEL_PAUSED})
     paused = [e for e in paused if e.stream == f"pool-{pool}"]
-    assert len(paused) == 1 and paused[0].data["retry_after"] == 1.0
+    assert [e.type for e in paused] == [ev.MODEL_PAUSED]
+    assert paused[0].data["retry_after"] == 1.0 and paused[0].data["model"] == "fake-gpt"
+    assert paused[0].data["reporter"] == "gateway"
 
     # Everyone asks now, the rejected client again (its own retry, not the gateway's): all
     # wait their turn during the pause, none is refused, and each call reaches the upstream once.
@@ -316,7 +319,9 @@ async def test_three_workers_share_one_pool_and_never_exceed_its_rpm(server, ope
     fake = await FakeUpstream(rpm=rpm, tpm=tpm).start()
     others = [await Server(database_url).start() for _ in range(2)]
     try:
-        pool = await make_pool(operator, fake, rpm=rpm, tpm=tpm, lanes=8)
+        # The upstream is a token bucket, and the pool says so (the window limiters have
+        # their own test: tests/integration/test_rate_shapes.py).
+        pool = await make_pool(operator, fake, rpm=rpm, tpm=tpm, lanes=8, limiter="TOKEN_BUCKET")
         agents = [await make_agent(operator, pool, f"w{i}") for i in range(6)]
         workers = [server, *others]
 

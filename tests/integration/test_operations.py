@@ -45,14 +45,16 @@ async def test_metrics_count_what_the_log_says(server, operator):
             await agent("mutation($t: ID!) { completeTurn(input: {turnId: $t, outcome: RATE_LIMITED, "
                         "retryAfterSeconds: 30}) { id } }", t=turn["requestTurn"]["id"])
             queued = await agent("mutation { requestTurn(input: {estimatedTokens: 10}) { id status } }")
-        assert queued["requestTurn"]["status"] == "QUEUED"   # the pool is paused: it waits
+        assert queued["requestTurn"]["status"] == "QUEUED"   # its agent is paused: it waits
         async with httpx.AsyncClient() as http:
             text = (await http.get(f"{server.base}/metrics")).text
         assert sample(text, "agentrm_grants_total", pool=pool, level=0) == 1
         assert sample(text, "agentrm_rate_limited_total", pool=pool) == 1
-        assert sample(text, "agentrm_pauses_total", pool=pool) == 1
-        assert sample(text, "agentrm_pool_paused", pool=pool) == 1
-        assert 0 < sample(text, "agentrm_pool_paused_seconds_remaining", pool=pool) <= 31
+        # An agent's own report pauses only that agent (a claim), not the pool.
+        assert sample(text, "agentrm_scoped_pauses_total", pool=pool, scope="agent") == 1
+        assert sample(text, "agentrm_pauses_total", pool=pool) is None
+        assert sample(text, "agentrm_pool_paused", pool=pool) == 0
+        assert sample(text, "agentrm_pool_paused_seconds_remaining", pool=pool) == 0
         assert sample(text, "agentrm_queue_depth", pool=pool, level=0) == 1
         assert sample(text, "agentrm_lanes", pool=pool) == 3 and sample(text, "agentrm_lanes_busy", pool=pool) == 0
         assert sample(text, "agentrm_grant_latency_seconds_count", pool=pool) == 1

@@ -16,6 +16,7 @@ from app.domain.apply import apply, new_pool
 from app.domain.concurrency import INITIAL, MINIMUM, LaneLimit
 from app.domain.decide import REAP_GRACE_S, decide, decide_events, next_deadline
 from app.domain.settings import LEGACY, PoolSettings
+from tests.unit.limits import TRUSTED_BUCKET
 
 from .examples import examples
 
@@ -302,19 +303,30 @@ def test_every_later_decision_type_round_trips_to_the_same_json():
     run(s, None, None, now + 35.0)                                       # ProviderOutageSuspected
     ask(s, "p", "a", now + 36.0)
     run(s, ev.HEARTBEAT_SENT, {"turn_id": "p"}, now + 36.5)               # ProviderRecovered
-    q = pool(lanes=2, tpm=1_000, aimd_increase_per_minute=0.5)   # 0.6 by 13 s, before the boost at 60
+    q = pool(lanes=2, tpm=1_000, aimd_increase_per_minute=0.5, **TRUSTED_BUCKET)   # 0.6 by 13 s, before the boost
     register(q, "b")
     decide(q, ev.TURN_REQUESTED, {"turn_id": "x", "agent_id": "b", "estimated_tokens": 100}, 0.0)
     decide(q, ev.COMPLETION_REPORTED, {"turn_id": "x", "outcome": ev.RATE_LIMITED}, 1.0)
     decide(q, ev.TURN_REQUESTED, {"turn_id": "y", "agent_id": "b", "estimated_tokens": 600}, 2.0)
     decide(q, None, None, 4.0)                                            # the pause ends
     run(q, None, None, 30.0)                                              # RateRecovered
+    m = pool(lanes=2)
+    for agent_id in ("c", "g"):
+        register(m, agent_id)
+    run(m, ev.TURN_REQUESTED, {"turn_id": "own", "agent_id": "c", "estimated_tokens": 10}, 0.0)
+    run(m, ev.COMPLETION_REPORTED, {"turn_id": "own", "outcome": ev.RATE_LIMITED}, 1.0)   # AgentPaused
+    run(m, ev.TURN_REQUESTED, {"turn_id": "held", "agent_id": "g", "estimated_tokens": 10, "holder": "gateway",
+                               "model": "m1"}, 2.0)
+    run(m, ev.COMPLETION_REPORTED, {"turn_id": "held", "outcome": ev.RATE_LIMITED, "rate_limit_headers": {
+        "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "5s"}}, 3.0)  # ModelPaused, a hold
     seen = set()
     for d in out:
         logged = json.loads(json.dumps(d.to_dict()))
         assert ev.parse(d.TYPE, logged).to_dict() == logged
         seen.add(d.TYPE)
-    assert {ev.LANE_LIMIT_CHANGED, ev.PROVIDER_OUTAGE_SUSPECTED, ev.PROVIDER_RECOVERED, ev.RATE_RECOVERED} <= seen
+    assert {ev.LANE_LIMIT_CHANGED, ev.PROVIDER_OUTAGE_SUSPECTED, ev.PROVIDER_RECOVERED, ev.RATE_RECOVERED,
+            ev.AGENT_PAUSED, ev.MODEL_PAUSED} <= seen
+    assert any(d.TYPE == ev.RATE_OBSERVED and d.hold_until is not None for d in out)
 
 
 # -- properties -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from app.domain.apply import new_pool
 from app.domain.decide import decide, decide_many, next_deadline
 from app.domain.settings import PoolSettings
 from app.domain.state import PoolState, StartEstimator
+from tests.unit.limits import TRUSTED_BUCKET
 
 
 def decisions(out) -> list[tuple[str, dict]]:
@@ -27,6 +28,7 @@ def decisions(out) -> list[tuple[str, dict]]:
 
 def pool(**kw):
     s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 60_000, "lease_seconds": 1000.0, "policy": "mlfq",
+                        **TRUSTED_BUCKET,
                         "boost_seconds": 1000.0, "jitter_seconds": 0.0, **kw})
     return new_pool({"settings": s.to_dict(), "at": 0.0})
 

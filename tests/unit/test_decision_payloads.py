@@ -17,6 +17,7 @@ from app.domain.admission import jitter
 from app.domain.apply import new_pool
 from app.domain.decide import decide, decide_many
 from app.domain.settings import PoolSettings
+from tests.unit.limits import TRUSTED_BUCKET
 
 
 def decisions(out) -> list[tuple[str, dict]]:
@@ -25,7 +26,8 @@ def decisions(out) -> list[tuple[str, dict]]:
 
 
 def pool(**kw):
-    s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 60_000, "lease_seconds": 5.0, "policy": "mlfq", **kw})
+    s = PoolSettings(**{"lanes": 1, "rpm": 600, "tpm": 60_000, "lease_seconds": 5.0, "policy": "mlfq",
+                        **TRUSTED_BUCKET, **kw})
     return new_pool({"settings": s.to_dict(), "at": 0.0})
 
 

@@ -21,7 +21,8 @@ ALL_TYPES = {ev.POOL_CREATED, ev.AGENT_HIBERNATED, ev.AGENT_WOKEN} | ev.INPUTS |
 # Decisions of rules added after the golden logs were recorded: test_capacity_rules
 # round-trips them from the core's own output.
 LATER_TYPES = {ev.LANE_LIMIT_CHANGED, ev.PROVIDER_OUTAGE_SUSPECTED, ev.PROVIDER_RECOVERED, ev.RATE_RECOVERED,
-               ev.TURN_SUSPECTED}   # held calls: tests/unit/test_held_calls.py
+               ev.TURN_SUSPECTED,   # held calls: tests/unit/test_held_calls.py
+               ev.MODEL_PAUSED, ev.AGENT_PAUSED}   # the limiter rules: tests/unit/test_rate_scopes.py
 
 
 def _logged() -> list[dict]:

@@ -306,7 +306,7 @@ def _bucket_at(state: PoolState, bucket, fraction: float) -> None:
 
 
 def test_a_bucket_at_exactly_half_its_capacity_does_not_bind():
-    state = pool()
+    state = pool(limiter="token-bucket")
     for bucket in (state.requests, state.tokens):
         _bucket_at(state, bucket, 0.5)
     assert not ordering.rate_bound(state)

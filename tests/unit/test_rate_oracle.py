@@ -15,13 +15,14 @@ from app.audit.rate_oracle import first_violation
 from app.domain import events as ev
 from app.domain.apply import apply, new_pool
 from app.domain.settings import PoolSettings
+from tests.unit.limits import TRUSTED_BUCKET
 
 from .examples import examples
 from .workload import SETTINGS, Ledger, drive, workload
 
 
 def created(**kw) -> dict:
-    return {"settings": PoolSettings(**{"rpm": 6, "tpm": 6_000, **kw}).to_dict(), "at": 0.0}
+    return {"settings": PoolSettings(**{"rpm": 6, "tpm": 6_000, **TRUSTED_BUCKET, **kw}).to_dict(), "at": 0.0}
 
 
 def queued(turn_id: str, at: float, est: int = 100, out: int = 0) -> tuple[str, dict]:

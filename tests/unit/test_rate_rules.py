@@ -12,13 +12,17 @@ from app.domain.admission import jitter
 from app.domain.apply import new_pool
 from app.domain.decide import decide_many, next_deadline
 from app.domain.settings import PoolSettings
+from tests.unit.limits import TRUSTED_BUCKET
 
 
 class Pool:
     """One pool driven through decide_many, keeping every decision it made."""
 
     def __init__(self, **settings):
-        s = PoolSettings(**{"lanes": 8, "rpm": 600, "tpm": 60_000, "jitter_seconds": 1.0, **settings})
+        # The token bucket, and agents' reports trusted: the rules these examples state
+        # (the window limiter and agents' claims: test_rate_window.py, test_rate_scopes.py).
+        s = PoolSettings(**{"lanes": 8, "rpm": 600, "tpm": 60_000, "jitter_seconds": 1.0, **TRUSTED_BUCKET,
+                            **settings})
         self.state = new_pool({"settings": s.to_dict(), "at": 0.0})
         self.log: list[tuple[str, dict]] = []
         self.position = 0

@@ -158,6 +158,7 @@ def test_each_input_field_sets_the_setting_the_page_maps_it_to():
     assert {"name", "lanes", "policy", "stall_timeout_seconds"} <= set(mapped)
     # An input value as strawberry hands it over, and the setting it must become.
     shapes = {"policy": (SimpleNamespace(value="fifo"), "fifo"),
+              "limiter": (SimpleNamespace(value="fixed-window"), "fixed-window"),
               "class_slack_seconds": ([1.0, 2.0, 3.0], (1.0, 2.0, 3.0)),
               "model_timeouts": ([SimpleNamespace(model="m", request_timeout_seconds=900.0,
                                                   stream_idle_timeout_seconds=30.0)], (("m", 900.0, 30.0),))}

@@ -14,13 +14,14 @@ from app.domain.admission import parse_duration, parse_rate_headers
 from app.domain.apply import apply, new_pool
 from app.domain.decide import REAP_GRACE_S, decide, decide_many, next_deadline
 from app.domain.settings import PoolSettings
+from tests.unit.limits import TRUSTED_BUCKET
 
 from .examples import examples
 from .workload import Ledger
 
 
 def pool(**kw):
-    s = PoolSettings(**{"lanes": 2, "rpm": 600, "tpm": 100_000, "policy": "mlfq", **kw})
+    s = PoolSettings(**{"lanes": 2, "rpm": 600, "tpm": 100_000, "policy": "mlfq", **TRUSTED_BUCKET, **kw})
     return new_pool({"settings": s.to_dict(), "at": 0.0})
 
 

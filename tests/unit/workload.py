@@ -184,7 +184,10 @@ class Ledger:
         elif type_ == ev.TURN_GRANTED:
             need(turn is not None and turn["status"] == ev.QUEUED, "granted but not queued")
             need(0 <= d["lane"] < self.settings.lanes and d["lane"] not in self.lanes, "lane busy or absent")
-            waiting = [t for t in self.turns.values() if t["status"] == ev.QUEUED]
+            # An agent paused by its own report of a 429 is passed over: its turns wait.
+            waiting = [t for t in self.turns.values() if t["status"] == ev.QUEUED
+                       and self.agents[t["agent"]].get("paused_until", d["at"]) <= d["at"]]
+            need(turn is not None and turn in waiting, "granted to an agent paused by its own 429")
             if self.settings.policy == "deadline":
                 # Whether the rate budget binds is the grant's own claim (rate_bound); the
                 # claim itself is checked against the buckets in test_ordering.py.
@@ -234,6 +237,9 @@ class Ledger:
                     t["level"] = 0 if aged else self.agents[t["agent"]]["level"]
             forget = d["at"] - self.settings.run_forget_seconds
             self.runs = {r: x for r, x in self.runs.items() if x["live"] > 0 or x["last"] > forget}
+        elif type_ == ev.AGENT_PAUSED:
+            agent = self.agents[d["agent_id"]]
+            agent["paused_until"] = max(d["until"], agent.get("paused_until", d["until"]))
         elif type_ == ev.AGENT_QUARANTINED:
             self.agents[d["agent_id"]]["state"] = ev.QUARANTINED
         elif type_ == ev.QUARANTINE_LIFTED:

@@ -21,6 +21,10 @@ function describe(e: LogEvent, name: (id: string) => string): string {
       return `pool paused for ${Number(d.retry_after).toFixed(1)} s (AIMD factor ${Number(d.rate_factor).toFixed(2)})`;
     case "PoolResumed":
       return "pool resumed";
+    case "ModelPaused":
+      return `model ${d.model} paused for ${Number(d.retry_after).toFixed(1)} s (its AIMD factor ${Number(d.rate_factor).toFixed(2)})`;
+    case "AgentPaused":
+      return `${who} paused for ${Number(d.retry_after).toFixed(1)} s after its own 429 report (a claim)`;
     case "TurnCompleted":
       return `${who}: provider answered 429`;
     case "AgentHibernated":

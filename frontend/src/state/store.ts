@@ -22,7 +22,7 @@ const RESOURCES_MIN_INTERVAL_MS = 500;
 // What the "as it happens" feed shows: the scheduler's interventions and the provider's pushback.
 export const HAPPENING_TYPES = new Set([
   "TurnReaped", "AgentDemoted", "LevelsBoosted", "TurnPromoted", "AgentQuarantined", "QuarantineLifted",
-  "PoolPaused", "PoolResumed", "AgentHibernated", "AgentWoken",
+  "PoolPaused", "PoolResumed", "ModelPaused", "AgentPaused", "AgentHibernated", "AgentWoken",
 ]);
 
 export function isHappening(e: LogEvent): boolean {

@@ -1,0 +1,141 @@
+"""Admission by the pool's limiter, and what holds a turn back: one verdict per queued turn.
+
+The limiter is the shape of the provider's own (settings.limiter):
+- "token-bucket": the two buckets of admission.py, refilled continuously at limit/60 per
+  second up to one minute's worth;
+- "sliding-window" and "fixed-window": the grants of the last W + 1 seconds
+  (rate_window.py) may hold at most rpm x W/60 requests and tpm x W/60 tokens. The same
+  rule serves both, because it bounds every interval of length W, and so every fixed window
+  of length W whatever its phase. The default, because it is safe against all three
+  shapes: a bucket refilled at limit/60 per second admits at least as much in any W + 1
+  seconds.
+Either budget is scaled by the AIMD factor: the pool's, or for a turn of a model that drew
+a 429 the smaller of the pool's and that model's (rate_scopes.py).
+
+What may hold a queued turn back, in the order verdict() asks:
+- its agent's own pause (its uncorroborated report of a 429), its model's pause, and its
+  model's header hold: these hold only turns of their own scope, so the pass SKIPs the
+  turn and grants the next one;
+- the pool's header hold and the pool's budget: these hold every turn, so the pass WAITs
+  (the head is never skipped for a smaller turn behind it, so big requests cannot starve);
+- the model's lower factor: a SKIP again, or one model's 429 would slow every model.
+"""
+from __future__ import annotations
+
+import math
+
+from .rate_scopes import POOL
+from .rate_window import MARGIN_S
+from .settings import PoolSettings
+from .state import PoolState, TurnState
+
+GRANT, SKIP, WAIT = "GRANT", "SKIP", "WAIT"
+
+
+def span(settings: PoolSettings) -> float:
+    """The seconds a window limiter counts a grant for: W plus the arrival margin."""
+    return settings.limiter_window_seconds + MARGIN_S
+
+
+def capacity(settings: PoolSettings, factor: float) -> tuple[float, float]:
+    """(requests, tokens) the budget holds at `factor`: one minute's worth for a bucket,
+    one window's (limit x W/60) for a window limiter."""
+    scale = factor * (settings.limiter_window_seconds / 60.0 if settings.windowed else 1.0)
+    return settings.rpm * scale, settings.tpm * scale
+
+
+def token_capacity(settings: PoolSettings) -> int:
+    """The largest reservation the pool could ever admit: its tpm, or one window's tokens if
+    the window is shorter than a minute."""
+    if settings.windowed and settings.limiter_window_seconds < 60:
+        return math.floor(settings.tpm * settings.limiter_window_seconds / 60.0)
+    return settings.tpm
+
+
+def budget_name(settings: PoolSettings) -> str:
+    """What token_capacity is, in a refusal's words."""
+    if settings.windowed and settings.limiter_window_seconds < 60:
+        return f"tokens per {settings.limiter_window_seconds:g}-second window"
+    return "tpm"
+
+
+def available(state: PoolState, now: float, factor: float | None = None) -> tuple[float, float]:
+    """(requests, tokens) admissible at `now`, at the pool's factor unless given."""
+    f = state.rate_factor if factor is None else factor
+    if not state.settings.windowed:
+        return state.requests.available(now, f), state.tokens.available(now, f)
+    cap_requests, cap_tokens = capacity(state.settings, f)
+    used_requests, used_tokens = state.window.used(now, span(state.settings))
+    return cap_requests - used_requests, cap_tokens - used_tokens
+
+
+def fits(state: PoolState, turn: TurnState, now: float, factor: float) -> bool:
+    """The pool's budget holds the turn's reservation (1 request, its tokens) at `factor`."""
+    requests, tokens = available(state, now, factor)
+    return not (requests < 1 or tokens < turn.need_tokens)
+
+
+def seconds_until_fits(state: PoolState, turn: TurnState, now: float, factor: float) -> float:
+    """How long until the budget holds the turn at `factor` (inf: beyond its capacity)."""
+    s = state.settings
+    if not s.windowed:
+        return max(state.requests.seconds_until(1, now, factor),
+                   state.tokens.seconds_until(turn.need_tokens, now, factor))
+    cap_requests, cap_tokens = capacity(s, factor)
+    return state.window.seconds_until(now, span(s), 1, turn.need_tokens, cap_requests, cap_tokens)
+
+
+def within_capacity(settings: PoolSettings, turn: TurnState, factor: float) -> bool:
+    cap_requests, cap_tokens = capacity(settings, factor)
+    return turn.need_tokens <= cap_tokens and 1 <= cap_requests
+
+
+def model_factor(state: PoolState, turn: TurnState, now: float) -> float:
+    """The factor a turn is admitted at: the pool's, or its model's if that is lower."""
+    pool = state.rate_factor
+    limits = state.model_limits.get(turn.model) if turn.model is not None else None
+    if limits is None:
+        return pool
+    return min(pool, limits.factor_at_time(now, state.settings.aimd_increase_per_minute))
+
+
+def factor_needed(settings: PoolSettings, turn: TurnState) -> float:
+    """The smallest factor whose capacity holds the turn's reservation."""
+    cap_requests, cap_tokens = capacity(settings, 1.0)
+    return max(1.0 / cap_requests, turn.need_tokens / cap_tokens)
+
+
+def verdict(state: PoolState, turn: TurnState, now: float) -> tuple[str, float]:
+    """(GRANT, now), (SKIP, when it may be let through) or (WAIT, when the pool's budget may
+    hold it: inf if beyond the capacity at today's factor). The pool's own pause is the
+    caller's to check."""
+    agent_until = state.agent_pauses.get(turn.agent_id)
+    if agent_until is not None and now < agent_until:
+        return SKIP, agent_until
+    if turn.model is not None:
+        limits = state.model_limits.get(turn.model)
+        if limits is not None and limits.paused(now):
+            return SKIP, float(limits.paused_until)   # type: ignore[arg-type]  # paused(): not None
+        hold = state.holds.get(turn.model)
+        if hold is not None and hold.active(now) and not hold.allows(turn.need_tokens):
+            return SKIP, hold.until
+    hold = state.holds.get(POOL)
+    if hold is not None and hold.active(now) and not hold.allows(turn.need_tokens):
+        return WAIT, hold.until
+    if not fits(state, turn, now, state.rate_factor):
+        return WAIT, now + seconds_until_fits(state, turn, now, state.rate_factor)
+    factor = model_factor(state, turn, now)
+    if factor < state.rate_factor and not fits(state, turn, now, factor):
+        wait = seconds_until_fits(state, turn, now, factor)
+        if math.isinf(wait):
+            wait = seconds_until_model_factor(state, turn, now)
+        return SKIP, now + wait
+    return GRANT, now
+
+
+def seconds_until_model_factor(state: PoolState, turn: TurnState, now: float) -> float:
+    """When the turn's model's factor has grown to hold its reservation."""
+    s = state.settings
+    limits = state.model_limits[turn.model]   # type: ignore[index]  # verdict: a model with limits
+    per_second = max(s.aimd_increase_per_minute, 1e-9) / 60.0
+    return max(1e-3, limits.factor_at + (factor_needed(s, turn) - limits.factor) / per_second - now)
