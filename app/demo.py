@@ -7,8 +7,9 @@ sends its first chunk, so its start deadline expires and the reaper frees the la
 stream: each heartbeats when its answer's first chunk arrives.
 
 The fleet works in a pool of its own, `demo` (created at its first start), with limits of
-its own: its 429s halve that pool's rate factor, never the `default` pool's, which serves
-a newcomer's first gateway call at full speed."""
+its own: an agent's report of a 429 pauses that agent briefly (an agent's report is a
+claim, not a fact: docs/operations/security.md), and never touches the `default` pool,
+which serves a newcomer's first gateway call at full speed."""
 from __future__ import annotations
 
 import asyncio
@@ -27,7 +28,7 @@ from app.tasks import cancel_all
 log = logging.getLogger(__name__)
 
 # Six agents ask for about 60 calls and 300,000 tokens a minute; these limits take that
-# with room to spare, and its 429s (3 in 100 calls) still show AIMD at work in the console.
+# with room to spare, and its 429s (3 in 100 calls) show agents' own pauses in the console.
 DEMO_POOL = PoolSettings(name="demo", lanes=4, rpm=600, tpm=600_000, lease_seconds=30.0)
 
 FLEET = [("demo-chat-1", ev.INTERACTIVE), ("demo-chat-2", ev.INTERACTIVE), ("demo-chat-3", ev.INTERACTIVE),

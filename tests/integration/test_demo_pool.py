@@ -52,9 +52,13 @@ async def test_the_demo_fleets_429s_leave_the_default_pool_at_full_rate(demo_ser
     assert stream == f"pool-{DEMO_POOL.name}"
     assert fleet_pools == {DEMO_POOL.name}
     pools = rt.projector.model.pools
-    assert pools[DEMO_POOL.name].rate_factor < 1.0        # the 429 halved the demo pool's rate
-    assert pools["default"].rate_factor == 1.0            # and left the default pool's alone
+    # An agent's own 429 report is a claim: it pauses that agent in the demo pool (and is
+    # kept as a report others may corroborate), never the pool, never the default pool.
+    assert pools[DEMO_POOL.name].rate_reports
+    assert pools[DEMO_POOL.name].agent_pauses
+    assert pools["default"].rate_factor == 1.0
     assert not pools["default"].paused_until
+    assert not pools["default"].agent_pauses and not pools["default"].rate_reports
     assert {v["name"] for v in rt.projector.model.agents.values()} == {name for name, _ in FLEET}
 
     # README example 1's call, in the default pool, while the fleet keeps working.
