@@ -74,7 +74,9 @@ class ContextService:
         self._tasks: list[asyncio.Task] = []
         self._index_wake = asyncio.Event()
         self._compact_wake = asyncio.Event()
-        self._compact_pending: set[str] = set()
+        # Agents whose plan is not empty, in the order they became pending (a dict: an
+        # ordered set). The worker serves them round-robin, see run_compactions.
+        self._compact_pending: dict[str, None] = {}
         self._compacting = asyncio.Lock()
         # One lane to the model for queries and indexing: queries on the in-process model,
         # background work (indexing, whole compactions) in a child process at a lower CPU
@@ -154,7 +156,7 @@ class ContextService:
         self._index_dirty.add(agent_id)
         self._index_wake.set()
         if ctx.plan_compaction(self.state(agent_id), self._budget(agent), self.compaction, now) is not None:
-            self._compact_pending.add(agent_id)
+            self._compact_pending.setdefault(agent_id, None)  # a pending agent keeps its place
             self._compact_wake.set()
         return ctx.context_stats(self.state(agent_id))
 
@@ -166,23 +168,49 @@ class ContextService:
         """Compact every agent handed over by an append until its plan is empty; returns
         how many compactions were recorded. The background worker calls it when woken; a
         caller that needs compaction settled (a test, a shutdown) awaits it too, and then
-        also waits for any pass in flight."""
+        also waits for any pass in flight.
+
+        Round-robin: one compaction per agent per turn, agents in the order they became
+        pending, and an agent whose plan is still not empty goes to the back. The
+        background model's process runs one compaction at a time for every agent, so an
+        agent that keeps appending large messages must not hold it for compaction after
+        compaction: any agent waits for at most one compaction of each other pending agent
+        (plus the one in progress)."""
         done = 0
         async with self._compacting:
             while self._compact_pending:
-                agent_id = min(self._compact_pending)
-                self._compact_pending.discard(agent_id)
-                try:
-                    agent = self.service.agent_view(agent_id)
-                except Exception:
-                    continue  # the agent is gone
-                for _ in range(64):  # each pass shrinks hot: this ends long before the cap
-                    if agent["hibernated"] or await self._maybe_compact(
-                            agent, self.compaction, None, self.clock(), lock=True) is None:
-                        break
+                agent_id = next(iter(self._compact_pending))
+                recorded = await self._compact_once(agent_id)
+                # Out of the queue (an append during the compaction may have queued it
+                # again: this turn was its own), and back at its end if there is more to do.
+                # One that recorded nothing (another compaction came first) waits for its
+                # next append, so a compaction that cannot be recorded is not retried for ever.
+                self._compact_pending.pop(agent_id, None)
+                if recorded:
                     done += 1
-                    agent = self.service.agent_view(agent_id)
+                    if self._plan_pending(agent_id):
+                        self._compact_pending[agent_id] = None
         return done
+
+    async def _compact_once(self, agent_id: str) -> bool:
+        """One background compaction of ``agent_id`` if its plan says so; whether one was
+        recorded."""
+        try:
+            agent = self.service.agent_view(agent_id)
+        except Exception:
+            return False  # the agent is gone
+        if agent["hibernated"]:
+            return False
+        return await self._maybe_compact(agent, self.compaction, None, self.clock(), lock=True) is not None
+
+    def _plan_pending(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` (awake, still known) has a compaction to do now."""
+        try:
+            agent = self.service.agent_view(agent_id)
+        except Exception:
+            return False
+        return not agent["hibernated"] and ctx.plan_compaction(
+            self.state(agent_id), self._budget(agent), self.compaction, self.clock()) is not None
 
     async def _compact_loop(self) -> None:
         while True:
@@ -349,7 +377,7 @@ class ContextService:
     async def start(self) -> None:
         self.lane.open()
         self.background_model.open()
-        self._compact_pending.update(self.over_watermark())
+        self._compact_pending.update(dict.fromkeys(self.over_watermark()))
         if self._compact_pending:
             self._compact_wake.set()
         self._tasks = [asyncio.create_task(self._index_loop(), name="context-indexer"),
