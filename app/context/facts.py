@@ -318,9 +318,33 @@ def _clip(sentence: str, kind: str) -> str:
     return sentence[start:start + MAX_FACT_CHARS].strip()
 
 
-def _fact_units(content: str) -> list[str]:
-    """Sentences to classify. A Python traceback collapses to its exception line: the
-    frames are paths and line numbers that would flood the warm tier with noise."""
+# A "sentence" longer than this is a log line, a minified blob or a run with no sentence
+# boundary at all (an agent may send 100k characters of "1,1,1,"). It is classified in
+# segments of at most this many characters, so every pattern and the salience score look
+# at a bounded text whatever a pattern costs per character: the work on a message is at
+# most (its length / MAX_UNIT_CHARS) bounded units. A fact keeps MAX_FACT_CHARS of its
+# sentence anyway, and prose sentences are far shorter.
+MAX_UNIT_CHARS = 1_000
+
+
+def segments(sentence: str, limit: int = MAX_UNIT_CHARS) -> list[str]:
+    """``sentence`` in pieces of at most ``limit`` characters, cut at the last space of
+    the second half of each window where there is one (so words stay whole), else hard."""
+    pieces: list[str] = []
+    rest = sentence
+    while len(rest) > limit:
+        cut = rest.rfind(" ", limit // 2, limit + 1)
+        cut = cut if cut > 0 else limit
+        pieces.append(rest[:cut].strip())
+        rest = rest[cut:].lstrip()
+    pieces.append(rest)
+    return [p for p in pieces if p]
+
+
+def fact_units(content: str) -> list[str]:
+    """Sentences to classify, each at most MAX_UNIT_CHARS (see ``segments``). A Python
+    traceback collapses to its exception line: the frames are paths and line numbers that
+    would flood the warm tier with noise."""
     units: list[str] = []
     in_traceback = False
     for line in content.splitlines():
@@ -329,10 +353,11 @@ def _fact_units(content: str) -> list[str]:
             continue
         if in_traceback:
             if _EXCEPTION_LINE.match(line):
-                units.append(line.strip())
+                units.extend(segments(line.strip()))
                 in_traceback = False
             continue
-        units.extend(split_sentences(line))
+        for sentence in split_sentences(line):
+            units.extend(segments(sentence))
     return units
 
 
@@ -372,7 +397,7 @@ def fact_shape(kind: str, text: str) -> str:
 def _extract_all(content: str, source_seq: int, role: str) -> list[ExtractedFact]:
     facts: list[ExtractedFact] = []
     seen: set[str] = set()
-    for sentence in _fact_units(content):
+    for sentence in fact_units(content):
         kind = classify(sentence, role)
         if kind is None:
             continue

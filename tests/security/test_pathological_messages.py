@@ -32,3 +32,43 @@ def test_fact_extraction_work_grows_linearly_with_a_hostile_message(run):
     small, large = run * (10_000 // len(run)), run * (40_000 // len(run))
     ratio = _fastest_of_three(large) / max(_fastest_of_three(small), 1e-4)
     assert ratio < 8, f"{run!r}: 4x the text cost {ratio:.1f}x the work"
+
+
+# -- bounded work per unit and per compaction ----------------------------------------------
+
+NO_BOUNDARY = {
+    "a run of 1,": "1," * 100_000,
+    "one 200k-character word": "a" * 200_000,
+    "words, no punctuation": " ".join(f"word{i} goes on" for i in range(20_000))[:200_000],
+}
+
+
+@pytest.mark.parametrize("name", list(NO_BOUNDARY))
+def test_a_message_without_a_sentence_boundary_is_examined_in_bounded_segments(name, monkeypatch):
+    """Every pattern and the salience score see at most MAX_UNIT_CHARS at a time, however
+    long the run with no sentence boundary, and nothing is examined twice: the work is
+    bounded units, whatever a pattern costs per character."""
+    from app.context import salience
+    text = NO_BOUNDARY[name]
+    assert len(text) >= 200_000
+    classified: list[int] = []
+    scored: list[int] = []
+    real_classify, real_score = facts.classify, salience.score
+    monkeypatch.setattr(facts, "classify", lambda s, role="user": classified.append(len(s)) or real_classify(s, role))
+    monkeypatch.setattr(salience, "score", lambda s, role="user": scored.append(len(s)) or real_score(s, role))
+
+    facts.extract_facts(text, 1, "user")
+
+    limit = facts.MAX_UNIT_CHARS
+    assert classified and max(classified) <= limit and max(scored, default=0) <= limit
+    assert sum(classified) <= len(text)
+    # a segment is cut at a space in the second half of its window, or full: never tiny
+    assert len(classified) <= len(text) // (limit // 2) + 1
+
+
+def test_a_segment_cut_keeps_words_whole_and_loses_no_text():
+    text = " ".join(f"w{i}" for i in range(5_000))
+    pieces = facts.segments(text, 100)
+    assert all(len(p) <= 100 for p in pieces)
+    assert " ".join(pieces) == text   # cut only at spaces: every word whole, in order
+
