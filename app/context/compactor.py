@@ -7,6 +7,7 @@ caller's job, so replay never calls the summarizer again.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,13 @@ from app.context.summarize import Summarizer
 from app.domain.context import AgentContext, CompactionPlan, ContextMessage, KeyFact
 
 TokenCounter = Callable[[str], int]
+
+# The CPU time one compaction may spend on key-fact extraction. A normal span takes a few
+# milliseconds to a few tens; a message at the API's 100k-character limit about half a
+# second to one. The background process runs every agent's compactions one at a time, so
+# one agent's span of such messages must not hold it for minutes: past the budget, the
+# rest of the span is moved unscanned (see ``compact``).
+FACT_EXTRACTION_BUDGET_S = 2.0
 
 # ~200 tokens: small enough that a recalled chunk spends little budget on text around the
 # needle, large enough to keep a question and its answer (usually adjacent messages)
@@ -100,10 +108,21 @@ def facts_of_span(live_facts: Sequence[KeyFact], span: Sequence[ContextMessage],
 
     A fact whose key is already live with the same value is a restatement and adds
     nothing; with another value it supersedes the live fact (both are kept)."""
+    facts, superseded, _not_scanned = scan_span(live_facts, span, count)
+    return facts, superseded
+
+
+def scan_span(live_facts: Sequence[KeyFact], span: Sequence[ContextMessage], count: TokenCounter,
+              out_of_time: Callable[[], bool] | None = None) -> tuple[list[dict], list[dict], int]:
+    """``facts_of_span``, and how many of the span's messages were not scanned: once
+    ``out_of_time()`` says so (asked before each message but the first), the rest of the
+    span is left unscanned."""
     live_by_key = {f.key: f for f in live_facts}
     facts: list[dict] = []
     superseded: list[dict] = []
-    for message in span:
+    for position, message in enumerate(span):
+        if position and out_of_time is not None and out_of_time():
+            return facts, superseded, len(span) - position
         for index, fact in enumerate(extract_facts(message.content, message.seq, message.role)):
             previous = (live_by_key.get(fact.key) or live_by_key.get(_use_for_alias(fact.key))
                         or _corrected(live_by_key, fact))
@@ -119,22 +138,37 @@ def facts_of_span(live_facts: Sequence[KeyFact], span: Sequence[ContextMessage],
             facts.append(record)
             live_by_key[record["key"]] = KeyFact(**{k: record[k] for k in (
                 "fact_id", "kind", "text", "key", "source_seq", "tokens", "role", "value")})
-    return facts, superseded
+    return facts, superseded, 0
+
+
+def extraction_deadline(budget_seconds: float) -> Callable[[], bool]:
+    """Whether ``budget_seconds`` of this thread's CPU time have passed since the call.
+    CPU time, not wall time: it counts the extraction's own work, so a normal span is never
+    cut short because the (low-priority) background process waited for a core."""
+    started = time.thread_time()
+    return lambda: time.thread_time() - started >= budget_seconds
 
 
 def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
-            count: TokenCounter, now: float) -> dict:
+            count: TokenCounter, now: float, *, extraction_budget_s: float | None = None) -> dict:
     """ContextCompacted data for ``plan``. ``count`` is a text token counter (count_text).
 
     tokens_before / tokens_after measure the agent's resident context, hot messages plus
     warm summaries plus live facts, so the event shows what the compaction saved net of
-    what it added."""
+    what it added.
+
+    With ``extraction_budget_s``, key facts are extracted from the span's messages until
+    that much CPU time is spent; the rest are moved all the same (verbatim to the cold
+    tier, chunked and searchable like the others) and the event counts them in
+    ``messages_not_scanned``. The event records the facts, so replay never extracts again
+    and stays exact whatever the budget cut."""
     chosen = set(plan.seqs)
     span = [m for m in state.hot if m.seq in chosen]
     if not span:
         raise ValueError("compaction plan names no hot message")
 
-    facts, superseded = facts_of_span(state.live_facts, span, count)
+    out_of_time = extraction_deadline(extraction_budget_s) if extraction_budget_s is not None else None
+    facts, superseded, not_scanned = scan_span(state.live_facts, span, count, out_of_time)
 
     summary = summarizer.summarize([(m.role, m.content) for m in span], plan.summary_target_tokens, count)
     summary_tokens = count(summary.text)
@@ -164,4 +198,6 @@ def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
         "summarizer": summary.summarizer,
         "cost": dict(summary.cost),
         "at": now,
+        # only when some were left: an event of a whole scan stays as it always was
+        **({"messages_not_scanned": not_scanned} if not_scanned else {}),
     }

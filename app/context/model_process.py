@@ -95,13 +95,14 @@ class SortedBatches:
 def _compact_in_child(state, plan, encoding: str, now: float) -> dict:
     """ContextCompacted data for ``plan`` (app.context.compactor.compact) with the extractive
     summarizer on this process's model."""
-    from .compactor import compact
+    from .compactor import FACT_EXTRACTION_BUDGET_S, compact
     from .embedder import default_embedder
     from .embedding_lane import DEFAULT_CHUNK
     from .summarize import ExtractiveSummarizer
     from .tokens import count_text
     summarizer = ExtractiveSummarizer(SortedBatches(default_embedder(), DEFAULT_CHUNK))
-    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now)
+    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now,
+                   extraction_budget_s=FACT_EXTRACTION_BUDGET_S)
 
 
 def compaction_input(state):

@@ -447,5 +447,6 @@ class ContextService:
 
 
 def _compact_here(state, plan, summarizer, encoding: str, now: float) -> dict:
-    from .compactor import compact
-    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now)
+    from .compactor import FACT_EXTRACTION_BUDGET_S, compact
+    return compact(state, plan, summarizer, lambda text: count_text(text, encoding), now,
+                   extraction_budget_s=FACT_EXTRACTION_BUDGET_S)

@@ -517,6 +517,10 @@ class ContextCompacted(Event):
     # process that ran it, the background model's since this round, embedding included), or
     # {prompt_tokens, completion_tokens} for an LLM.
     cost: dict[str, Any] | None = None
+    # How many of the span's messages (its newest) gave no key facts because the
+    # compaction's extraction budget ran out; absent when every message was scanned. They
+    # moved to cold like the others, verbatim and searchable.
+    messages_not_scanned: int | None = None
 
 
 # -- the catalogue: every event type by name, the one table decoding reads ------------

@@ -9,6 +9,7 @@ as much (linear is four, the quadratic patterns were sixteen), each the fastest 
 runs, so a noisy machine does not decide the verdict."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -72,3 +73,53 @@ def test_a_segment_cut_keeps_words_whole_and_loses_no_text():
     assert all(len(p) <= 100 for p in pieces)
     assert " ".join(pieces) == text   # cut only at spaces: every word whole, in order
 
+
+def _span_state(contents):
+    from app.context.tokens import count_message
+    from app.domain import context as d
+    state = d.new_context("a")
+    for seq, content in enumerate(contents, start=1):
+        state = d.apply(state, d.CONTEXT_APPENDED, {"agent_id": "a", "seq": seq, "role": "user", "content": content,
+                                                   "pinned": False, "tokens": count_message("user", content),
+                                                   "at": float(seq)})
+    return state
+
+
+class _NoSummary:
+    name = "none"
+
+    def summarize(self, messages, target_tokens, count):
+        from app.context.summarize import Summary
+        return Summary("", self.name)
+
+
+def test_a_compaction_past_its_extraction_budget_moves_the_rest_unscanned_and_says_so(monkeypatch):
+    """Each message costs one CPU second on a fake thread clock; with a budget of two, the
+    first two messages are scanned and the other three are moved without their key facts,
+    counted in the event, and still in the cold tier verbatim and in its chunks. The fold
+    reads the facts from the event (replay never extracts), so the cut is replayed exactly."""
+    from types import SimpleNamespace
+
+    from app.context import compactor
+    from app.context.tokens import count_text
+    from app.domain import context as d
+    ticks = iter(range(100))
+    monkeypatch.setattr(compactor, "time", SimpleNamespace(thread_time=lambda: float(next(ticks))))
+    contents = [f"Set the request timeout to {10 * i} s for ticket PAY-{4400 + i}." for i in range(1, 6)]
+    state = _span_state(contents + ["tail one", "tail two"])
+    plan = d.CompactionPlan(agent_id="a", segment_id="seg-1", seqs=(1, 2, 3, 4, 5), from_seq=1, to_seq=5,
+                            tokens_before=state.hot_tokens, span_tokens=0, target_tokens=0, high_watermark=0.5,
+                            low_watermark=0.3, tokens_per_minute=0.0, summary_target_tokens=40)
+
+    data = compactor.compact(state, plan, _NoSummary(), count_text, now=10.0, extraction_budget_s=2.0)
+
+    assert data["messages_not_scanned"] == 3
+    assert {f["source_seq"] for f in data["facts"]} == {1, 2}
+    chunked = "\n".join(c["text"] for c in data["chunks"])
+    assert all(content in chunked for content in contents)
+    after = d.apply(state, d.CONTEXT_COMPACTED, json.loads(json.dumps(data)))
+    assert [m.content for m in after.cold.messages] == contents
+    assert sorted(f.source_seq for f in after.facts) == sorted(f["source_seq"] for f in data["facts"])
+    # without a budget (and so for every span scanned whole) the event has no such field
+    unbounded = compactor.compact(state, plan, _NoSummary(), count_text, now=10.0)
+    assert "messages_not_scanned" not in unbounded and {f["source_seq"] for f in unbounded["facts"]} == {1, 2, 3, 4, 5}
