@@ -49,6 +49,19 @@ _MIN_WORDS = 4
 # A single "sentence" longer than this is a log line or minified blob; clip it so one
 # candidate cannot swallow the whole target.
 _MAX_SENTENCE_CHARS = 400
+# The most sentences one summary embeds. Embedding is nearly all of a compaction's work
+# (~7 ms of CPU a sentence), and one message at the API's 100k-character limit can hold
+# ~5,000 distinct short sentences: over half a minute of the background process that runs
+# every agent's compactions one at a time, per message. A span at the default budget holds
+# a few hundred at most, so it is summarised as before; a larger one is sampled evenly, so
+# every part of it can still be chosen.
+MAX_CANDIDATE_SENTENCES = 512
+
+
+def evenly(items: list[str], limit: int) -> list[str]:
+    """At most ``limit`` of ``items``, evenly spaced and in order (all when they fit)."""
+    n = len(items)
+    return items if n <= limit else [items[i * n // limit] for i in range(limit)]
 
 
 class ExtractiveSummarizer:
@@ -77,14 +90,18 @@ class ExtractiveSummarizer:
     def summarize(self, messages: Sequence[tuple[str, str]], target_tokens: int,
                   count: TokenCounter) -> Summary:
         started = time.process_time()
-        sentences = self.candidate_sentences(messages)
+        candidates = self.candidate_sentences(messages)
+        sentences = evenly(candidates, MAX_CANDIDATE_SENTENCES)
+        # only when some were left out: the cost of a span that fits keeps its shape
+        left_out = {"sentences_not_embedded": len(candidates) - len(sentences)} if len(candidates) > len(sentences) \
+            else {}
         if not sentences or target_tokens <= 0:
             return Summary("", self.name, {"cpu_seconds": time.process_time() - started, "sentences": 0})
         vectors = self._embedder.embed(sentences)
         chosen = select_central(vectors, [count(s) + 1 for s in sentences], target_tokens, self._redundancy)
         text = " ".join(sentences[i] for i in sorted(chosen))
         return Summary(text, self.name, {"cpu_seconds": time.process_time() - started,
-                                         "sentences": len(sentences)})
+                                         "sentences": len(sentences), **left_out})
 
 
 def select_central(vectors: np.ndarray, costs: Sequence[int], budget: int, redundancy: float) -> list[int]:

@@ -514,7 +514,8 @@ class ContextCompacted(Event):
     facts_kept: int | None = None
     summarizer: str | None = None
     # The summarizer's cost: {cpu_seconds, sentences} for the extractive one (the CPU of the
-    # process that ran it, the background model's since this round, embedding included), or
+    # process that ran it, the background model's since this round, embedding included;
+    # with sentences_not_embedded when the span had more candidates than it embeds), or
     # {prompt_tokens, completion_tokens} for an LLM.
     cost: dict[str, Any] | None = None
     # How many of the span's messages (its newest) gave no key facts because the

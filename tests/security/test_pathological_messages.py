@@ -123,3 +123,44 @@ def test_a_compaction_past_its_extraction_budget_moves_the_rest_unscanned_and_sa
     # without a budget (and so for every span scanned whole) the event has no such field
     unbounded = compactor.compact(state, plan, _NoSummary(), count_text, now=10.0)
     assert "messages_not_scanned" not in unbounded and {f["source_seq"] for f in unbounded["facts"]} == {1, 2, 3, 4, 5}
+
+
+class _CountingEmbedder:
+    def __init__(self):
+        self.embedded = 0
+
+    def embed(self, texts):
+        import numpy as np
+        self.embedded += len(texts)
+        vectors = np.zeros((len(texts), 8), dtype=np.float32)
+        vectors[:, 0] = 1.0
+        return vectors
+
+
+def test_a_summary_embeds_a_bounded_number_of_sentences_however_many_a_message_holds():
+    """A message at the API's limit made of ~4,600 distinct short sentences: the summary
+    embeds MAX_CANDIDATE_SENTENCES of them, sampled from the whole message (the embedding,
+    ~7 ms a sentence, was over half a minute of the shared background process)."""
+    from app.context.summarize import MAX_CANDIDATE_SENTENCES, ExtractiveSummarizer
+    from app.context.tokens import count_text
+    from app.domain.context import MAX_MESSAGE_CHARS
+    text = ". ".join(f"Set x{i} to {i} ms" for i in range(6_000))[:MAX_MESSAGE_CHARS]
+    embedder = _CountingEmbedder()
+    summarizer = ExtractiveSummarizer(embedder)
+    assert len(summarizer.candidate_sentences([("user", text)])) > 4_000
+
+    summary = summarizer.summarize([("user", text)], 400, count_text)
+
+    assert embedder.embedded == MAX_CANDIDATE_SENTENCES
+    assert summary.cost["sentences"] == MAX_CANDIDATE_SENTENCES
+    assert summary.cost["sentences_not_embedded"] > 3_500
+    assert summary.text
+
+
+def test_a_span_of_ordinary_size_is_summarised_from_every_sentence():
+    from app.context.summarize import ExtractiveSummarizer
+    from app.context.tokens import count_text
+    messages = [("user", f"Step {i} of the migration touched the billing tables again.") for i in range(300)]
+    embedder = _CountingEmbedder()
+    summary = ExtractiveSummarizer(embedder).summarize(messages, 200, count_text)
+    assert embedder.embedded == 300 and "sentences_not_embedded" not in summary.cost
