@@ -25,6 +25,7 @@ from app.errors import Conflict
 from app.eventstore.listener import LogListener
 from app.eventstore.store import EventStore, create_pool
 from app.projections.runner import Projector
+from app.provider_keys import ProviderKeys
 from app.resources.manager import ResourceManager
 from app.resources.service import ResourceService
 from app.scheduler.loop import SchedulerSupervisor
@@ -142,6 +143,8 @@ class Runtime:
         self.db = await create_pool(self.url, min_size=2, max_size=self.pool_size,
                                     application_name=self.worker)
         self.store = EventStore(self.db)
+        self.provider_keys = ProviderKeys.from_settings(data_dir)
+        await self.provider_keys.seal_plaintext_rows(self.db)
         self.listener = LogListener(self.url)
         self.store.use_wakeups(self.listener)
         await self.listener.start()
@@ -150,7 +153,8 @@ class Runtime:
         self.store.on_append(self.projector.offer)
         self.service = Service(self.store, self.projector,
                                max_queued_per_agent=self.settings.max_queued_per_agent,
-                               timing_stamps=self.settings.timing_stamps)
+                               timing_stamps=self.settings.timing_stamps,
+                               provider_keys=self.provider_keys)
         self.resources = ResourceService(self.service)
         self.service.pool_guard = self.resources.check_pool
         self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)
