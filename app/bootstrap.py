@@ -24,6 +24,7 @@ from app.domain.settings import PoolSettings
 from app.errors import Conflict
 from app.eventstore.listener import LogListener
 from app.eventstore.store import EventStore, create_pool
+from app.private_files import create_private
 from app.projections.runner import Projector
 from app.provider_keys import ProviderKeys
 from app.resources.manager import ResourceManager
@@ -79,11 +80,8 @@ def fingerprint(secret: str) -> str:
 
 
 def write_secret(path: Path, text: str) -> None:
-    """Create a secret file readable by its owner alone from its first byte: writing it
-    and then chmod-ing it leaves a window in which anyone may read it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    """Create a secret file readable by its owner alone from its first byte, whole."""
+    create_private(path, text)
 
 
 def use_demo_upstream(host: str, port: int, *, fleet: bool) -> str | None:

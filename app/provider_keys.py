@@ -11,22 +11,21 @@ Where the ring comes from, first found wins:
 - AGENTRM_SECRETS_KEY: Fernet keys separated by commas, the sealing one first;
 - AGENTRM_SECRETS_KEY_FILE: a file of such keys, one a line, the sealing one first;
 - `secrets.key` in the data dir, generated at the first need and created with its contents
-  and mode 0600 in one step (written aside, then linked into place).
+  and mode 0600 in one step (app/private_files.py).
 
 A sealed row reads `v1:<fernet token>`. A row without the prefix is one written before rows
 were sealed: it is read as it is, and sealed at the next start (`seal_plaintext_rows`).
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from app import config
+from app.private_files import create_private, replace_private
 
 SEALED = "v1:"
 KEY_FILE_NAME = "secrets.key"
@@ -56,31 +55,17 @@ def _lines(text: str) -> list[str]:
 
 
 def generated_key_file(data_dir: Path) -> Path:
-    """The data dir's key file, created once with a fresh key if absent. Written aside and
-    then hard-linked into place, so a reader never sees it empty or half written, and two
-    processes starting together keep the same key (the second link fails; it reads)."""
+    """The data dir's key file, created once with a fresh key if absent (whole and 0600 from
+    its first byte; when two processes start together both keep the first one's key)."""
     path = data_dir / KEY_FILE_NAME
-    if path.exists():
-        return path
-    aside = data_dir / f".{KEY_FILE_NAME}.{os.getpid()}"
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(new_key() + "\n")
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)
-    finally:
-        aside.unlink()
+    if not path.exists():
+        create_private(path, new_key() + "\n")
     return path
 
 
 def write_key_file(path: Path, keys: list[str]) -> None:
     """Replace the key file at `path` by `keys`, atomically and readable by its owner alone."""
-    aside = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("".join(k + "\n" for k in keys))
-    os.replace(aside, path)
+    replace_private(path, "".join(k + "\n" for k in keys))
 
 
 def ring_source(settings: config.Settings, data_dir: Callable[[], Path]) -> tuple[str, Path | None]:
