@@ -76,7 +76,7 @@ def test_every_yaml_file_parses(path):
 def test_the_expected_files_are_there():
     assert (OPS.parent / "docs/operations/runbook.md").is_file(), "docs/operations/runbook.md"
     for name in ("Dockerfile", "compose.yaml", "k8s/deployment.yaml", "k8s/service.yaml",
-                 "k8s/postgres.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
+                 "k8s/postgres.yaml", "k8s/networkpolicy.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
                  "grafana/agentrm-dashboard.json"):
         assert (OPS / name).is_file(), name
 
