@@ -247,7 +247,16 @@ class Settings:
         "Idempotency-Key (up to 30 days)")
     # -- the API
     introspection: bool = setting(
-        "AGENTRM_INTROSPECTION", FLAG, True, "GraphQL introspection (0 for production)")
+        "AGENTRM_INTROSPECTION", FLAG, True,
+        "GraphQL introspection for the operator (the console reads it); agents and anonymous callers "
+        "never have it (0: no one)")
+    graphiql: bool = setting(
+        "AGENTRM_GRAPHIQL", FLAG, False,
+        "serve the GraphiQL IDE at GET /graphql to browsers (it loads its scripts from a CDN)")
+    metrics_public: bool = setting(
+        "AGENTRM_METRICS_PUBLIC", FLAG, False,
+        "serve /metrics without a token (0: the operator's bearer token is required, as Prometheus "
+        "sends it with `authorization: credentials_file`)")
     hot_documents: bool = setting(
         "AGENTRM_HOT_DOCUMENTS", FLAG, True,
         "the compiled path for the turn documents (0: every request through the general executor)")
