@@ -136,3 +136,39 @@ def test_the_generated_key_file_is_its_owners_alone_from_the_start(tmp_path):
     assert Fernet(path.read_text().strip().encode())            # a usable key, whole
     assert generated_key_file(tmp_path).read_text() == path.read_text()   # made once
     assert [p.name for p in tmp_path.iterdir()] == [path.name]            # nothing left aside
+
+
+async def test_rotating_a_key_file_under_a_running_server_keeps_its_pools_working(
+        fresh_database, upstream, monkeypatch, tmp_path):  # noqa: F811
+    monkeypatch.delenv("AGENTRM_SECRETS_KEY", raising=False)
+    monkeypatch.delenv("AGENTRM_SECRETS_KEY_FILE", raising=False)
+    monkeypatch.setenv("AGENTRM_DATA_DIR", str(tmp_path))
+    key_file = tmp_path / "secrets.key"
+    env = {**os.environ, "DATABASE_URL": fresh_database,
+           "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in (".", "bench", "clients/python"))}
+
+    def agentrm(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    async with Started(fresh_database) as running:
+        first_key = key_file.read_text()
+        assert len(first_key.split()) == 1 and key_file.stat().st_mode & 0o777 == 0o600
+        async with GraphQLClient(running, OPERATOR_TOKEN) as operator:
+            pool = await make_pool(operator, upstream)   # sealed under the first key, not read yet
+            _, token = await make_agent(operator, pool, "file-rotated-user")
+        assert "re-sealed 1 of 1" in agentrm("secrets", "rotate")
+        keys = key_file.read_text().split()
+        assert len(keys) == 2 and keys[1] == first_key.strip()
+        # The running server holds only the first key: it reads the file again and opens the row.
+        answer = await chat(running, token)
+        assert answer.status_code == 200, answer.text
+        assert upstream.seen[-1].api_key == UPSTREAM_KEY
+    assert "dropped 1 older key" in agentrm("secrets", "rotate", "--drop-old")
+    assert key_file.read_text().split() == keys[:1]
+    async with Started(fresh_database) as restarted:
+        answer = await chat(restarted, token)
+        assert answer.status_code == 200, answer.text
+        assert upstream.seen[-1].api_key == UPSTREAM_KEY
