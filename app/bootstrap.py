@@ -24,7 +24,9 @@ from app.domain.settings import PoolSettings
 from app.errors import Conflict
 from app.eventstore.listener import LogListener
 from app.eventstore.store import EventStore, create_pool
+from app.private_files import create_private
 from app.projections.runner import Projector
+from app.provider_keys import ProviderKeys
 from app.resources.manager import ResourceManager
 from app.resources.service import ResourceService
 from app.scheduler.loop import SchedulerSupervisor
@@ -78,11 +80,8 @@ def fingerprint(secret: str) -> str:
 
 
 def write_secret(path: Path, text: str) -> None:
-    """Create a secret file readable by its owner alone from its first byte: writing it
-    and then chmod-ing it leaves a window in which anyone may read it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    """Create a secret file readable by its owner alone from its first byte, whole."""
+    create_private(path, text)
 
 
 def use_demo_upstream(host: str, port: int, *, fleet: bool) -> str | None:
@@ -142,6 +141,8 @@ class Runtime:
         self.db = await create_pool(self.url, min_size=2, max_size=self.pool_size,
                                     application_name=self.worker)
         self.store = EventStore(self.db)
+        self.provider_keys = ProviderKeys.from_settings(data_dir)
+        await self.provider_keys.seal_plaintext_rows(self.db)
         self.listener = LogListener(self.url)
         self.store.use_wakeups(self.listener)
         await self.listener.start()
@@ -150,7 +151,8 @@ class Runtime:
         self.store.on_append(self.projector.offer)
         self.service = Service(self.store, self.projector,
                                max_queued_per_agent=self.settings.max_queued_per_agent,
-                               timing_stamps=self.settings.timing_stamps)
+                               timing_stamps=self.settings.timing_stamps,
+                               provider_keys=self.provider_keys)
         self.resources = ResourceService(self.service)
         self.service.pool_guard = self.resources.check_pool
         self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)

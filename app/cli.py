@@ -86,6 +86,16 @@ def cmd_token(_args) -> int:
     return 0
 
 
+def cmd_secrets(args) -> int:
+    from app import provider_keys
+    if args.action == "new-key":
+        print(provider_keys.new_key())
+        return 0
+    import asyncio
+    print(asyncio.run(provider_keys.rotate(database_url(), bootstrap.data_dir, drop_old=args.drop_old)))
+    return 0
+
+
 def cmd_schema(_args) -> int:
     from app.api.schema import schema
     sys.stdout.write(schema.as_str() + "\n")
@@ -148,6 +158,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("token", help="print the operator token",
                    description="Print the operator token (AGENTRM_OPERATOR_TOKEN, or the one kept in "
                                "the data dir).").set_defaults(func=cmd_token)
+    keys = sub.add_parser(
+        "secrets", help="make a secrets key, or re-seal the stored provider keys under a new one",
+        description="new-key: print a fresh key for AGENTRM_SECRETS_KEY. rotate: re-seal every provider "
+                    "key in the database under the first key of the ring (AGENTRM_SECRETS_KEY; with a key "
+                    "file, a new key is put first in it). The runbook's 'Rotate the secrets key' has the steps.")
+    keys.add_argument("action", choices=["new-key", "rotate"])
+    keys.add_argument("--drop-old", action="store_true",
+                      help="rotate: with a key file, re-seal under its first key and remove the others")
+    keys.set_defaults(func=cmd_secrets)
     sub.add_parser("schema", help="print the GraphQL SDL",
                    description="Print the GraphQL SDL; schema/agentrm.graphql must match it.").set_defaults(
         func=cmd_schema)

@@ -25,6 +25,8 @@ workers, which are fresh processes; nobody sets them by hand.
 Run ``python -m app.config`` to print the reference page."""
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
@@ -122,6 +124,18 @@ def _strong_token(raw: str) -> str:
     return token
 
 
+def _fernet_keys(raw: str) -> str:
+    """Keys separated by commas, each 32 bytes in url-safe base64 (a Fernet key); the text is
+    kept as given and split where it is used (app/provider_keys.py)."""
+    keys = [k.strip() for k in raw.split(",") if k.strip()]
+    try:
+        if not keys or any(len(base64.urlsafe_b64decode(k.encode())) != 32 for k in keys):
+            raise ValueError("not a key")
+    except (binascii.Error, ValueError):
+        raise ValueError("not a key") from None
+    return ",".join(keys)
+
+
 def _hosts(raw: str) -> frozenset[str]:
     hosts = frozenset(h.strip().lower().rstrip(".") for h in raw.split(",") if h.strip())
     if any(not h or "/" in h or " " in h for h in hosts):
@@ -133,6 +147,8 @@ FLAG = Kind("flag", "1, true, on or yes; 0, false, off or no", _flag)
 HOSTS = Kind("host list", "host names or addresses, separated by commas", _hosts)
 SECRET = Kind("secret", f"a secret of at least {MIN_TOKEN_CHARS} characters, not a placeholder"
               " (e.g. the output of `openssl rand -hex 32`)", _strong_token)
+SECRETS_KEYS = Kind("key list", "Fernet keys (32 bytes in url-safe base64, `agentrm secrets new-key`) "
+                   "separated by commas, the one that seals first", _fernet_keys)
 TEXT = Kind("text", "any text", str)
 PATH = Kind("path", "a directory, relative to the working directory or absolute", str)
 PID = Kind("process id", "a whole number (0 or less: none)", _pid)
@@ -154,7 +170,8 @@ class Variable:
         try:
             return self.kind.parse(raw)
         except ValueError:
-            shown = self.name if self.kind is SECRET else f"{self.name}={raw!r}"   # a secret is never echoed
+            secret = self.kind in (SECRET, SECRETS_KEYS)
+            shown = self.name if secret else f"{self.name}={raw!r}"   # a secret is never echoed
             raise ConfigError(f"{shown}: {self.kind.accepted}") from None
 
     @property
@@ -191,6 +208,15 @@ class Settings:
         "AGENTRM_OPERATOR_TOKEN", SECRET, None,
         "the operator's bearer token; unset: one generated once and kept in the data dir",
         shown_default="unset (generated)")
+    secrets_key: str | None = setting(
+        "AGENTRM_SECRETS_KEY", SECRETS_KEYS, None,
+        "the key ring that seals provider API keys in the database; every key opens, the first seals "
+        "(rotation: the runbook); unset: AGENTRM_SECRETS_KEY_FILE, else a key generated once in the data dir",
+        shown_default="unset (a file)")
+    secrets_key_file: str | None = setting(
+        "AGENTRM_SECRETS_KEY_FILE", TEXT, None,
+        "a file holding that key ring, one key a line (a mounted secret); used when AGENTRM_SECRETS_KEY "
+        "is unset", shown_default="unset (generated in the data dir)")
     # -- the `default` pool, created at the first start
     default_lanes: int = setting(
         "AGENTRM_DEFAULT_LANES", whole(1, MAX_LANES), 4, "the default pool's lanes (concurrent calls)")
@@ -221,7 +247,16 @@ class Settings:
         "Idempotency-Key (up to 30 days)")
     # -- the API
     introspection: bool = setting(
-        "AGENTRM_INTROSPECTION", FLAG, True, "GraphQL introspection (0 for production)")
+        "AGENTRM_INTROSPECTION", FLAG, True,
+        "GraphQL introspection for the operator (the console reads it); agents and anonymous callers "
+        "never have it (0: no one)")
+    graphiql: bool = setting(
+        "AGENTRM_GRAPHIQL", FLAG, False,
+        "serve the GraphiQL IDE at GET /graphql to browsers (it loads its scripts from a CDN)")
+    metrics_public: bool = setting(
+        "AGENTRM_METRICS_PUBLIC", FLAG, False,
+        "serve /metrics without a token (0: the operator's bearer token is required, as Prometheus "
+        "sends it with `authorization: credentials_file`)")
     hot_documents: bool = setting(
         "AGENTRM_HOT_DOCUMENTS", FLAG, True,
         "the compiled path for the turn documents (0: every request through the general executor)")

@@ -38,6 +38,7 @@ from app.eventstore.store import EventStore
 from app.ports import Clock, EventLog, Ids
 from app.projections.documents import AgentView, RequestIdKey, TurnDoc
 from app.projections.runner import Projector
+from app.provider_keys import ProviderKeys
 from app.replies import Replies, answers_request, changes_turn, ends_turn, leaves_queue, lifts_quarantine
 
 MAX_TOKENS_PER_CALL = 10_000_000
@@ -77,7 +78,10 @@ class Service:
 
     def __init__(self, store: EventLog, projector: Projector, *, clock: Clock = time.time,
                  ids: Ids = _new_id, max_queued_per_agent: int = MAX_QUEUED_PER_AGENT,
-                 timing_stamps: bool = False):
+                 timing_stamps: bool = False, provider_keys: ProviderKeys | None = None):
+        # Seals the upstream API keys createPool stores (app/provider_keys.py); without it the
+        # service stores none.
+        self.provider_keys = provider_keys
         self.max_queued_per_agent = max_queued_per_agent
         # Opt-in (AGENTRM_TIMING_STAMPS): each TurnRequested's metadata records the process id
         # of the worker that took it, so a grant's latency can be split by whether its request
@@ -154,7 +158,7 @@ class Service:
             data["upstream_api_key_fingerprint"] = hashlib.sha256(upstream_api_key.encode()).hexdigest()[:12]
         event = NewEvent(pool_stream(settings.name), ev.POOL_CREATED, data, self._meta(principal))
         try:
-            if isinstance(self.store, EventStore):
+            if isinstance(self.store, EventStore) and (self.provider_keys or not upstream_api_key):
                 await self._append_with_secret(event, settings.name, upstream_api_key)
             elif upstream_api_key:
                 raise BadInput("this event log keeps no upstream API keys")
@@ -170,11 +174,8 @@ class Service:
         async with self.store.pool.acquire() as conn:
             async with conn.transaction():
                 await self.store.append([event], {event.stream: NO_STREAM}, conn=conn)
-                if upstream_api_key:
-                    await conn.execute(
-                        "INSERT INTO pool_secrets (pool, api_key) VALUES ($1, $2) "
-                        "ON CONFLICT (pool) DO UPDATE SET api_key = EXCLUDED.api_key",
-                        pool, upstream_api_key)
+                if upstream_api_key and self.provider_keys is not None:
+                    await self.provider_keys.put(conn, pool, upstream_api_key)
 
     # -- agents -----------------------------------------------------------------------
     async def fresh(self, lookup: Callable[..., _Found], *args: Any) -> _Found:

@@ -411,7 +411,8 @@ ROUTE_PURPOSES = {
                 "`graphql-transport-ws` WebSocket protocol.",
     "/": "The operator console (its built assets are under `/assets`).",
     "/assets": "The console's built files.",
-    "/metrics": "Prometheus metrics (see [Metrics](metrics.md)); 503 while the app starts.",
+    "/metrics": "Prometheus metrics (see [Metrics](metrics.md)), for the operator's bearer token (401 without "
+                "one, 403 for an agent's) unless `AGENTRM_METRICS_PUBLIC=1`; 503 while the app starts.",
     "/healthz": "Liveness: the process is up and serving. Asks nothing of the database.",
     "/readyz": "Readiness: the database answers and the read model has caught up with the log; "
                "503 with the reason otherwise.",

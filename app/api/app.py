@@ -42,10 +42,13 @@ CONSOLE = Path(__file__).resolve().parents[2] / "frontend" / "dist"
 
 class AgentRMGraphQL(GraphQL[GraphQLContext, None]):
     def __init__(self, rt_holder: RuntimeHolder, *, introspection: bool = True,
-                 subscriber_send_timeout: float | None = None, hot_documents: bool = True):
+                 subscriber_send_timeout: float | None = None, hot_documents: bool = True,
+                 graphiql: bool = False):
         served = schema if introspection else build_schema(introspection=False)
+        # GraphiQL only when asked for (AGENTRM_GRAPHIQL): its page loads scripts from a CDN,
+        # which would run with the origin of the API and the console.
         super().__init__(served, subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
-                         keep_alive=True, keep_alive_interval=15)
+                         keep_alive=True, keep_alive_interval=15, graphql_ide="graphiql" if graphiql else None)
         self.rt_holder = rt_holder
         self.hot_documents = served.hot_documents if hot_documents else None
         self.graphql_transport_ws_handler_class = with_syntax_errors_as_messages(bounded_send_handler(
@@ -100,12 +103,14 @@ async def _bounded_body(request) -> bytes | None:
 def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
                op_token: str | None = None, introspection: bool | None = None,
                demo_upstream: bool | None = None, tune_gc: bool = False,
-               hot_documents: bool | None = None) -> Starlette:
+               hot_documents: bool | None = None, graphiql: bool | None = None,
+               metrics_public: bool | None = None) -> Starlette:
     holder = RuntimeHolder()
     settings = config.load()
     graphql = AgentRMGraphQL(holder, introspection=settings.introspection if introspection is None
                              else introspection,
-                             hot_documents=settings.hot_documents if hot_documents is None else hot_documents)
+                             hot_documents=settings.hot_documents if hot_documents is None else hot_documents,
+                             graphiql=settings.graphiql if graphiql is None else graphiql)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -148,7 +153,9 @@ def create_app(url: str, *, run_schedulers: bool = True, demo: bool = False,
 
     # /graphql first: every agent call takes it, and the router tries routes in order.
     routes = [Route("/graphql", graphql, methods=["GET", "POST"]), WebSocketRoute("/graphql", graphql),
-              Route("/", console), *observability_routes(holder), *gateway_routes(holder),
+              Route("/", console),
+              *observability_routes(holder, metrics_public=settings.metrics_public if metrics_public is None
+                                    else metrics_public), *gateway_routes(holder),
               # check_dir=False: an unbuilt console must not keep the API from starting.
               Mount("/assets", StaticFiles(directory=CONSOLE / "assets", check_dir=False), name="assets")]
     if demo if demo_upstream is None else demo_upstream:

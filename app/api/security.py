@@ -1,12 +1,14 @@
 """What the API refuses before any resolver runs: invalid credentials, documents too deep or
-too large, request bodies over the cap, and (when switched off) introspection.
+too large, request bodies over the cap, and introspection by anyone but the operator (by
+anyone at all when switched off).
 
 Why these numbers. Our own clients' documents are a few hundred tokens and at most three
 levels below the root field (`scheduler { levels { queued { turnId } } }`, depth 3 as
 strawberry counts). Depth 12, 2,000 tokens and 20 aliases leave room for any honest tool
 and cut the cheap amplification attacks (deeply nested or aliased selections, a
 megabyte of tokens to parse). Introspection is not counted in depth (strawberry's depth
-limiter skips `__` fields), so GraphiQL and code generators keep working while it is on.
+limiter skips `__` fields), so the console, GraphiQL and code generators keep working for
+the operator while it is on.
 The body cap must admit the largest legal command: appendContextMessages takes up to 100
 messages of 100,000 characters each (app/domain/context/limits.py), about 10 MB of JSON.
 """
@@ -16,10 +18,12 @@ import functools
 from typing import cast
 
 from graphql import ExecutionResult, GraphQLError
+from graphql.validation import NoSchemaIntrospectionCustomRule
 from strawberry.extensions import AddValidationRules, DisableIntrospection, MaxTokensLimiter, SchemaExtension
 from strawberry.extensions.max_aliases import create_validator as aliases_rule
 from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
 
+from app.auth import OPERATOR
 from app.errors import Unauthenticated
 
 from .context import GraphQLContext, principal_of
@@ -64,9 +68,31 @@ class DocumentLimits(AddValidationRules):
         super().__init__(list(_limit_rules(MAX_DEPTH, MAX_ALIASES)))
 
 
+class IntrospectionForTheOperator(SchemaExtension):
+    """Introspection (`__schema`, `__type`) for the operator only. The schema is public
+    (schema/agentrm.graphql), but a map of every field and argument is the first thing an
+    attacker with a stolen agent token or no token at all asks for, and no agent needs it:
+    the agent client and the SDKs send fixed documents. The console, the operator's, reads
+    it once to learn what the server offers. An invalid token is left to
+    RefuseInvalidCredentials (UNAUTHENTICATED, whatever the document); a document run in
+    the process (no runtime in its context: the SDL export, tests) is nobody's request."""
+
+    def on_operation(self):
+        context = self.execution_context.context
+        if isinstance(context, dict) and "runtime" in context:
+            try:
+                caller = principal_of(cast(GraphQLContext, context))
+            except Unauthenticated:
+                caller = OPERATOR   # refused before it runs, with the right code
+            if caller is None or not caller.is_operator:
+                self.execution_context.validation_rules = (
+                    *self.execution_context.validation_rules, NoSchemaIntrospectionCustomRule)
+        yield
+
+
 def limit_extensions(introspection: bool = True) -> list:
-    """Factories: strawberry builds a fresh extension for each request."""
+    """Factories: strawberry builds a fresh extension for each request. Introspection is
+    the operator's (IntrospectionForTheOperator), or no one's when switched off."""
     extensions = [DocumentLimits, lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS)]
-    if not introspection:
-        extensions.append(DisableIntrospection)
+    extensions.append(IntrospectionForTheOperator if introspection else DisableIntrospection)
     return extensions

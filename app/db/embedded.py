@@ -16,6 +16,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from app.private_files import create_private
+
 DATABASE = "agentrm"
 
 
@@ -93,9 +95,7 @@ class EmbeddedPostgres:
     @property
     def password(self) -> str:
         if not self.password_file.exists():
-            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)   # never readable by others
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(18))
+            create_private(self.password_file, secrets.token_urlsafe(18))
         return self.password_file.read_text().strip()
 
     def url(self, database: str = DATABASE) -> str:
@@ -116,8 +116,9 @@ class EmbeddedPostgres:
         self.cluster.mkdir(exist_ok=True)
         self.cluster.chmod(0o700)
         self._chown_to_server_user(self.cluster)
-        pwfile = self.cluster.parent / "pg.initpw"  # the server user must read it
-        pwfile.write_text(self.password + "\n")
+        pwfile = self.cluster.parent / "pg.initpw"  # the server user must read it, and no one else
+        pwfile.unlink(missing_ok=True)              # left by an init that was killed
+        create_private(pwfile, self.password + "\n")
         self._chown_to_server_user(pwfile)
         try:
             _run([_bin("initdb"), "-D", str(self.cluster), "-U", "agentrm", "--auth=scram-sha-256",

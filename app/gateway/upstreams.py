@@ -4,13 +4,16 @@ The base URL comes from the pool's settings (`upstreamBaseUrl` on createPool; fo
 `default` pool AGENTRM_UPSTREAM_BASE_URL; for the demo fleet's pool `demo`, the demo echo
 model when the server serves it: its URL depends on the port of each start, so it is
 never written into the pool's settings). The API key is never in the event log: the log
-keeps a fingerprint, and the key itself sits in the `pool_secrets` table, written in the
-same transaction as the pool's creation (Service.create_pool); for `default` it comes
-from AGENTRM_UPSTREAM_API_KEY. It is read here only to be sent upstream, and is never
-logged or returned by any query.
+keeps a fingerprint, and the key itself sits sealed in the `pool_secrets` table
+(app/provider_keys.py), written in the same transaction as the pool's creation
+(Service.create_pool); for `default` it comes from AGENTRM_UPSTREAM_API_KEY. It is read
+here only to be sent upstream, and is never logged or returned by any query. A key that
+does not open (the secrets key is not the one that sealed it) fails that pool's calls with
+503 and a line in the log; the server and the other pools go on.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -18,6 +21,9 @@ import httpx
 
 from app.demo import DEMO_POOL
 from app.errors import NotFound, Unavailable
+from app.provider_keys import SecretsKeyError
+
+log = logging.getLogger("agentrm.gateway")
 
 # No read timeout: a hung call is the scheduler's to reap (start deadline, lease), and the
 # gateway then closes the request. A timer here would be a second, uncoordinated reaper.
@@ -74,8 +80,14 @@ class Upstreams:
         if pool not in self._keys:
             key = None
             db = getattr(getattr(self.runtime, "store", None), "pool", None)
-            if db is not None:
-                key = await db.fetchval("SELECT api_key FROM pool_secrets WHERE pool = $1", pool)
+            provider_keys = getattr(self.runtime, "provider_keys", None)
+            if db is not None and provider_keys is not None:
+                try:
+                    key = await provider_keys.get(db, pool)
+                except SecretsKeyError as exc:
+                    log.error("pool %r: %s", pool, exc)
+                    raise Unavailable(f"pool {pool!r}: its upstream key cannot be read with this server's "
+                                      "secrets key; the operator must fix AGENTRM_SECRETS_KEY") from None
             if key is None and pool == "default":
                 key = self.default_api_key
             self._keys[pool] = key

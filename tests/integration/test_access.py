@@ -59,7 +59,7 @@ async def test_the_upstream_key_and_agent_tokens_never_reach_the_log_or_read_mod
             assert (await agent("{ me { id } }"))["me"]["id"] == agent_id
     await server.runtime.projector.persist()   # the read models as stored documents too
 
-    assert await tables_containing(server.url, key) == {"public.pool_secrets": 1}
+    assert await tables_containing(server.url, key) == {}   # sealed in pool_secrets (app/provider_keys.py)
     assert await tables_containing(server.url, OPERATOR_TOKEN) == {}
     for agent_id, token in agents:
         assert await tables_containing(server.url, token) == {}, "a raw agent token is stored"

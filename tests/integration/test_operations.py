@@ -10,8 +10,11 @@ import httpx
 
 from app.observability.logs import ContextFilter, JsonFormatter
 from tests.client import GraphQLClient
+from tests.conftest import OPERATOR_TOKEN
 from tests.fake_upstream import FakeUpstream
 from tests.integration.test_gateway import MESSAGES, UPSTREAM_KEY, make_agent, make_pool, openai_client
+
+OPERATOR = {"authorization": f"Bearer {OPERATOR_TOKEN}"}   # /metrics is the operator's
 
 
 def sample(metrics: str, name: str, **labels) -> float | None:
@@ -47,7 +50,7 @@ async def test_metrics_count_what_the_log_says(server, operator):
             queued = await agent("mutation { requestTurn(input: {estimatedTokens: 10}) { id status } }")
         assert queued["requestTurn"]["status"] == "QUEUED"   # its agent is paused: it waits
         async with httpx.AsyncClient() as http:
-            text = (await http.get(f"{server.base}/metrics")).text
+            text = (await http.get(f"{server.base}/metrics", headers=OPERATOR)).text
         assert sample(text, "agentrm_grants_total", pool=pool, level=0) == 1
         assert sample(text, "agentrm_rate_limited_total", pool=pool) == 1
         # An agent's own report pauses only that agent (a claim), not the pool.

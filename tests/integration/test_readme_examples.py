@@ -58,7 +58,8 @@ async def test_a_readme_example_runs_as_written(demo_server, name, printed):
     turns = [t for t in model.turns.values() if t["agent_id"] == agent]
     assert [t["status"] for t in turns] == [ev.COMPLETED] and turns[0]["pool"] == "default"
     async with httpx.AsyncClient() as http:
-        metrics = (await http.get(f"{demo_server.base}/metrics")).text
+        metrics = (await http.get(f"{demo_server.base}/metrics",
+                                  headers={"authorization": f"Bearer {OPERATOR_TOKEN}"})).text
     assert re.search(r'^agentrm_grants_total\{level="0",pool="default"\} [1-9]', metrics, re.M), metrics[:2000]
     if name == "openai-gateway":   # the newcomer's call shows in the gateway's own metrics
         assert re.search(r'^agentrm_gateway_request_duration_seconds_count\{format="openai",status="200"\} [1-9]',

@@ -76,7 +76,7 @@ def test_every_yaml_file_parses(path):
 def test_the_expected_files_are_there():
     assert (OPS.parent / "docs/operations/runbook.md").is_file(), "docs/operations/runbook.md"
     for name in ("Dockerfile", "compose.yaml", "k8s/deployment.yaml", "k8s/service.yaml",
-                 "k8s/postgres.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
+                 "k8s/postgres.yaml", "k8s/networkpolicy.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
                  "grafana/agentrm-dashboard.json"):
         assert (OPS / name).is_file(), name
 
@@ -144,6 +144,9 @@ def test_probes_and_scrapes_point_at_real_paths():
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     scrape = documents(OPS / "prometheus" / "prometheus.yml")[0]
     assert {job["metrics_path"] for job in scrape["scrape_configs"]} == {"/metrics"} <= paths
+    # /metrics is the operator's: every job sends the operator token, from a file.
+    for job in scrape["scrape_configs"]:
+        assert job["authorization"]["type"] == "Bearer" and job["authorization"]["credentials_file"], job
     compose = documents(OPS / "compose.yaml")[0]
     check = " ".join(compose["services"]["agentrm"]["healthcheck"]["test"])
     assert any(path in check for path in ("/healthz", "/readyz"))
