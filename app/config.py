@@ -219,6 +219,10 @@ class Settings:
         "AGENTRM_IDEMPOTENCY_WINDOW_SECONDS", number(1, 2_592_000), 86400.0,
         "how long after its first call a gateway answer is kept for a retry with the same "
         "Idempotency-Key (up to 30 days)")
+    gateway_max_body_bytes: int = setting(
+        "AGENTRM_GATEWAY_MAX_BODY_BYTES", whole(64 * 1024, 1024 * 1024 * 1024), 16 * 1024 * 1024,
+        "the largest request body the gateway reads (a larger one is refused with 413 before it "
+        "is decoded); the default admits a long context with images, as the GraphQL API's cap does")
     # -- the API
     introspection: bool = setting(
         "AGENTRM_INTROSPECTION", FLAG, True, "GraphQL introspection (0 for production)")
