@@ -276,14 +276,10 @@ class Subscription:
             raise as_graphql_error(exc) from None
         rt = runtime(info)
         start = after if after is not None else await rt.store.head()
-        wanted = set(types or ())
-        agent = str(agent_id) if agent_id else None
-
-        def accept(e) -> bool:
-            if wanted and e.type not in wanted:
-                return False
-            return agent is None or e.data.get("agent_id") == agent
-        async for event in follow(rt.store, rt.listener, start, accept=accept):
+        # Filtered in the log's read (its type and agent indexes), not here: a follower
+        # of one agent reads that agent's rows, never the whole log.
+        async for event in follow(rt.store, rt.listener, start, types=list(types) if types else None,
+                                  agent_id=str(agent_id) if agent_id else None):
             yield t.Event.of(event)
 
     @strawberry.subscription
