@@ -25,10 +25,12 @@ from app.errors import Conflict
 from app.eventstore.listener import LogListener
 from app.eventstore.store import EventStore, create_pool
 from app.projections.runner import Projector
+from app.replay import PastPoolStates
 from app.resources.manager import ResourceManager
 from app.resources.service import ResourceService
 from app.scheduler.loop import SchedulerSupervisor
 from app.service import Service
+from app.subscription_slots import SubscriptionSlots
 
 
 def data_dir() -> Path:
@@ -153,6 +155,8 @@ class Runtime:
                                timing_stamps=self.settings.timing_stamps)
         self.resources = ResourceService(self.service)
         self.service.pool_guard = self.resources.check_pool
+        self.subscription_slots = SubscriptionSlots(self.settings.max_subscriptions_per_agent)
+        self.past_pool_states = PastPoolStates(self.store)
         self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)
         await _create_default_pool(self.service, default_pool)
         from app.context.service import ContextService
@@ -195,9 +199,12 @@ class MemoryRuntime:
         self.projector = Projector(self.store, self.store)
         await self.projector.start()
         self.store.on_append(self.projector.offer)
+        settings = config.load()
         self.service = Service(self.store, self.projector, clock=self.clock,
-                               timing_stamps=config.load().timing_stamps)
+                               timing_stamps=settings.timing_stamps)
         self.resources = ResourceService(self.service)
+        self.subscription_slots = SubscriptionSlots(settings.max_subscriptions_per_agent)
+        self.past_pool_states = PastPoolStates(self.store)
         self.service.pool_guard = self.resources.check_pool
         self.resource_manager = ResourceManager(self.store, clock=self.clock, leadership=AlwaysLeads(),
                                                 wakeups=self.store)

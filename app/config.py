@@ -231,6 +231,9 @@ class Settings:
         "the compiled path for the turn documents (0: every request through the general executor)")
     max_queued_per_agent: int = setting(
         "AGENTRM_MAX_QUEUED_PER_AGENT", whole(1), 32, "how many turns one agent may have queued at once")
+    max_subscriptions_per_agent: int = setting(
+        "AGENTRM_MAX_SUBSCRIPTIONS_PER_AGENT", whole(1), 8,
+        "how many subscriptions one agent may hold open at once on one worker (the operator has no cap)")
     subscriber_send_timeout_seconds: float = setting(
         "AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS", number(0.1, 3600), 30.0,
         "how long a subscriber may leave its socket full before it is cut off and told to resume")

@@ -16,7 +16,7 @@ from app.errors import BadInput, Forbidden, NotFound, ServiceError
 from app.eventstore.listener import follow
 from app.gateway.upstream_urls import check_upstream_url
 from app.projections.documents import TurnDoc
-from app.replay import pool_state_at, replay_check
+from app.replay import replay_check
 from app.replies import changes_turn
 
 from . import types as t
@@ -132,12 +132,14 @@ class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
             raise NotFound(f"no pool named {pool!r}")
         return _scheduler_state(state, time.time())
 
-    @strawberry.field
+    @strawberry.field(description="A pool's scheduler state as of a past position of the log. Each answer "
+                                  "folds the pool's stream: a document may ask for it at most twice "
+                                  "(LIMIT_EXCEEDED otherwise).")
     async def scheduler_at(self, info: Info, position: int, pool: str = "default") -> t.SchedulerState:
         _check_pool_visible(info, pool)
         if position < 0:
             raise BadInput("position must be >= 0")
-        state = await pool_state_at(runtime(info).store, pool, position)
+        state = await runtime(info).past_pool_states.at(pool, position)
         if state is None:
             raise NotFound(f"pool {pool!r} did not exist at position {position}")
         return _scheduler_state(state, state.clock)
@@ -275,21 +277,33 @@ class Subscription:
         except ServiceError as exc:
             raise as_graphql_error(exc) from None
         rt = runtime(info)
-        start = after if after is not None else await rt.store.head()
-        # Filtered in the log's read (its type and agent indexes), not here: a follower
-        # of one agent reads that agent's rows, never the whole log.
-        async for event in follow(rt.store, rt.listener, start, types=list(types) if types else None,
-                                  agent_id=str(agent_id) if agent_id else None):
-            yield t.Event.of(event)
+        try:
+            give_back = rt.subscription_slots.take(who)
+        except ServiceError as exc:
+            raise as_graphql_error(exc) from None
+        try:
+            start = after if after is not None else await rt.store.head()
+            # Filtered in the log's read (its type and agent indexes), not here: a follower
+            # of one agent reads that agent's rows, never the whole log.
+            async for event in follow(rt.store, rt.listener, start, types=list(types) if types else None,
+                                      agent_id=str(agent_id) if agent_id else None):
+                yield t.Event.of(event)
+        finally:
+            give_back()
 
     @strawberry.subscription
     async def turn(self, info: Info, turn_id: strawberry.ID) -> AsyncGenerator[t.Turn, None]:
+        rt = runtime(info)
         try:
             who = require(principal(info))   # who asks is judged before anything is read
+            give_back = rt.subscription_slots.take(who)
         except ServiceError as exc:
             raise as_graphql_error(exc) from None
-        async for turn in _follow_turn(info, who, str(turn_id)):
-            yield turn
+        try:
+            async for turn in _follow_turn(info, who, str(turn_id)):
+                yield turn
+        finally:
+            give_back()
 
 
 class AgentRMSchema(strawberry.Schema):

@@ -1,14 +1,18 @@
 """Threat-model row: an agent's `events(after: 0)` subscription read every agent's events
-and filtered them in Python, on every wake-up.
+and filtered them in Python, on every wake-up, with no cap on how many it held open; and
+`schedulerAt` folded a pool's whole stream once per alias, up to 20 in one document.
 
-An agent's subscription reads its own rows only (the filter is the log's read), and still
-gets every one of them in order."""
+An agent's subscription reads its own rows only (the filter is the log's read), still gets
+every one of them in order; its ninth subscription is refused; a document asking for
+schedulerAt more than twice is refused before anything is read."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import sys
 import uuid
+
+import pytest
 
 from tests.client import CANCEL, CREATE_POOL, REQUEST, GraphQLClient, GraphQLError, admitted, register
 
@@ -74,3 +78,66 @@ async def test_an_agents_events_from_zero_read_only_its_own_rows(server, operato
     assert rows, "the follower read nothing"
     foreign = [r for r in rows if r.data.get("agent_id") != a_id]
     assert not foreign, f"the subscription read {len(foreign)} rows of others ({len(rows)} in all)"
+
+
+async def test_an_agents_subscriptions_beyond_the_cap_are_refused(server, operator):
+    cap = 8   # AGENTRM_MAX_SUBSCRIPTIONS_PER_AGENT's default, which the test server keeps
+    pool = await new_pool(operator)
+    a_id, a_token = await register(operator, "greedy", pool)
+    await admitted(operator, a_id)
+    async with contextlib.AsyncExitStack() as stack:
+        a = await stack.enter_async_context(GraphQLClient(server, a_token))
+        open_ = []
+        for _ in range(cap):
+            sub = await stack.enter_async_context(a.subscribe(FOLLOW, a=None))
+            assert (await sub.next())["events"]["data"]["agent_id"] == a_id   # each one works
+            open_.append(sub)
+        async with a.subscribe(FOLLOW, a=None) as extra:
+            with pytest.raises(GraphQLError) as refused:
+                await extra.next()
+        assert refused.value.code == "LIMIT_EXCEEDED"
+        turn_doc = f"subscription {{ turn(turnId: \"{uuid.uuid4()}\") {{ id }} }}"
+        async with a.subscribe(turn_doc) as extra:   # the turn subscription counts too
+            with pytest.raises(GraphQLError) as refused:
+                await extra.next()
+        assert refused.value.code == "LIMIT_EXCEEDED"
+        # The operator is not counted against the agent's cap.
+        async with operator.subscribe(FOLLOW, a=a_id) as watching:
+            assert (await watching.next())["events"]["data"]["agent_id"] == a_id
+        # A closed subscription gives its slot back.
+        await open_.pop().__aexit__(None, None, None)
+        await asyncio.sleep(0.3)
+        async with a.subscribe(FOLLOW, a=None) as again:
+            assert (await again.next())["events"]["data"]["agent_id"] == a_id
+
+
+async def test_twenty_scheduler_at_aliases_are_refused_and_read_nothing(server, operator):
+    pool = await new_pool(operator)
+    a_id, a_token = await register(operator, "scrubber", pool)
+    position = await admitted(operator, a_id)
+    fields = " ".join(f"s{i}: schedulerAt(position: {position}, pool: \"{pool}\") {{ position }}"
+                      for i in range(20))
+    store = server.runtime.store
+    reads: list = []
+    real = store.read
+
+    async def counting(*args, **kwargs):
+        if kwargs.get("streams") == [f"pool-{pool}"]:
+            reads.append(args)
+        return await real(*args, **kwargs)
+    store.read = counting
+    try:
+        async with GraphQLClient(server, a_token) as a:
+            body = await a.raw(f"{{ {fields} }}")
+            assert body.get("data") is None
+            assert [e["extensions"]["code"] for e in body["errors"]] == ["LIMIT_EXCEEDED"]
+            assert not reads, "the refused document folded the pool's stream"
+            # Two are allowed; the same past moment asked again is folded once.
+            two = " ".join(f"s{i}: schedulerAt(position: {position}, pool: \"{pool}\") {{ position }}"
+                           for i in range(2))
+            first = await a(f"{{ {two} }}")
+            again = await a(f"{{ {two} }}")
+    finally:
+        del store.read
+    assert first == again and first["s0"]["position"] <= position
+    assert len(reads) == 1, f"the pool's stream was folded {len(reads)} times for one past moment"
