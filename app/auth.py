@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 
@@ -39,8 +40,20 @@ class Principal:
 OPERATOR = Principal("operator")
 
 
+AGENT_TOKEN_PREFIX = "agt_"
+_AGENT_TOKEN = re.compile(r"agt_[A-Za-z0-9_-]{43}")   # the prefix and 32 bytes, url-safe base64
+
+
 def new_agent_token() -> str:
-    return "agt_" + secrets.token_urlsafe(32)
+    return AGENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def could_be_agent_token(token: str | None) -> bool:
+    """Whether `token` has the shape new_agent_token gives. Only such a token, unknown to
+    this worker, is worth a look at the log for an agent registered on another worker a
+    moment ago: anything else is refused without one, so that an invalid credential
+    costs the service no database read."""
+    return token is not None and _AGENT_TOKEN.fullmatch(token) is not None
 
 
 def hash_token(token: str) -> str:

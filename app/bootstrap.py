@@ -27,10 +27,12 @@ from app.eventstore.store import EventStore, create_pool
 from app.private_files import create_private
 from app.projections.runner import Projector
 from app.provider_keys import ProviderKeys
+from app.replay import PastPoolStates
 from app.resources.manager import ResourceManager
 from app.resources.service import ResourceService
 from app.scheduler.loop import SchedulerSupervisor
 from app.service import Service
+from app.subscription_slots import SubscriptionSlots
 
 
 def data_dir() -> Path:
@@ -155,6 +157,8 @@ class Runtime:
                                provider_keys=self.provider_keys)
         self.resources = ResourceService(self.service)
         self.service.pool_guard = self.resources.check_pool
+        self.subscription_slots = SubscriptionSlots(self.settings.max_subscriptions_per_agent)
+        self.past_pool_states = PastPoolStates(self.store)
         self.resource_manager = ResourceManager(self.store, self.url, wakeups=self.listener)
         await _create_default_pool(self.service, default_pool)
         from app.context.service import ContextService
@@ -197,9 +201,12 @@ class MemoryRuntime:
         self.projector = Projector(self.store, self.store)
         await self.projector.start()
         self.store.on_append(self.projector.offer)
+        settings = config.load()
         self.service = Service(self.store, self.projector, clock=self.clock,
-                               timing_stamps=config.load().timing_stamps)
+                               timing_stamps=settings.timing_stamps)
         self.resources = ResourceService(self.service)
+        self.subscription_slots = SubscriptionSlots(settings.max_subscriptions_per_agent)
+        self.past_pool_states = PastPoolStates(self.store)
         self.service.pool_guard = self.resources.check_pool
         self.resource_manager = ResourceManager(self.store, clock=self.clock, leadership=AlwaysLeads(),
                                                 wakeups=self.store)

@@ -245,6 +245,10 @@ class Settings:
         "AGENTRM_IDEMPOTENCY_WINDOW_SECONDS", number(1, 2_592_000), 86400.0,
         "how long after its first call a gateway answer is kept for a retry with the same "
         "Idempotency-Key (up to 30 days)")
+    gateway_max_body_bytes: int = setting(
+        "AGENTRM_GATEWAY_MAX_BODY_BYTES", whole(64 * 1024, 1024 * 1024 * 1024), 16 * 1024 * 1024,
+        "the largest request body the gateway reads (a larger one is refused with 413 before it "
+        "is decoded); the default admits a long context with images, as the GraphQL API's cap does")
     # -- the API
     introspection: bool = setting(
         "AGENTRM_INTROSPECTION", FLAG, True,
@@ -262,6 +266,9 @@ class Settings:
         "the compiled path for the turn documents (0: every request through the general executor)")
     max_queued_per_agent: int = setting(
         "AGENTRM_MAX_QUEUED_PER_AGENT", whole(1), 32, "how many turns one agent may have queued at once")
+    max_subscriptions_per_agent: int = setting(
+        "AGENTRM_MAX_SUBSCRIPTIONS_PER_AGENT", whole(1), 8,
+        "how many subscriptions one agent may hold open at once on one worker (the operator has no cap)")
     subscriber_send_timeout_seconds: float = setting(
         "AGENTRM_SUBSCRIBER_SEND_TIMEOUT_SECONDS", number(0.1, 3600), 30.0,
         "how long a subscriber may leave its socket full before it is cut off and told to resume")

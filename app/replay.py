@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from app.domain.state import PoolState
 from app.eventstore.store import EventStore
+from app.ports import EventLog
 from app.projections.context_archive import archived_context, restore_if_parked
 from app.projections.core import PROJECTIONS, CoreModel, canonical_hash
 from app.projections.runner import CHECKPOINT, Projector, load_docs
@@ -91,10 +93,58 @@ def _compare(live_docs: dict, rebuilt: CoreModel, pool: str | None, count: int, 
     return ReplayReport(count, live_hash, replay_hash, live_hash == replay_hash, position, differences[:20])
 
 
-async def pool_state_at(store: EventStore, pool: str, position: int) -> PoolState | None:
+async def pool_state_at(store: EventLog, pool: str, position: int) -> PoolState | None:
     """A pool's scheduler state as of global `position`: the fold of its own stream (the
-    same fold the scheduler starts from)."""
-    return await fold_pool_stream(store, pool, position)
+    same fold the scheduler starts from), folded off the event loop."""
+    return await fold_pool_stream(store, pool, position, off_loop=True)
+
+
+class PastPoolStates:
+    """The API's past scheduler states (schedulerAt), the most recently asked `entries` of
+    them kept by (pool, position). A past state never changes, and a console scrubbing
+    through history asks for the same positions again; each answer is a fold of the pool's
+    whole stream up to there. Askers of one moment at the same time share its one fold.
+    Only a position the log had reached when asked is kept: one beyond the head may still
+    gain events."""
+
+    def __init__(self, store: EventLog, entries: int = 64):
+        self.store, self.entries = store, entries
+        self._kept: OrderedDict[tuple[str, int], asyncio.Future[PoolState | None]] = OrderedDict()
+
+    async def at(self, pool: str, position: int) -> PoolState | None:
+        key = (pool, position)
+        found = self._kept.get(key)
+        if found is None:
+            found = self._kept[key] = asyncio.ensure_future(self._fold(key))
+            found.add_done_callback(_retrieved)
+            if len(self._kept) > self.entries:
+                self._kept.popitem(last=False)
+        else:
+            self._kept.move_to_end(key)
+        # Shielded: an asker that goes away must not cancel the others' fold.
+        return await asyncio.shield(found)
+
+    async def _fold(self, key: tuple[str, int]) -> PoolState | None:
+        pool, position = key
+        try:
+            head = await self.store.head()
+            state = await pool_state_at(self.store, pool, position)
+        except BaseException:
+            self._forget(key)
+            raise
+        if position > head:
+            self._forget(key)
+        return state
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        self._kept.pop(key, None)
+
+
+def _retrieved(fold: asyncio.Future) -> None:
+    """A fold's failure is its askers' to handle; retrieved here too, for a fold whose
+    askers all went away."""
+    if not fold.cancelled():
+        fold.exception()
 
 
 async def context_state_at(store: EventStore, agent_id: str, position: int):

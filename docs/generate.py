@@ -592,7 +592,7 @@ def header_rows() -> list[list[str]]:
 
 
 def gateway_page() -> str:
-    from app.gateway import proxy
+    from app import config
     out = header("HTTP endpoints and gateway headers", "the app's route table (`app.api.app.create_app`) "
                                                       "and the gateway's constants in `app/gateway/`")
     out += ["Everything is served on one port. The gateway (`/v1/...`) speaks the OpenAI and the "
@@ -601,7 +601,9 @@ def gateway_page() -> str:
             "pool's scheduling rules apply to it.", "", "## Endpoints", ""]
     out += table(["Methods", "Path", "Purpose", "Served by"], route_rows())
     out += ["## Headers", "",
-            f"A gateway request body may be at most {proxy.MAX_BODY_BYTES:,} bytes.", ""]
+            "A gateway request body may be at most `AGENTRM_GATEWAY_MAX_BODY_BYTES` "
+            f"({config.Settings().gateway_max_body_bytes:,} bytes unless set); a larger one is refused "
+            "with 413, in the wire's own error shape, before it is read.", ""]
     out += table(["Header", "Where", "Meaning"], header_rows())
     return "\n".join(out).rstrip() + "\n"
 

@@ -19,7 +19,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from app import config
 from app.adapters.pg_gateway_replies import PostgresGatewayReplies
-from app.auth import authenticate, parse_bearer
+from app.auth import authenticate, could_be_agent_token, parse_bearer
 from app.bootstrap import Runtime, operator_token
 from app.gateway.correlation import CorrelationMiddleware
 from app.gateway.routes import routes as gateway_routes
@@ -59,7 +59,8 @@ class AgentRMGraphQL(GraphQL[GraphQLContext, None]):
         rt = cast(Runtime, self.rt_holder.runtime)   # requests are served once the lifespan set it
         context: GraphQLContext = {"request": request, "response": response, "runtime": rt}
         token = parse_bearer(request.headers.get("authorization")) if hasattr(request, "headers") else None
-        if token and authenticate(token, rt.operator_token, rt.projector.model.token_index) is None:
+        if could_be_agent_token(token) and authenticate(token, rt.operator_token,
+                                                        rt.projector.model.token_index) is None:
             await rt.projector.catch_up()  # an agent registered a moment ago on another worker
         return context
 

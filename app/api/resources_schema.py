@@ -54,19 +54,24 @@ class ResourceLease:
                    message=d["message"])
 
 
-@strawberry.type
+@strawberry.type(description="A lease holding or waiting for a resource. An agent sees whose it is "
+                              "(agentId, leaseId) only for its own leases: null for other agents'.")
 class ResourceHolder:
-    agent_id: strawberry.ID
+    agent_id: strawberry.ID | None
     mode: ResourceMode
-    lease_id: strawberry.ID
+    lease_id: strawberry.ID | None
     level: int
     lease_expires_at: datetime
 
     @classmethod
     def of(cls, d: dict) -> ResourceHolder:
-        return cls(agent_id=strawberry.ID(d["agent_id"]), mode=ResourceMode(d["mode"]),
-                   lease_id=strawberry.ID(d["lease_id"]), level=d["level"],
+        return cls(agent_id=_id(d["agent_id"]), mode=ResourceMode(d["mode"]),
+                   lease_id=_id(d["lease_id"]), level=d["level"],
                    lease_expires_at=ts(d["lease_expires_at"]))
+
+
+def _id(value: str | None) -> strawberry.ID | None:
+    return None if value is None else strawberry.ID(value)
 
 
 @strawberry.type

@@ -9,13 +9,14 @@ import strawberry
 from strawberry.types import Info
 
 from app import config
-from app.auth import require, require_operator
+from app.auth import Principal, require, require_operator
 from app.db.outage import is_outage
 from app.domain.decide import available
 from app.errors import BadInput, Forbidden, NotFound, ServiceError
 from app.eventstore.listener import follow
 from app.gateway.upstream_urls import check_upstream_url
-from app.replay import pool_state_at, replay_check
+from app.projections.documents import TurnDoc
+from app.replay import replay_check
 from app.replies import changes_turn
 
 from . import types as t
@@ -56,6 +57,19 @@ def _lane(index: int, turn_id: strawberry.ID | None, turn) -> t.LaneSlot:
 def _queued(turn) -> t.QueuedTurn:
     return t.QueuedTurn(turn_id=turn.turn_id, agent_id=turn.agent_id, queued_at=t.ts(turn.queued_at),
                         estimated_tokens=turn.estimated_tokens)
+
+
+async def _visible_turn(info: Info, who: Principal, turn_id: str) -> TurnDoc:
+    """The turn, for a caller already authenticated. An agent gets FORBIDDEN for any turn
+    not its own, one that does not exist included; only the operator learns NOT_FOUND."""
+    service = runtime(info).service
+    await service.recall_turn(turn_id)
+    try:
+        return service.visible_turn(who, turn_id)
+    except NotFound:
+        if who.is_operator:
+            raise
+        raise Forbidden("this turn belongs to another agent") from None
 
 
 def _check_pool_visible(info: Info, pool: str) -> None:
@@ -100,11 +114,13 @@ class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
         own = svc.agent_view(cast(str, who.agent_id))["pool"]   # not the operator: an agent
         return [t.Pool.of(svc.pool_settings(own), svc.has_upstream_api_key(own), show_upstream=False)]
 
-    @strawberry.field
+    @strawberry.field(description="A turn: null when there is none with this id (the operator). An agent "
+                                  "asking for a turn that is not its own is FORBIDDEN whether the turn exists "
+                                  "or not, so that the answer tells nothing of other agents' turns.")
     async def turn(self, info: Info, id: strawberry.ID) -> t.Turn | None:
+        who = require(principal(info))   # who asks is judged before anything is read
         try:
-            await runtime(info).service.recall_turn(str(id))
-            return t.Turn.of(runtime(info).service.visible_turn(principal(info), str(id)))
+            return t.Turn.of(await _visible_turn(info, who, str(id)))
         except NotFound:
             return None
 
@@ -116,12 +132,14 @@ class Query(AuditQuery, ConsoleQuery, ContextQuery, ResourceQuery):
             raise NotFound(f"no pool named {pool!r}")
         return _scheduler_state(state, time.time())
 
-    @strawberry.field
+    @strawberry.field(description="A pool's scheduler state as of a past position of the log. Each answer "
+                                  "folds the pool's stream: a document may ask for it at most twice "
+                                  "(LIMIT_EXCEEDED otherwise).")
     async def scheduler_at(self, info: Info, position: int, pool: str = "default") -> t.SchedulerState:
         _check_pool_visible(info, pool)
         if position < 0:
             raise BadInput("position must be >= 0")
-        state = await pool_state_at(runtime(info).store, pool, position)
+        state = await runtime(info).past_pool_states.at(pool, position)
         if state is None:
             raise NotFound(f"pool {pool!r} did not exist at position {position}")
         return _scheduler_state(state, state.clock)
@@ -216,6 +234,33 @@ class Mutation(ContextMutation, ResourceMutation):
         return t.Agent.of(await runtime(info).context.set_hibernated(principal(info), str(agent_id), False))
 
 
+async def _follow_turn(info: Info, who: Principal, turn_id: str) -> AsyncGenerator[t.Turn, None]:
+    """The turn now, then each change of its record until its end has been sent."""
+    rt = runtime(info)
+    try:
+        doc = await _visible_turn(info, who, turn_id)
+    except ServiceError as exc:
+        raise as_graphql_error(exc) from None
+    key = (doc["status"], doc["version"])
+    yield t.Turn.of(doc)
+    while True:
+        # The projector updates the turn's record in place, so the record may have
+        # changed, even to its end, while the last state was being sent: read it afresh
+        # after every yield, and stop only once its end has been sent.
+        doc = rt.service.turn_view(turn_id)
+        if (doc["status"], doc["version"]) != key:
+            key = (doc["status"], doc["version"])
+            yield t.Turn.of(doc)
+            continue
+        if doc["finished_at"] is not None:
+            return
+        # The next decision that changes the turn's record, unless one came meanwhile.
+        async with rt.service.replies.expect(turn_id, changes_turn) as change:
+            now = rt.service.turn_view(turn_id)
+            if (now["status"], now["version"]) == key:
+                await change.wait(30.0)
+
+
 @strawberry.type
 class Subscription:
     @strawberry.subscription
@@ -232,43 +277,33 @@ class Subscription:
         except ServiceError as exc:
             raise as_graphql_error(exc) from None
         rt = runtime(info)
-        start = after if after is not None else await rt.store.head()
-        wanted = set(types or ())
-        agent = str(agent_id) if agent_id else None
-
-        def accept(e) -> bool:
-            if wanted and e.type not in wanted:
-                return False
-            return agent is None or e.data.get("agent_id") == agent
-        async for event in follow(rt.store, rt.listener, start, accept=accept):
-            yield t.Event.of(event)
+        try:
+            give_back = rt.subscription_slots.take(who)
+        except ServiceError as exc:
+            raise as_graphql_error(exc) from None
+        try:
+            start = after if after is not None else await rt.store.head()
+            # Filtered in the log's read (its type and agent indexes), not here: a follower
+            # of one agent reads that agent's rows, never the whole log.
+            async for event in follow(rt.store, rt.listener, start, types=list(types) if types else None,
+                                      agent_id=str(agent_id) if agent_id else None):
+                yield t.Event.of(event)
+        finally:
+            give_back()
 
     @strawberry.subscription
     async def turn(self, info: Info, turn_id: strawberry.ID) -> AsyncGenerator[t.Turn, None]:
         rt = runtime(info)
-        await rt.service.recall_turn(str(turn_id))
         try:
-            doc = rt.service.visible_turn(principal(info), str(turn_id))
+            who = require(principal(info))   # who asks is judged before anything is read
+            give_back = rt.subscription_slots.take(who)
         except ServiceError as exc:
             raise as_graphql_error(exc) from None
-        key = (doc["status"], doc["version"])
-        yield t.Turn.of(doc)
-        while True:
-            # The projector updates the turn's record in place, so the record may have
-            # changed, even to its end, while the last state was being sent: read it afresh
-            # after every yield, and stop only once its end has been sent.
-            doc = rt.service.turn_view(str(turn_id))
-            if (doc["status"], doc["version"]) != key:
-                key = (doc["status"], doc["version"])
-                yield t.Turn.of(doc)
-                continue
-            if doc["finished_at"] is not None:
-                return
-            # The next decision that changes the turn's record, unless one came meanwhile.
-            async with rt.service.replies.expect(str(turn_id), changes_turn) as change:
-                now = rt.service.turn_view(str(turn_id))
-                if (now["status"], now["version"]) == key:
-                    await change.wait(30.0)
+        try:
+            async for turn in _follow_turn(info, who, str(turn_id)):
+                yield turn
+        finally:
+            give_back()
 
 
 class AgentRMSchema(strawberry.Schema):

@@ -17,14 +17,14 @@ from __future__ import annotations
 import functools
 from typing import cast
 
-from graphql import ExecutionResult, GraphQLError
+from graphql import ExecutionResult, FieldNode, GraphQLError, ValidationContext, ValidationRule
 from graphql.validation import NoSchemaIntrospectionCustomRule
 from strawberry.extensions import AddValidationRules, DisableIntrospection, MaxTokensLimiter, SchemaExtension
 from strawberry.extensions.max_aliases import create_validator as aliases_rule
 from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
 
 from app.auth import OPERATOR
-from app.errors import Unauthenticated
+from app.errors import LimitExceeded, Unauthenticated
 
 from .context import GraphQLContext, principal_of
 
@@ -32,6 +32,10 @@ MAX_DEPTH = 12
 MAX_TOKENS = 2_000
 MAX_ALIASES = 20
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# Fields each of whose answers is a fold of a whole stream (a pool's, up to a past
+# position): a document may ask for so many of them, whatever its aliases. One for a
+# console's view of a past moment, two to compare two moments.
+COSTLY_FIELDS = {"schedulerAt": 2}
 
 
 class RefuseInvalidCredentials(SchemaExtension):
@@ -61,11 +65,32 @@ def _limit_rules(max_depth: int, max_aliases: int) -> tuple:
     return depth_rule(max_depth, None), aliases_rule(max_aliases)
 
 
+class CostlyFieldsRule(ValidationRule):
+    """At most COSTLY_FIELDS[name] selections of each costly field in one document (every
+    alias is one more answer to compute; a field inside a fragment counts once per
+    fragment, and a fragment spread twice under one response key is answered once)."""
+
+    def __init__(self, context: ValidationContext) -> None:
+        super().__init__(context)
+        self.seen: dict[str, int] = {}
+
+    def enter_field(self, node: FieldNode, *_args) -> None:
+        name = node.name.value
+        cap = COSTLY_FIELDS.get(name)
+        if cap is None:
+            return
+        self.seen[name] = self.seen.get(name, 0) + 1
+        if self.seen[name] == cap + 1:
+            self.report_error(GraphQLError(f"a document may select {name} at most {cap} times",
+                                           node, extensions={"code": LimitExceeded.code}))
+
+
 class DocumentLimits(AddValidationRules):
-    """Depth and alias caps, as the two strawberry limiters check them."""
+    """Depth and alias caps, as the two strawberry limiters check them, and the costly
+    fields' caps."""
 
     def __init__(self) -> None:
-        super().__init__(list(_limit_rules(MAX_DEPTH, MAX_ALIASES)))
+        super().__init__([*_limit_rules(MAX_DEPTH, MAX_ALIASES), CostlyFieldsRule])
 
 
 class IntrospectionForTheOperator(SchemaExtension):

@@ -135,10 +135,15 @@ class LogListener:
 
 
 async def follow(store: EventStore, listener: LogListener, after: int = 0, *,
+                 types: list[str] | None = None, agent_id: str | None = None,
                  accept: Callable[[RecordedEvent], bool] | None = None,
                  batch: int = 500) -> AsyncIterator[RecordedEvent]:
     """Every event with position > after, in order, then live; never a gap, never a repeat.
-    Through a database outage it keeps its position and reads again once it can."""
+    Through a database outage it keeps its position and reads again once it can.
+    `types` and `agent_id` (the events whose data names the agent) filter in the log's
+    read, by its indexes, so a follower of one agent reads that agent's rows only; the
+    cursor stays on the last match, which is gapless (every position below a visible one is
+    visible or gone for good: the store)."""
     position, blind_seen = after, None
     while True:
         generation = listener.generation
@@ -148,7 +153,7 @@ async def follow(store: EventStore, listener: LogListener, after: int = 0, *,
             continue
         blind_seen = listener.blind
         try:
-            events = await store.read(position, batch)
+            events = await store.read(position, batch, types=types, agent_id=agent_id)
         except Exception as exc:
             if not is_outage(exc):
                 raise
@@ -159,4 +164,8 @@ async def follow(store: EventStore, listener: LogListener, after: int = 0, *,
             if accept is None or accept(event):
                 yield event
         if len(events) < batch:
+            if known is not None:
+                # The wake-ups named `known` before this read, so the read saw every event
+                # up to it: a filtered follower need not read that stretch again.
+                position = max(position, known)
             await listener.wait(generation)

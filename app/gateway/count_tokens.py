@@ -17,10 +17,12 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from app import config
 from app.api.holder import RuntimeHolder
 from app.context.tokens import encoding_ready
 from app.errors import ServiceError
 
+from .bodies import BodyTooLarge, off_loop_if_large, refuse_declared
 from .callers import principal_of
 from .proxy import status_of
 from .upstreams import Upstreams
@@ -30,16 +32,17 @@ log = logging.getLogger("agentrm.gateway")
 
 PATH = "/v1/messages/count_tokens"
 TOKEN_COUNT_HEADER = "x-agentrm-token-count"
-MAX_BODY_BYTES = 8 * 1024 * 1024
 ABSENT_STATUSES = (404, 405)
 
 
-async def _body(request: Request) -> bytes:
+async def _body(request: Request, cap: int) -> bytes:
+    """The whole body; BodyTooLarge, before reading it, when it is over the cap."""
+    refuse_declared(request.headers, cap)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise BadRequest(f"the request body is over {MAX_BODY_BYTES} bytes")
+        if size > cap:
+            raise BodyTooLarge(cap)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -49,6 +52,8 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def count_tokens(holder: RuntimeHolder):
+    max_body_bytes = config.load().gateway_max_body_bytes
+
     async def endpoint(request: Request) -> Response:
         rt = holder.runtime
         if rt is None:
@@ -59,12 +64,14 @@ def count_tokens(holder: RuntimeHolder):
         if principal.is_operator:
             return _error(403, "the gateway serves agents: use an agent's token, not the operator's")
         try:
-            raw = await _body(request)
+            raw = await _body(request, max_body_bytes)
             # The messages' own checks, without max_tokens: a count request has none.
-            body = WireFormat.parse(ANTHROPIC, raw)
+            body = await off_loop_if_large(len(raw), WireFormat.parse, ANTHROPIC, raw)
             pool = (await rt.service.fresh(rt.service.agent_view, principal.agent_id))["pool"]
             upstreams = cast(Upstreams, holder.upstreams)   # set before the runtime
             upstream = await upstreams.for_pool(pool)
+        except BodyTooLarge as exc:
+            return _error(exc.status, str(exc))
         except BadRequest as exc:
             return _error(400, str(exc))
         except ServiceError as exc:
@@ -87,7 +94,7 @@ def count_tokens(holder: RuntimeHolder):
             log.info("upstream lacks %s: counting locally", PATH, extra={"pool": pool})
         encoding = rt.projector.model.pools[pool].settings.tokenizer
         await encoding_ready(encoding)
-        counted = ANTHROPIC.count_prompt(body, encoding)
+        counted = await off_loop_if_large(len(raw), ANTHROPIC.count_prompt, body, encoding)
         return Response(json.dumps({"input_tokens": counted}), media_type="application/json",
                         headers={TOKEN_COUNT_HEADER: "local"})
 

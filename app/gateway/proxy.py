@@ -27,8 +27,9 @@ from typing import Any, cast
 
 import httpx
 
+from app import config
 from app.api.holder import RuntimeHolder
-from app.auth import authenticate
+from app.auth import authenticate, could_be_agent_token
 from app.context.tokens import encoding_ready
 from app.db.outage import is_outage
 from app.domain import events as ev
@@ -36,6 +37,7 @@ from app.errors import BadInput, Forbidden, LimitExceeded, NotFound, ServiceErro
 from app.observability import logs, metrics
 from app.ports import GatewayReplies, StoredReply
 
+from .bodies import BodyTooLarge, off_loop_if_large, refuse_declared
 from .correlation import (
     REQUEST_ID_HEADER,
     TURN_ID_HEADER,
@@ -54,7 +56,6 @@ log = logging.getLogger("agentrm.gateway")
 RUN_ID_HEADER = "x-agentrm-run-id"
 MAX_WAIT_HEADER = "x-agentrm-max-wait"
 RECORD_CONTEXT_HEADER = "x-agentrm-record-context"
-MAX_BODY_BYTES = 8 * 1024 * 1024
 # The upstream's headers a client gets back. Its `x-request-id` comes back as
 # x-upstream-request-id: the client's own name for the call is the gateway's x-request-id.
 PASSED_HEADERS = ("content-type", "request-id", "openai-processing-ms")
@@ -74,8 +75,9 @@ class ClientGone(Exception):
 class _Exchange:
     """One client request: its ASGI channels, a disconnect watch, and the replies."""
 
-    def __init__(self, scope, receive, send, wire: WireFormat):
+    def __init__(self, scope, receive, send, wire: WireFormat, max_body_bytes: int):
         self.scope, self.receive, self.send, self.wire = scope, receive, send, wire
+        self.max_body_bytes = max_body_bytes
         self.headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         self.gone = asyncio.Event()
         self.started = time.monotonic()
@@ -93,6 +95,8 @@ class _Exchange:
         self._watch: asyncio.Task | None = None
 
     async def body(self) -> bytes:
+        """The whole body; BodyTooLarge, before reading it, when it is over the cap."""
+        refuse_declared(self.headers, self.max_body_bytes)
         chunks, size = [], 0
         while True:
             message = await self.receive()
@@ -100,8 +104,8 @@ class _Exchange:
                 raise ClientGone()
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise BadRequest(f"the request body is over {MAX_BODY_BYTES} bytes")
+            if size > self.max_body_bytes:
+                raise BodyTooLarge(self.max_body_bytes)
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
@@ -250,14 +254,17 @@ class GatewayEndpoint:
         self.estimator = estimator if estimator is not None else OutputEstimator()
         # Mean seconds a gateway turn holds its lane, for the max-wait estimate (EWMA).
         self.mean_hold_s = 1.0
+        self.max_body_bytes = config.load().gateway_max_body_bytes
 
     async def __call__(self, scope, receive, send) -> None:
-        x = _Exchange(scope, receive, send, self.wire)
+        x = _Exchange(scope, receive, send, self.wire, self.max_body_bytes)
         bound = logs.bind(request_id=x.request_id)
         try:
             await self._serve(x)
         except ClientGone:
             x.status = 499  # nginx's "client closed request", for the metrics
+        except BodyTooLarge as exc:
+            await x.error(exc.status, str(exc))
         except BadRequest as exc:
             await x.error(400, str(exc))
         except Exception as exc:
@@ -286,7 +293,7 @@ class GatewayEndpoint:
             return
         token = self.wire.api_key(x.headers)
         principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
-        if principal is None and token:
+        if principal is None and could_be_agent_token(token):
             await rt.projector.catch_up()   # an agent registered a moment ago on another worker
             principal = authenticate(token, rt.operator_token, rt.projector.model.token_index)
         if principal is None:
@@ -297,7 +304,7 @@ class GatewayEndpoint:
             return
         logs.bind(agent_id=principal.agent_id)
         raw = await x.body()
-        body = self.wire.parse(raw)
+        body = await off_loop_if_large(len(raw), self.wire.parse, raw)
         key = key_of(x.headers)
         if key is None:
             await self._call(x, rt, principal, raw, body)
@@ -343,7 +350,7 @@ class GatewayEndpoint:
         logs.bind(pool=pool, run_id=run_id)
         encoding = rt.projector.model.pools[pool].settings.tokenizer
         await encoding_ready(encoding)
-        prompt = self.wire.count_prompt(body, encoding)
+        prompt = await off_loop_if_large(len(raw), self.wire.count_prompt, body, encoding)
         streaming = body.get("stream") is True
         model = body.get("model") if isinstance(body.get("model"), str) else None
         bound = self.wire.output_bound(body)

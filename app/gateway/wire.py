@@ -140,6 +140,7 @@ class OpenAIChat(WireFormat):
                 404: ("invalid_request_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed"),
                 429: ("requests", "rate_limit_exceeded"), 400: ("invalid_request_error", None),
                 409: ("invalid_request_error", "idempotency_key_reused"),
+                413: ("invalid_request_error", "request_too_large"),
                 504: ("timeout", "upstream_timeout")}.get(status, ("api_error", None))
         return {"error": {"message": message, "type": kind[0], "param": None, "code": code or kind[1]}}
 

@@ -48,21 +48,28 @@ class ResourceService:
         return self.model.state
 
     # -- resources ----------------------------------------------------------------------
-    def resource_view(self, name: str) -> dict:
+    def resource_view(self, name: str, seen_by: Principal | None = None) -> dict:
+        """The resource with its holders and waiters. `seen_by` an agent: the entries of
+        other agents' leases keep their mode, level and expiry (what the agent needs to
+        judge its wait) but not whose they are: agent and lease ids are left out (None),
+        so that one agent cannot map what the others hold, across pools."""
         definition = self.state.resources.get(name)
         if definition is None:
             raise NotFound(f"no resource named {name!r}")
+        viewer = None if seen_by is None or seen_by.is_operator else seen_by.agent_id
 
         def entry(x) -> dict:
-            return {"agent_id": x.agent_id, "mode": x.mode, "lease_id": x.lease_id, "level": x.level,
+            named = viewer is None or x.agent_id == viewer
+            return {"agent_id": x.agent_id if named else None, "mode": x.mode,
+                    "lease_id": x.lease_id if named else None, "level": x.level,
                     "lease_expires_at": x.lease_expires_at}
         return {"name": name, "capacity": definition.capacity, "lease_seconds": definition.lease_seconds,
                 "holders": [entry(x) for x in self.state.holders(name)],
                 "waiters": [entry(x) for x in self.state.waiters(name)]}
 
     def list_resources(self, principal: Principal | None) -> list[dict]:
-        require(principal)
-        return [self.resource_view(name) for name in sorted(self.state.resources)]
+        principal = require(principal)
+        return [self.resource_view(name, principal) for name in sorted(self.state.resources)]
 
     async def define_resource(self, principal: Principal | None, name: str, capacity: int = 1,
                               lease_seconds: float = DEFAULT_LEASE_SECONDS) -> dict:

@@ -3,6 +3,8 @@ import type { Resource } from "../api/queries";
 /** Shared resources (tools, files, sandboxes): who holds each and who waits. Shown when
  *  the server has the resources query. */
 export function Resources({ resources, name }: { resources: Resource[]; name: (id: string) => string }) {
+  // null: another agent's lease, which an agent's token is not told the owner of.
+  const whose = (id: string | null) => (id === null ? "another agent" : name(id));
   return (
     <section class="panel" data-testid="resources">
       <h2>Resources <small>{resources.length}</small></h2>
@@ -12,8 +14,8 @@ export function Resources({ resources, name }: { resources: Resource[]; name: (i
           {resources.map((r) => (
             <tr key={r.name} data-resource={r.name}>
               <td><b>{r.name}</b> <small>{r.holders.length}/{r.capacity}</small></td>
-              <td>{r.holders.map((h) => `${name(h.agentId)} (${h.mode.toLowerCase()})`).join(", ") || "free"}</td>
-              <td>{r.waiters.length > 0 && `waiting: ${r.waiters.map((w) => name(w.agentId)).join(", ")}`}</td>
+              <td>{r.holders.map((h) => `${whose(h.agentId)} (${h.mode.toLowerCase()})`).join(", ") || "free"}</td>
+              <td>{r.waiters.length > 0 && `waiting: ${r.waiters.map((w) => whose(w.agentId)).join(", ")}`}</td>
             </tr>
           ))}
         </tbody>
