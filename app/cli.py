@@ -20,6 +20,7 @@ BENCHMARKS = {
     "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
     "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
     "first-call": "README example 1's gateway call under `make run` (demo fleet on): p50/p90/max",
+    "abuse": "honest agents' grant and view P95 with four abusers in their pool; RSS under hostile requests",
     "all": "every benchmark, writing bench/results/",
 }
 

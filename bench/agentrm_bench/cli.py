@@ -1,4 +1,4 @@
-"""`agentrm bench scheduler|system|context|live|load|first-call|all [--out DIR] [...]`."""
+"""`agentrm bench scheduler|system|context|live|load|first-call|abuse|all [--out DIR] [...]`."""
 from __future__ import annotations
 
 import argparse
@@ -100,6 +100,30 @@ def _first_call(argv: list[str]) -> int:
     return 0 if result["target_met"] else 1
 
 
+def _abuse(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench abuse",
+                                description="honest agents' grant and view P95 with four abusers in their pool "
+                                            "against without; server RSS over 1,000 hostile requests")
+    p.add_argument("--agents", type=int, default=8, help="honest agents")
+    p.add_argument("--seconds", type=float, default=30.0, help="length of each clean and each abuse phase")
+    p.add_argument("--repeat", type=int, default=3, help="clean/abuse pairs, alternated; the spread is reported")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hostile", type=int, default=200, help="hostile requests of each of the five kinds")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true", help="10 s phases, one pair")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seconds, args.repeat = min(args.seconds, 10.0), 1
+    if args.agents < 1 or args.repeat < 1 or args.hostile < 1 or args.seconds <= 0:
+        p.error("--agents, --repeat and --hostile must be at least 1, --seconds positive")
+    from .abuse_bench import run, to_markdown
+    result = run(args.out, _bench_database("agentrm_bench_abuse"), agents=args.agents, seconds=args.seconds,
+                 repeat=args.repeat, seed=args.seed, hostile_per_kind=args.hostile)
+    print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
+    return 0 if result["verdicts"]["all_met"] else 1
+
+
 def _context(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrm bench context")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -187,10 +211,13 @@ def _live(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "load", "first-call", "all"):
-        print("usage: agentrm bench scheduler|system|context|live|load|first-call|all [options]", file=sys.stderr)
+    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "load", "first-call", "abuse", "all"):
+        print("usage: agentrm bench scheduler|system|context|live|load|first-call|abuse|all [options]",
+              file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
+    if which == "abuse":
+        return _abuse(rest)
     if which == "first-call":
         return _first_call(rest)
     if which == "load":
@@ -219,5 +246,6 @@ def main(argv: list[str]) -> int:
     code |= _context(out + (["--quick"] if args.quick else []))
     code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))
     code |= _first_call(out + (["--quick"] if args.quick else []))
+    code |= _abuse(out + (["--quick"] if args.quick else []))
     print(f"results in {args.out}/")
     return code
