@@ -18,6 +18,7 @@ PLAIN_FIELDS = (
     "upstream_base_url",
     "run_slack_per_service", "run_slack_cap_seconds", "size_slack_per_ktoken",
     "size_slack_cap_seconds", "run_forget_seconds", "output_credit_per_ktoken", "output_credit_cap_seconds",
+    "agent_backlog_slack_seconds", "agent_backlog_slack_cap_seconds",
     "adaptive_lanes", "adaptive_lanes_initial", "adaptive_lanes_minimum",
     "outage_after_silent_reaps", "probe_backoff_cap", "request_timeout_seconds", "stream_idle_timeout_seconds",
     "limiter_window_seconds", "agent_retry_after_cap_seconds",

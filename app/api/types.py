@@ -92,6 +92,10 @@ class Pool:
     run_forget_seconds: float
     output_credit_per_ktoken: float
     output_credit_cap_seconds: float
+    agent_backlog_slack_seconds: float = strawberry.field(description=(
+        "DEADLINE: seconds of slack per turn an agent holds or has queued beyond one; 0: off "
+        "(a pool created before the rule)."))
+    agent_backlog_slack_cap_seconds: float
     adaptive_lanes: bool
     adaptive_lanes_initial: int
     adaptive_lanes_minimum: int
@@ -118,7 +122,10 @@ class Pool:
                    run_slack_per_service=s.run_slack_per_service, run_slack_cap_seconds=s.run_slack_cap_seconds,
                    size_slack_per_ktoken=s.size_slack_per_ktoken, size_slack_cap_seconds=s.size_slack_cap_seconds,
                    run_forget_seconds=s.run_forget_seconds, output_credit_per_ktoken=s.output_credit_per_ktoken,
-                   output_credit_cap_seconds=s.output_credit_cap_seconds, adaptive_lanes=s.adaptive_lanes,
+                   output_credit_cap_seconds=s.output_credit_cap_seconds,
+                   agent_backlog_slack_seconds=s.agent_backlog_slack_seconds,
+                   agent_backlog_slack_cap_seconds=s.agent_backlog_slack_cap_seconds,
+                   adaptive_lanes=s.adaptive_lanes,
                    adaptive_lanes_initial=s.adaptive_lanes_initial,
                    adaptive_lanes_minimum=s.adaptive_lanes_minimum,
                    stall_timeout_seconds=s.stall_timeout_seconds,
@@ -315,6 +322,11 @@ class PoolInput:
         "deadline moves earlier by this many seconds per 1,000 max-output tokens (default 3; 0: off), 0-3600."))
     output_credit_cap_seconds: float | None = strawberry.field(default=None, description=(
         "DEADLINE: the most output credit a turn gets (default 30), 0-3600."))
+    agent_backlog_slack_seconds: float | None = strawberry.field(default=None, description=(
+        "DEADLINE, per-agent fairness: every queued turn of an agent that holds or has queued n turns "
+        "waits this many seconds more per turn beyond the first, n - 1 (default 2; 0: off), 0-3600."))
+    agent_backlog_slack_cap_seconds: float | None = strawberry.field(default=None, description=(
+        "DEADLINE: the most backlog slack a turn gets (default 60), 0-3600."))
     adaptive_lanes: bool | None = strawberry.field(default=None, description=(
         "Learn how many of the lanes to use from the provider's time to first chunk (default true); "
         "false uses every configured lane."))

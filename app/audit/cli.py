@@ -188,7 +188,9 @@ async def _whatif(url: str, args) -> int:
                                            size_slack_per_ktoken=args.size_slack,
                                            size_slack_cap_seconds=args.size_slack_cap,
                                            output_credit_per_ktoken=args.output_credit,
-                                           output_credit_cap_seconds=args.output_credit_cap)
+                                           output_credit_cap_seconds=args.output_credit_cap,
+                                           agent_backlog_slack_seconds=args.backlog_slack,
+                                           agent_backlog_slack_cap_seconds=args.backlog_slack_cap)
     except ValueError as exc:
         print(f"what-if: {exc}", file=sys.stderr)
         return 2
@@ -326,6 +328,9 @@ def add_commands(subparsers) -> None:
     whatif.add_argument("--output-credit", type=float,
                         help="seconds earlier per 1,000 max-output tokens while the rate budget binds (0: off)")
     whatif.add_argument("--output-credit-cap", type=float, help="the most output credit, in seconds")
+    whatif.add_argument("--backlog-slack", type=float,
+                        help="seconds of slack per turn an agent holds or has queued beyond one (0: off)")
+    whatif.add_argument("--backlog-slack-cap", type=float, help="the most backlog slack, in seconds")
     whatif.add_argument("--json", action="store_true", help="print the report as JSON")
     whatif.set_defaults(func=_runner(_whatif, "running the recorded workload again"))
 

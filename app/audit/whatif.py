@@ -199,7 +199,8 @@ def counterfactual_settings(recorded: PoolSettings, *, lanes: int | None = None,
                             **order: float | tuple[float, ...] | None) -> PoolSettings:
     """The recorded settings with some changed. `order` takes the deadline order's settings
     (class_slack_seconds, run_slack_per_service, run_slack_cap_seconds, size_slack_per_ktoken,
-    size_slack_cap_seconds, run_forget_seconds); they apply under policy "deadline"."""
+    size_slack_cap_seconds, run_forget_seconds, output credit and agent backlog slack); they
+    apply under policy "deadline"."""
     unknown = set(order) - set(ORDER_FIELDS)
     if unknown:
         raise ValueError(f"unknown setting(s): {', '.join(sorted(unknown))}")

@@ -4,7 +4,7 @@ Policies "mlfq" and "fifo" grant the head of the lowest non-empty level (levels 
 arrival order), as they always have. Policy "deadline" gives every queued turn a virtual
 deadline and grants the earliest (ties in arrival order):
 
-    deadline = queued_at + class slack + run slack + size slack
+    deadline = queued_at + class slack + run slack + size slack + backlog slack
 
 - class slack (class isolation): a fixed slack per priority class, `class_slack_seconds`
   (interactive, batch, background). A batch turn yields to any interactive turn that arrived
@@ -17,9 +17,17 @@ deadline and grants the earliest (ties in arrival order):
   here the same beta bounds the extra wait directly, and the cap bounds it for long runs.
 - size slack (size-aware, SRPT-like): `size_slack_per_ktoken` seconds per 1,000 reserved
   tokens (prompt estimate + max output), at most `size_slack_cap_seconds`.
+- backlog slack (per-agent fairness): `agent_backlog_slack_seconds` per turn the turn's
+  agent holds or has queued beyond one (n - 1, n counted from the queues and lanes at the
+  decision), at most `agent_backlog_slack_cap_seconds`. An agent with one turn is
+  unaffected; an agent that keeps many queued has every one of them behind any other
+  agent's turn queued less than that slack later, its oldest included. Charging only the
+  turns behind the agent's first (their index k) would leave that first one its whole
+  age: an agent that refills its queue as it is served always has a head queued long ago,
+  which beats every fresh turn of every other agent (docs/concepts/grant-order.md).
 
 Why deadlines rather than more levels: every term is bounded, so aging is built in. A turn's
-deadline never exceeds queued_at + the largest class slack + both caps, and every turn queued
+deadline never exceeds queued_at + the largest class slack + the three caps, and every turn queued
 later than that instant has a later deadline; so a turn waits at most that sum plus the time
 to serve the turns queued before that instant: nothing starves, without a separate aging
 rule (tests/unit/test_ordering.py checks the bound). A call in flight is never preempted:
@@ -29,7 +37,7 @@ While the provider's rate budget binds (`rate_bound`: either bucket below half i
 so the pool spends its RPM or TPM as fast as it refills) the lanes are not what is short,
 and the order changes (`output_credit_per_ktoken` > 0; 0 keeps the order above everywhere):
 
-    deadline = queued_at - output credit + run slack + size slack
+    deadline = queued_at - output credit + run slack + size slack + backlog slack
 
 - no class slack: class slack hands the next free lane to interactive work; here lanes are
   idle and the budget is what is rationed, and interactive turns (long prompts, short
@@ -38,14 +46,17 @@ and the order changes (`output_credit_per_ktoken` > 0; 0 keeps the order above e
   plus its own service, and under a rate limit its service uses no scarce lane, so the call
   that will run longest should start first): `output_credit_per_ktoken` seconds per 1,000
   max-output tokens (the client's own bound on the answer, the pool's only hint of a call's
-  service time before it runs), at most `output_credit_cap_seconds`.
+  service time before it runs), at most `output_credit_cap_seconds`;
+- the same backlog slack: when the budget is what is short, one agent's backlog must not
+  take it all either.
 The credit moves a deadline earlier by at most its cap, so the starvation bound grows by
 that cap (min_slack). Each grant records whether it was chosen under this order
 (TurnGranted.rate_bound).
 
 The run's attained service is folded from the log (apply: a run's finished turns add the
-lane-seconds they held), so the order is a pure function of the folded state and replay
-reproduces it exactly. Each grant records the deadline it won by (TurnGranted.order_deadline).
+lane-seconds they held) and an agent's backlog is counted from the queues and lanes, so the
+order is a pure function of the folded state and replay reproduces it exactly. Each grant
+records the deadline it won by (TurnGranted.order_deadline).
 """
 from __future__ import annotations
 
@@ -92,7 +103,39 @@ def output_credit(state: PoolState, turn: TurnState) -> float:
     return min(s.output_credit_cap_seconds, s.output_credit_per_ktoken * turn.max_output_tokens / 1000.0)
 
 
-def slack(state: PoolState, turn: TurnState, bound: bool | None = None) -> float:
+def agent_backlog(state: PoolState, agent_id: str) -> int:
+    """The agent's turns queued or holding a lane now. A grant moves a turn from one to the
+    other, so the count stands through a granting pass (GrantOrder relies on it)."""
+    held = sum(1 for turn_id in state.lanes
+               if turn_id is not None and (t := state.turns.get(turn_id)) is not None and t.agent_id == agent_id)
+    return state.queued_of(agent_id) + held
+
+
+def agent_backlogs(state: PoolState) -> dict[str, int]:
+    """agent_backlog of every agent with a queued turn, counted once (a pass orders them all)."""
+    counts: dict[str, int] = {}
+    for queue in state.queues:
+        for queued in queue:
+            agent_id = state.turns[queued].agent_id
+            counts[agent_id] = counts.get(agent_id, 0) + 1
+    for held in state.lanes:
+        if held is not None and (t := state.turns.get(held)) is not None and t.agent_id in counts:
+            counts[t.agent_id] += 1
+    return counts
+
+
+def backlog_slack(state: PoolState, turn: TurnState, backlog: int | None = None) -> float:
+    """Agent backlog slack: `agent_backlog_slack_seconds` per turn its agent holds or has
+    queued beyond this one, at most `agent_backlog_slack_cap_seconds`."""
+    s = state.settings
+    if not s.agent_backlog_slack_seconds > 0:
+        return 0.0
+    n = agent_backlog(state, turn.agent_id) if backlog is None else backlog
+    return min(s.agent_backlog_slack_cap_seconds, s.agent_backlog_slack_seconds * max(0, n - 1))
+
+
+def slack(state: PoolState, turn: TurnState, bound: bool | None = None, backlog: int | None = None) -> float:
+    """The turn's slack; `backlog` is agent_backlog of its agent, when the caller counted it."""
     s = state.settings
     if bound is None:
         bound = rate_bound(state)
@@ -106,18 +149,19 @@ def slack(state: PoolState, turn: TurnState, bound: bool | None = None) -> float
         total += min(s.run_slack_cap_seconds, s.run_slack_per_service * run_service(state, turn))
     if s.size_slack_per_ktoken > 0:
         total += min(s.size_slack_cap_seconds, s.size_slack_per_ktoken * turn.need_tokens / 1000.0)
-    return total
+    return total + backlog_slack(state, turn, backlog)
 
 
-def deadline(state: PoolState, turn: TurnState, bound: bool | None = None) -> float:
-    return turn.queued_at + slack(state, turn, bound)
+def deadline(state: PoolState, turn: TurnState, bound: bool | None = None, backlog: int | None = None) -> float:
+    return turn.queued_at + slack(state, turn, bound, backlog)
 
 
 def max_slack(state: PoolState) -> float:
     """The largest slack any turn can get: the starvation bound's constant."""
     s = state.settings
     return (max(s.class_slack_seconds) + (s.run_slack_cap_seconds if s.run_slack_per_service > 0 else 0.0)
-            + (s.size_slack_cap_seconds if s.size_slack_per_ktoken > 0 else 0.0))
+            + (s.size_slack_cap_seconds if s.size_slack_per_ktoken > 0 else 0.0)
+            + (s.agent_backlog_slack_cap_seconds if s.agent_backlog_slack_seconds > 0 else 0.0))
 
 
 def min_slack(state: PoolState) -> float:
@@ -136,13 +180,13 @@ def next_turn(state: PoolState, passed: set[str] | frozenset[str] = frozenset())
             return state.head()
         return next((state.turns[t] for queue in state.queues for t in queue if t not in passed), None)
     best, best_key = None, None
-    bound = rate_bound(state)
+    bound, backlogs = rate_bound(state), agent_backlogs(state)
     for queue in state.queues:
         for turn_id in queue:
             if turn_id in passed:
                 continue
             turn = state.turns[turn_id]
-            key = (deadline(state, turn, bound), turn.seq)
+            key = (deadline(state, turn, bound, backlogs[turn.agent_id]), turn.seq)
             if best_key is None or key < best_key:
                 best, best_key = turn, key
     return best
@@ -157,8 +201,9 @@ class GrantOrder:
     stall (`python -m agentrm_bench.decide_cost` measures both). Within
     a pass only `rate_bound` can move a queued turn's deadline: a grant spends the buckets
     and RateRecovered moves the factor, but nothing in a pass queues a turn or changes an
-    agent's class, a run's attained service (it grows only on a completion) or a turn's
-    size. So the pass orders the queue once, in a heap keyed as next_turn keys it, and again
+    agent's class, a run's attained service (it grows only on a completion), an agent's
+    backlog (a grant moves a turn from queued to held, and both count) or a turn's size.
+    So the pass orders the queue once, in a heap keyed as next_turn keys it, and again
     only when rate_bound flips; a turn granted since is passed over. Each answer is
     next_turn's (tests/unit/test_grant_order.py checks it grant by grant)."""
 
@@ -176,7 +221,9 @@ class GrantOrder:
         bound = rate_bound(state)
         if self._heap is None or bound != self._bound:
             queued = (state.turns[turn_id] for queue in state.queues for turn_id in queue)
-            self._heap = [(deadline(state, turn, bound), turn.seq, turn.turn_id) for turn in queued]
+            backlogs = agent_backlogs(state)
+            self._heap = [(deadline(state, turn, bound, backlogs[turn.agent_id]), turn.seq, turn.turn_id)
+                          for turn in queued]
             heapq.heapify(self._heap)
             self._bound = bound
         heap = self._heap

@@ -56,7 +56,8 @@ LIMITERS = (TOKEN_BUCKET, SLIDING_WINDOW, FIXED_WINDOW)
 MAX_AGENT_RETRY_AFTER_CAP = 60.0
 ORDER_FIELDS = ("class_slack_seconds", "run_slack_per_service", "run_slack_cap_seconds",
                 "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds",
-                "output_credit_per_ktoken", "output_credit_cap_seconds")
+                "output_credit_per_ktoken", "output_credit_cap_seconds",
+                "agent_backlog_slack_seconds", "agent_backlog_slack_cap_seconds")
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,10 @@ class PoolSettings:
     # many seconds per 1,000 max-output tokens, at most the cap (0: the order above everywhere).
     output_credit_per_ktoken: float = 3.0
     output_credit_cap_seconds: float = 30.0
+    # Per-agent fairness, in both orders: every queued turn of an agent holding or queueing
+    # n turns waits this many seconds more per turn beyond its first, at most the cap (0: off).
+    agent_backlog_slack_seconds: float = 2.0
+    agent_backlog_slack_cap_seconds: float = 60.0
 
     def entry_level(self, priority_class: str) -> int:
         if self.policy == "fifo":
@@ -178,7 +183,9 @@ class PoolSettings:
                                   ("sizeSlackPerKtoken", self.size_slack_per_ktoken, 3600),
                                   ("sizeSlackCapSeconds", self.size_slack_cap_seconds, 3600),
                                   ("outputCreditPerKtoken", self.output_credit_per_ktoken, 3600),
-                                  ("outputCreditCapSeconds", self.output_credit_cap_seconds, 3600)):
+                                  ("outputCreditCapSeconds", self.output_credit_cap_seconds, 3600),
+                                  ("agentBacklogSlackSeconds", self.agent_backlog_slack_seconds, 3600),
+                                  ("agentBacklogSlackCapSeconds", self.agent_backlog_slack_cap_seconds, 3600)):
             if not (isinstance(value, (int, float)) and 0 <= value <= top):
                 problems.append(f"{label} must be between 0 and {top}")
         if not (isinstance(self.run_forget_seconds, (int, float)) and 1 <= self.run_forget_seconds <= 86_400):
@@ -291,13 +298,14 @@ LEGACY: dict[str, Any] = {"stall_timeout_seconds": None, "outage_after_silent_re
                           "limiter": None, "agent_retry_after_cap_seconds": None}
 # The same for a rule of the deadline order (written, like the order's other fields, only by
 # pools of that policy): a deadline pool stored without the key ran without the rule.
-LEGACY_ORDER: dict[str, Any] = {"output_credit_per_ktoken": 0.0}
+LEGACY_ORDER: dict[str, Any] = {"output_credit_per_ktoken": 0.0, "agent_backlog_slack_seconds": 0.0}
 
 # Settings that were constants before they were settings: not written at their default,
 # which is what a stored pool without the key meant all along.
 DEFAULTED: dict[str, Any] = {key: PoolSettings.__dataclass_fields__[key].default
                    for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap",
-                               "output_credit_cap_seconds", "request_timeout_seconds",
+                               "output_credit_cap_seconds", "agent_backlog_slack_cap_seconds",
+                               "request_timeout_seconds",
                                "stream_idle_timeout_seconds", "model_timeouts", "limiter_window_seconds")}
 
 

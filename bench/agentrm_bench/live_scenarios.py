@@ -197,7 +197,8 @@ class ScenarioSettings:
 # compressed run divides by c. run_slack_per_service is seconds per second: no unit to compress.
 RULE_DURATIONS = ("class_slack_seconds", "run_slack_cap_seconds", "size_slack_per_ktoken",
                   "size_slack_cap_seconds", "run_forget_seconds", "stall_timeout_seconds",
-                  "output_credit_per_ktoken", "output_credit_cap_seconds")
+                  "output_credit_per_ktoken", "output_credit_cap_seconds",
+                  "agent_backlog_slack_seconds", "agent_backlog_slack_cap_seconds")
 PER_KTOKEN = ("size_slack_per_ktoken", "output_credit_per_ktoken")   # seconds per 1,000 tokens
 
 

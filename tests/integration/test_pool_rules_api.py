@@ -20,7 +20,7 @@ from tests.integration.test_api import events_of, head, unique
 RULE_FIELDS = ("policy classSlackSeconds runSlackPerService runSlackCapSeconds sizeSlackPerKtoken "
                "sizeSlackCapSeconds runForgetSeconds adaptiveLanes adaptiveLanesInitial adaptiveLanesMinimum "
                "stallTimeoutSeconds outageAfterSilentReaps probeBackoffCap outputCreditPerKtoken "
-               "outputCreditCapSeconds")
+               "outputCreditCapSeconds agentBacklogSlackSeconds agentBacklogSlackCapSeconds")
 CREATE = f"mutation($i: PoolInput!) {{ createPool(input: $i) {{ name lanes {RULE_FIELDS} }} }}"
 POOLS = f"{{ pools {{ name {RULE_FIELDS} }} }}"
 BASE = {"lanes": 8, "rpm": 60_000, "tpm": 10_000_000, "leaseSeconds": 30}
@@ -29,7 +29,8 @@ GIVEN = {"policy": "DEADLINE", "classSlackSeconds": [0.0, 2.5, 9.0], "runSlackPe
          "runSlackCapSeconds": 40.0, "sizeSlackPerKtoken": 0.5, "sizeSlackCapSeconds": 10.0,
          "runForgetSeconds": 300.0, "adaptiveLanes": True, "adaptiveLanesInitial": 3,
          "adaptiveLanesMinimum": 1, "stallTimeoutSeconds": 3.0, "outageAfterSilentReaps": 5,
-         "probeBackoffCap": 4, "outputCreditPerKtoken": 2.0, "outputCreditCapSeconds": 20.0}
+         "probeBackoffCap": 4, "outputCreditPerKtoken": 2.0, "outputCreditCapSeconds": 20.0,
+         "agentBacklogSlackSeconds": 1.5, "agentBacklogSlackCapSeconds": 45.0}
 STREAM = ("mutation($run: String) { requestTurn(input: {estimatedTokens: 10, maxOutputTokens: 10, "
           f"waitSeconds: 0, streams: true, runId: $run}}) {{ {TURN_FIELDS} runId }} }}")
 
@@ -50,12 +51,14 @@ async def test_every_rule_setting_given_to_create_pool_is_stored_shown_and_obeye
                                      "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds",
                                      "adaptive_lanes_initial", "adaptive_lanes_minimum", "stall_timeout_seconds",
                                      "outage_after_silent_reaps", "probe_backoff_cap", "output_credit_per_ktoken",
-                                     "output_credit_cap_seconds")} == \
+                                     "output_credit_cap_seconds", "agent_backlog_slack_seconds",
+                                     "agent_backlog_slack_cap_seconds")} == \
         {"class_slack_seconds": [0.0, 2.5, 9.0], "run_slack_per_service": 1.5, "run_slack_cap_seconds": 40.0,
          "size_slack_per_ktoken": 0.5, "size_slack_cap_seconds": 10.0, "run_forget_seconds": 300.0,
          "adaptive_lanes_initial": 3, "adaptive_lanes_minimum": 1, "stall_timeout_seconds": 3.0,
          "outage_after_silent_reaps": 5, "probe_backoff_cap": 4, "output_credit_per_ktoken": 2.0,
-         "output_credit_cap_seconds": 20.0}
+         "output_credit_cap_seconds": 20.0, "agent_backlog_slack_seconds": 1.5,
+         "agent_backlog_slack_cap_seconds": 45.0}
     assert (settings["policy"], settings["adaptive_lanes"]) == ("deadline", True)
 
     # Obeyed: 3 of the 8 lanes are in use before any first chunk, and a heartbeat after the
@@ -88,7 +91,8 @@ async def test_create_pool_without_the_rule_settings_gets_the_defaults_and_write
                        "sizeSlackCapSeconds": d.size_slack_cap_seconds, "runForgetSeconds": d.run_forget_seconds,
                        "adaptiveLanes": True, "adaptiveLanesInitial": 16, "adaptiveLanesMinimum": 2,
                        "stallTimeoutSeconds": 6.0, "outageAfterSilentReaps": 3, "probeBackoffCap": 2,
-                       "outputCreditPerKtoken": 3.0, "outputCreditCapSeconds": 30.0}
+                       "outputCreditPerKtoken": 3.0, "outputCreditCapSeconds": 30.0,
+                       "agentBacklogSlackSeconds": 2.0, "agentBacklogSlackCapSeconds": 60.0}
     # Settings that were constants before are not written at their default: a pool made
     # the old way stores what it always stored.
     assert not set(DEFAULTED) & set(await stored(server, name))
@@ -128,6 +132,8 @@ BAD = [
     ({"runForgetSeconds": 0}, "runForgetSeconds must be between 1 and 86400"),
     ({"outputCreditPerKtoken": -1}, "outputCreditPerKtoken must be between 0 and 3600"),
     ({"outputCreditCapSeconds": 4000}, "outputCreditCapSeconds must be between 0 and 3600"),
+    ({"agentBacklogSlackSeconds": -1}, "agentBacklogSlackSeconds must be between 0 and 3600"),
+    ({"agentBacklogSlackCapSeconds": 4000}, "agentBacklogSlackCapSeconds must be between 0 and 3600"),
     ({"adaptiveLanesInitial": 0}, "adaptiveLanesInitial must be a whole number between 1 and 1024"),
     ({"adaptiveLanesInitial": 4, "adaptiveLanesMinimum": 5},
      "adaptiveLanesMinimum must be a whole number between 1 and adaptiveLanesInitial"),

@@ -25,15 +25,18 @@ from .test_ordering import request as request_input
 
 # -- the starvation bound's constant ------------------------------------------------------
 
-@pytest.mark.parametrize("run_rate, size_rate, bound", [
-    (0.0, 0.0, 12.0),          # only the class slack: run and size caps are not in play
-    (0.5, 0.0, 52.0),          # a run slack rate below 1 still counts its cap (40)
-    (0.0, 0.5, 22.0),          # so does a size slack rate below 1 (cap 10)
-    (0.5, 0.5, 62.0),
+@pytest.mark.parametrize("run_rate, size_rate, backlog_rate, bound", [
+    (0.0, 0.0, 0.0, 12.0),          # only the class slack: run, size and backlog caps are not in play
+    (0.5, 0.0, 0.0, 52.0),          # a run slack rate below 1 still counts its cap (40)
+    (0.0, 0.5, 0.0, 22.0),          # so does a size slack rate below 1 (cap 10)
+    (0.5, 0.5, 0.0, 62.0),
+    (0.0, 0.0, 0.5, 32.0),          # and a backlog slack rate below 1 (cap 20)
+    (0.5, 0.5, 0.5, 82.0),
 ])
-def test_the_largest_slack_counts_each_cap_only_when_its_term_is_on(run_rate, size_rate, bound):
+def test_the_largest_slack_counts_each_cap_only_when_its_term_is_on(run_rate, size_rate, backlog_rate, bound):
     s = PoolSettings(class_slack_seconds=(0.0, 6.0, 12.0), run_slack_per_service=run_rate,
-                     run_slack_cap_seconds=40.0, size_slack_per_ktoken=size_rate, size_slack_cap_seconds=10.0)
+                     run_slack_cap_seconds=40.0, size_slack_per_ktoken=size_rate, size_slack_cap_seconds=10.0,
+                     agent_backlog_slack_seconds=backlog_rate, agent_backlog_slack_cap_seconds=20.0)
     assert max_slack(PoolState.new(s, 0.0)) == bound
 
 

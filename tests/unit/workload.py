@@ -19,11 +19,13 @@ AGENTS = [("a0", ev.INTERACTIVE), ("a1", ev.INTERACTIVE), ("a2", ev.BATCH), ("a3
 # A small budget that binds: a few calls empty either bucket.
 SETTINGS = PoolSettings(name="p", lanes=4, rpm=30, tpm=20_000, lease_seconds=20.0, boost_seconds=30.0,
                         policy="mlfq")
-# The same pool under policy "deadline" with every term of the order switched on, and runs
-# forgotten soon enough that the workloads below forget some.
+# The same pool under policy "deadline" with every term of the order switched on, runs
+# forgotten soon enough that the workloads below forget some, and a backlog cap that an
+# agent with four turns live reaches.
 DEADLINE_SETTINGS = replace(SETTINGS, policy="deadline", class_slack_seconds=(0.0, 6.0, 12.0),
                             run_slack_per_service=2.0, run_slack_cap_seconds=40.0,
-                            size_slack_per_ktoken=1.0, size_slack_cap_seconds=5.0, run_forget_seconds=100.0)
+                            size_slack_per_ktoken=1.0, size_slack_cap_seconds=5.0, run_forget_seconds=100.0,
+                            agent_backlog_slack_seconds=2.0, agent_backlog_slack_cap_seconds=5.0)
 RUNS = (None, "r0", "r1", "r2")
 
 headers = st.one_of(
@@ -133,7 +135,7 @@ class Ledger:
     runs: dict[str, dict] = field(default_factory=dict)       # service, live turns, last activity
 
     def deadline(self, t: dict, rate_bound: bool = False) -> float:
-        """Policy "deadline": queued_at + class slack + run slack + size slack
+        """Policy "deadline": queued_at + class slack + run slack + size slack + backlog slack
         (app/domain/ordering.py); while the rate budget binds, the output credit (negative)
         instead of the class slack."""
         s = self.settings
@@ -147,6 +149,10 @@ class Ledger:
             total += min(s.run_slack_cap_seconds, s.run_slack_per_service * (run["service"] if run else 0.0))
         if s.size_slack_per_ktoken > 0:
             total += min(s.size_slack_cap_seconds, s.size_slack_per_ktoken * t["need"] / 1000.0)
+        if s.agent_backlog_slack_seconds > 0:
+            # The agent's live turns (queued or holding a lane), this one included.
+            backlog = sum(1 for other in self.turns.values() if other["agent"] == t["agent"])
+            total += min(s.agent_backlog_slack_cap_seconds, s.agent_backlog_slack_seconds * (backlog - 1))
         return t["queued_at"] + total
 
     def _charge(self, turn: dict, seconds: float, at: float) -> None:
