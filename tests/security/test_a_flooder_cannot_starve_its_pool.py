@@ -1,0 +1,44 @@
+"""Threat-model row: one agent keeps its queue full and every other agent of its pool
+waits behind its whole backlog. The deadline order was first come, first served among
+turns of one class: a flooder refilling its 32 queued turns as each was granted put an
+honest agent's turn behind all of them, every time. The order's backlog slack
+(agentBacklogSlackSeconds, app/domain/ordering.py) puts every turn of an agent that holds
+or queues n turns 2 s x (n - 1) later, at most 60 s: the honest agent's single turn goes
+ahead of the flooder's backlog, its oldest turn included, while the flooder still gets
+every lane nobody else asks for."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from tests.client import CANCEL, COMPLETE, REQUEST, GraphQLClient, register
+from tests.integration.test_api import events_of, head
+
+QUEUE_CAP = 32   # the per-agent cap on queued turns (app/service.py)
+
+
+async def test_an_honest_turn_is_granted_next_after_the_flooders_turn_in_flight(server, operator):
+    pool = "flood_" + uuid.uuid4().hex[:8]
+    await operator("mutation($i: PoolInput!) { createPool(input: $i) { name } }",
+                   i={"name": pool, "lanes": 1, "rpm": 6000, "tpm": 10_000_000, "leaseSeconds": 60})
+    _, flood_token = await register(operator, "flooder", pool)
+    honest_id, honest_token = await register(operator, "honest", pool)
+    start = await head(server)
+    async with GraphQLClient(server, flood_token) as flood, GraphQLClient(server, honest_token) as honest:
+        turns = [(await flood(REQUEST, est=10, out=10, wait=0))["requestTurn"] for _ in range(QUEUE_CAP + 1)]
+        assert [t["status"] for t in turns] == ["GRANTED"] + ["QUEUED"] * QUEUE_CAP   # it holds the one lane
+        mine = (await honest(REQUEST, est=10, out=10, wait=0))["requestTurn"]
+        assert mine["status"] == "QUEUED"
+        await flood(COMPLETE, id=turns[0]["id"], outcome="OK", p=10, c=10, retry=None, headers=None)
+        grants: list[dict] = []
+        for _ in range(100):
+            grants = await events_of(operator, start, ["TurnGranted"])
+            if len(grants) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        # The lane's next grant is the honest agent's, not the flooder's oldest queued turn.
+        assert [g["data"]["turn_id"] for g in grants] == [turns[0]["id"], mine["id"]]
+        assert grants[1]["data"]["agent_id"] == honest_id
+        await honest(COMPLETE, id=mine["id"], outcome="OK", p=10, c=10, retry=None, headers=None)
+        for turn in turns[1:]:
+            await flood(CANCEL, id=turn["id"])
