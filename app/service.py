@@ -297,9 +297,11 @@ class Service:
 
     def visible_turn(self, principal: Principal | None, turn_id: str) -> TurnDoc:
         principal = require(principal)
-        doc = self.turn_view(turn_id)
-        if not principal.is_operator and doc["agent_id"] != principal.agent_id:
-            raise Forbidden("this turn belongs to another agent")
+        if principal.is_operator:
+            return self.turn_view(turn_id)
+        doc = self.model.turns.get(turn_id)
+        if doc is None or doc["agent_id"] != principal.agent_id:
+            raise Forbidden("no turn of yours has this id")   # the same for no one's (see _own_turn)
         return doc
 
     def _calling_agent(self, principal: Principal | None) -> AgentView:
@@ -422,12 +424,17 @@ class Service:
         principal = require(principal)
         if not isinstance(turn_id, str) or not turn_id:
             raise BadInput("turnId is required")
-        doc = self.turn_view(turn_id)
         if principal.is_operator:
+            doc = self.turn_view(turn_id)
             if not operator_ok:
                 raise Forbidden("only the turn's agent may do this")
-        elif doc["agent_id"] != principal.agent_id:
-            raise Forbidden("this turn belongs to another agent")
+        else:
+            # One answer whether the turn is another agent's or no one's: a NOT_FOUND for
+            # missing ids beside a FORBIDDEN for foreign ones would tell an agent which ids
+            # name turns (the `turn` query answers the same way).
+            doc = self.model.turns.get(turn_id)
+            if doc is None or doc["agent_id"] != principal.agent_id:
+                raise Forbidden("no turn of yours has this id")
         if doc.get("holder") == "gateway" and not (principal.via_gateway or principal.is_operator):
             raise Forbidden("this turn is held by the gateway, which reports its heartbeats and completion "
                             "itself; an agent cannot change it")

@@ -69,7 +69,7 @@ async def _visible_turn(info: Info, who: Principal, turn_id: str) -> TurnDoc:
     except NotFound:
         if who.is_operator:
             raise
-        raise Forbidden("this turn belongs to another agent") from None
+        raise Forbidden("no turn of yours has this id") from None
 
 
 def _check_pool_visible(info: Info, pool: str) -> None:

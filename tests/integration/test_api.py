@@ -176,7 +176,7 @@ async def test_bad_input_gets_a_clear_error_and_appends_nothing(server, operator
             (REQUEST, {"est": -5, "out": 0, "wait": 0}, "BAD_USER_INPUT", "estimatedTokens"),
             (REQUEST, {"est": 9_000, "out": 5_000, "wait": 0}, "BAD_USER_INPUT", "exceeds"),
             (REQUEST, {"est": 1, "out": 1, "wait": 10_000}, "BAD_USER_INPUT", "waitSeconds"),
-            (HEARTBEAT, {"id": str(uuid.uuid4())}, "NOT_FOUND", "no turn"),
+            (HEARTBEAT, {"id": str(uuid.uuid4())}, "FORBIDDEN", "no turn of yours"),   # as for a foreign turn
             (COMPLETE, {"id": turn["id"], "outcome": "OK", "p": -1}, "BAD_USER_INPUT", "promptTokens"),
             (COMPLETE, {"id": turn["id"], "outcome": "OK", "headers": "{not json"}, "BAD_USER_INPUT", "JSON"),
             (COMPLETE, {"id": turn["id"], "outcome": "OK", "headers": [1, 2]}, "BAD_USER_INPUT", "object"),

@@ -66,6 +66,28 @@ async def test_another_agents_turn_and_a_missing_one_get_the_same_answer(server,
     assert (await operator(TURN, id=missing))["turn"] is None
 
 
+COMMANDS_ON_A_TURN = (
+    "mutation($id: ID!) { completeTurn(input: {turnId: $id, outcome: OK, promptTokens: 1, "
+    "completionTokens: 1}) { id } }",
+    "mutation($id: ID!) { heartbeat(turnId: $id) { id } }",
+    "mutation($id: ID!) { cancelTurn(turnId: $id) { id } }",
+)
+
+
+async def test_commands_on_another_agents_turn_and_a_missing_one_get_the_same_answer(server, operator):
+    # The commands were an existence oracle too: NOT_FOUND for an id that names no turn,
+    # FORBIDDEN for another agent's.
+    turn_id, _, b_token = await a_granted_turn(server, operator)
+    missing = str(uuid.uuid4())
+    async with GraphQLClient(server, b_token) as b:
+        for command in COMMANDS_ON_A_TURN:
+            foreign, absent = await b.raw(command, {"id": turn_id}), await b.raw(command, {"id": missing})
+            assert foreign["errors"][0]["extensions"]["code"] == "FORBIDDEN", (command, foreign)
+            assert [(e["message"], e["extensions"]) for e in foreign["errors"]] == \
+                [(e["message"], e["extensions"]) for e in absent["errors"]], (command, foreign, absent)
+    assert server.runtime.service.turn_view(turn_id)["status"] == "GRANTED"   # nothing changed
+
+
 @contextlib.contextmanager
 def counted(obj, name: str, only_from: tuple[str, ...] = ()):
     """Calls of obj.name (from a module whose path holds one of `only_from`, if given)."""
