@@ -4,8 +4,8 @@ before and after them.
 Five kinds, 200 of each, interleaved, 8 in flight:
 - an anonymous `hibernateAgent` / `wakeAgent` naming a 1 MB agent id (each id distinct);
 - a `requestTurn` with an invalid bearer token (each token distinct);
-- a 9 MB body to the gateway's /v1/chat/completions (its cap is 8 MB), half with no
-  token, half with a valid agent's;
+- a 9 MB body to the gateway's /v1/chat/completions (under its 16 MiB cap, so a valid
+  agent's is decoded and counted), half with no token, half with a valid agent's;
 - `completeTurn` / `heartbeat` / `cancelTurn` by an agent on turns that are not its own
   (honest agents' turns, finished and recalled from the read model; one in four an id
   that names no turn);
