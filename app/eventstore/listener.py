@@ -164,8 +164,7 @@ async def follow(store: EventStore, listener: LogListener, after: int = 0, *,
             if accept is None or accept(event):
                 yield event
         if len(events) < batch:
-            if known is not None:
-                # The wake-ups named `known` before this read, so the read saw every event
-                # up to it: a filtered follower need not read that stretch again.
-                position = max(position, known)
+            # The cursor stays on the last event read, never on a head a wake-up named: a
+            # filtered read costs an index range scan from the cursor, and a head taken from
+            # wake-ups is one more thing to trust about what that read could see.
             await listener.wait(generation)
