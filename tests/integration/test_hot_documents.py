@@ -120,7 +120,7 @@ async def test_compiled_answers_equal_the_general_executor_byte_for_byte(server,
         errors = [
             (token, body(COMPLETE_VARS, {"i": {"turnId": turn["id"]}}), "CONFLICT"),          # already done
             (other, body(COMPLETE_VARS, {"i": {"turnId": second["id"]}}), "FORBIDDEN"),       # not its turn
-            (token, body(HEARTBEAT, {"t": "no-such-turn"}), "NOT_FOUND"),
+            (token, body(HEARTBEAT, {"t": "no-such-turn"}), "FORBIDDEN"),   # as another agent's: no oracle
             (token, body(REQUEST_VARS, {"i": {"estimatedTokens": -1}}), "BAD_USER_INPUT"),
             (token, body(CANCEL, {"t": third["id"]}), "CONFLICT"),
         ]
