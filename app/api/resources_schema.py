@@ -55,23 +55,21 @@ class ResourceLease:
 
 
 @strawberry.type(description="A lease holding or waiting for a resource. An agent sees whose it is "
-                              "(agentId, leaseId) only for its own leases: null for other agents'.")
+                              "(agentId, leaseId) only for its own leases: for other agents' both read "
+                              "\"hidden\". The operator sees every id.")
 class ResourceHolder:
-    agent_id: strawberry.ID | None
+    agent_id: strawberry.ID
     mode: ResourceMode
-    lease_id: strawberry.ID | None
+    lease_id: strawberry.ID
     level: int
     lease_expires_at: datetime
+    mine: bool = strawberry.field(description="Whether the lease is the asking agent's (false for the operator).")
 
     @classmethod
     def of(cls, d: dict) -> ResourceHolder:
-        return cls(agent_id=_id(d["agent_id"]), mode=ResourceMode(d["mode"]),
-                   lease_id=_id(d["lease_id"]), level=d["level"],
-                   lease_expires_at=ts(d["lease_expires_at"]))
-
-
-def _id(value: str | None) -> strawberry.ID | None:
-    return None if value is None else strawberry.ID(value)
+        return cls(agent_id=strawberry.ID(d["agent_id"]), mode=ResourceMode(d["mode"]),
+                   lease_id=strawberry.ID(d["lease_id"]), level=d["level"],
+                   lease_expires_at=ts(d["lease_expires_at"]), mine=d["mine"])
 
 
 @strawberry.type

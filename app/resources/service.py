@@ -18,6 +18,9 @@ from app.service import DECISION_TIMEOUT, MAX_WAIT_SECONDS, Service, _check_floa
 
 MAX_CAPACITY = 100_000
 DEFAULT_LEASE_SECONDS = 30.0
+# What an agent reads in place of the agent and lease ids of another agent's lease: never
+# a real id (ids are UUIDs), so comparing it with one's own id stays meaningful.
+HIDDEN_ID = "hidden"
 
 
 def _check_name(name: Any) -> str:
@@ -51,8 +54,9 @@ class ResourceService:
     def resource_view(self, name: str, seen_by: Principal | None = None) -> dict:
         """The resource with its holders and waiters. `seen_by` an agent: the entries of
         other agents' leases keep their mode, level and expiry (what the agent needs to
-        judge its wait) but not whose they are: agent and lease ids are left out (None),
-        so that one agent cannot map what the others hold, across pools."""
+        judge its wait) but not whose they are: their agent and lease ids read
+        `HIDDEN_ID`, so that one agent cannot map what the others hold, across pools.
+        A placeholder rather than null keeps the contract's non-null `agentId`."""
         definition = self.state.resources.get(name)
         if definition is None:
             raise NotFound(f"no resource named {name!r}")
@@ -60,9 +64,10 @@ class ResourceService:
 
         def entry(x) -> dict:
             named = viewer is None or x.agent_id == viewer
-            return {"agent_id": x.agent_id if named else None, "mode": x.mode,
-                    "lease_id": x.lease_id if named else None, "level": x.level,
-                    "lease_expires_at": x.lease_expires_at}
+            return {"agent_id": x.agent_id if named else HIDDEN_ID, "mode": x.mode,
+                    "lease_id": x.lease_id if named else HIDDEN_ID, "level": x.level,
+                    "lease_expires_at": x.lease_expires_at,
+                    "mine": viewer is not None and x.agent_id == viewer}
         return {"name": name, "capacity": definition.capacity, "lease_seconds": definition.lease_seconds,
                 "holders": [entry(x) for x in self.state.holders(name)],
                 "waiters": [entry(x) for x in self.state.waiters(name)]}

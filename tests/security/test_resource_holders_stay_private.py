@@ -3,7 +3,8 @@ agent and lease ids, across pools, to any agent: one agent could map what every 
 agent holds and waits for.
 
 An agent sees who holds or waits only for its own leases; the other entries keep their
-mode, level and expiry but have agentId and leaseId null. The operator sees every id."""
+mode, level and expiry, but their agentId and leaseId read "hidden" (the contract keeps
+agentId non-null). The operator sees every id."""
 from __future__ import annotations
 
 import uuid
@@ -14,8 +15,8 @@ DEFINE = """mutation($name: String!) { defineResource(input: {name: $name, capac
   name } }"""
 ACQUIRE = """mutation($name: String!, $wait: Float!) {
   acquireResource(input: {name: $name, mode: EXCLUSIVE, waitSeconds: $wait}) { id status agentId } }"""
-RESOURCES = """{ resources { name capacity holders { agentId leaseId mode level }
-  waiters { agentId leaseId mode level } } }"""
+RESOURCES = """{ resources { name capacity holders { agentId leaseId mode level mine }
+  waiters { agentId leaseId mode level mine } } }"""
 
 
 async def new_pool(operator) -> str:
@@ -46,17 +47,16 @@ async def test_an_agent_sees_whose_lease_only_for_its_own(server, operator):
         assert waiting["status"] == "WAITING"
 
         seen = the(await stranger(RESOURCES), name)
-        assert seen["holders"] == [{"agentId": None, "leaseId": None, "mode": "EXCLUSIVE",
-                                    "level": seen["holders"][0]["level"]}]
-        assert [w["agentId"] for w in seen["waiters"]] == [None]
-        assert [w["leaseId"] for w in seen["waiters"]] == [None]
+        assert seen["holders"] == [{"agentId": "hidden", "leaseId": "hidden", "mode": "EXCLUSIVE",
+                                    "level": seen["holders"][0]["level"], "mine": False}]
+        assert [(w["agentId"], w["leaseId"], w["mine"]) for w in seen["waiters"]] == [("hidden", "hidden", False)]
 
         own = the(await holder(RESOURCES), name)
-        assert [(h["agentId"], h["leaseId"]) for h in own["holders"]] == [(holder_id, held["id"])]
-        assert [(w["agentId"], w["leaseId"]) for w in own["waiters"]] == [(None, None)]
+        assert [(h["agentId"], h["leaseId"], h["mine"]) for h in own["holders"]] == [(holder_id, held["id"], True)]
+        assert [(w["agentId"], w["leaseId"], w["mine"]) for w in own["waiters"]] == [("hidden", "hidden", False)]
 
         theirs = the(await waiter(RESOURCES), name)
-        assert [h["agentId"] for h in theirs["holders"]] == [None]
+        assert [h["agentId"] for h in theirs["holders"]] == ["hidden"]
         assert [(w["agentId"], w["leaseId"]) for w in theirs["waiters"]] == [(waiter_id, waiting["id"])]
 
     everything = the(await operator(RESOURCES), name)

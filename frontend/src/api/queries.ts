@@ -54,9 +54,9 @@ export function schedulerAtQuery(schedulerExtras: string[] = [], laneExtras: str
 export interface Resource {
   name: string;
   capacity: number;
-  // agentId is null for another agent's lease (an agent's view; the operator sees every id).
-  holders: { agentId: string | null; mode: string }[];
-  waiters: { agentId: string | null; mode: string }[];
+  // agentId reads "hidden" for another agent's lease (an agent's view; the operator sees every id).
+  holders: { agentId: string; mode: string }[];
+  waiters: { agentId: string; mode: string }[];
 }
 export const RESOURCES = `query Resources { resources { name capacity holders { agentId mode } waiters { agentId mode } } }`;
 

@@ -3,8 +3,8 @@ import type { Resource } from "../api/queries";
 /** Shared resources (tools, files, sandboxes): who holds each and who waits. Shown when
  *  the server has the resources query. */
 export function Resources({ resources, name }: { resources: Resource[]; name: (id: string) => string }) {
-  // null: another agent's lease, which an agent's token is not told the owner of.
-  const whose = (id: string | null) => (id === null ? "another agent" : name(id));
+  // "hidden": another agent's lease, which an agent's token is not told the owner of.
+  const whose = (id: string) => (id === "hidden" ? "another agent" : name(id));
   return (
     <section class="panel" data-testid="resources">
       <h2>Resources <small>{resources.length}</small></h2>
