@@ -21,7 +21,7 @@ PLAIN_FIELDS = (
     "agent_backlog_slack_seconds", "agent_backlog_slack_cap_seconds",
     "adaptive_lanes", "adaptive_lanes_initial", "adaptive_lanes_minimum",
     "outage_after_silent_reaps", "probe_backoff_cap", "request_timeout_seconds", "stream_idle_timeout_seconds",
-    "limiter_window_seconds", "agent_retry_after_cap_seconds",
+    "limiter_window_seconds", "agent_retry_after_cap_seconds", "light_agent_reserve",
 )
 
 

@@ -110,6 +110,9 @@ class Pool:
     agent_retry_after_cap_seconds: float | None = strawberry.field(description=(
         "The longest pause an agent's own report of a 429 may cause; null: agents' reports are trusted "
         "(a pool created before the rule)."))
+    light_agent_reserve: float = strawberry.field(description=(
+        "The share of the rate budget that only a light agent (no other turn of its own queued or held) "
+        "may spend, or a turn whose deadline has come; 0: none (a pool created before the rule)."))
 
     @classmethod
     def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> Pool:
@@ -137,7 +140,8 @@ class Pool:
                    # A pool recorded before the setting admitted against a token bucket.
                    limiter=RateLimiter(s.limiter or "token-bucket"),
                    limiter_window_seconds=s.limiter_window_seconds,
-                   agent_retry_after_cap_seconds=s.agent_retry_after_cap_seconds)
+                   agent_retry_after_cap_seconds=s.agent_retry_after_cap_seconds,
+                   light_agent_reserve=s.light_agent_reserve)
 
 
 @strawberry.type(description="A model's own timeouts for the calls the gateway holds.")
@@ -362,6 +366,10 @@ class PoolInput:
     agent_retry_after_cap_seconds: float | None = strawberry.field(default=None, description=(
         "An agent's own report of a 429 is a claim: its retry-after is capped at this (default 30), "
         "0-60, and it pauses only that agent unless the gateway or another agent reported one within it."))
+    light_agent_reserve: float | None = strawberry.field(default=None, description=(
+        "The share of the rate budget (default 0.1, 0-0.5) that an agent with another turn queued or held "
+        "may not spend, unless its turn's deadline has come: a flooding agent cannot make every other "
+        "agent's next call wait for the window to slide."))
 
 
 @strawberry.input

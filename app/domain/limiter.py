@@ -18,7 +18,17 @@ What may hold a queued turn back, in the order verdict() asks:
   turn and grants the next one;
 - the pool's header hold and the pool's budget: these hold every turn, so the pass WAITs
   (the head is never skipped for a smaller turn behind it, so big requests cannot starve);
-- the model's lower factor: a SKIP again, or one model's 429 would slow every model.
+- the model's lower factor: a SKIP again, or one model's 429 would slow every model;
+- the light-agent reserve (settings.light_agent_reserve, r): a turn of a heavy agent (one
+  with another turn of its own queued or holding a lane) may spend the pool's budget only
+  down to r of its capacity; the last r is for light agents, so an agent that keeps its
+  queue full cannot spend the budget to its last request and make every other agent's
+  next call wait for the window to slide (or the bucket to refill). A SKIP, so light turns
+  behind it go through. It binds only while the pool has another agent, never on a turn
+  whose reservation alone exceeds 1 - r of the capacity (it could never be let through),
+  and a heavy turn that has waited agent_backlog_slack_cap_seconds spends the reserve too,
+  so it adds at most that wait to any turn's starvation bound. The cost: a pool whose
+  agents are all heavy admits at most 1 - r of its limit while another agent is registered.
 """
 from __future__ import annotations
 
@@ -124,6 +134,9 @@ def verdict(state: PoolState, turn: TurnState, now: float) -> tuple[str, float]:
         return WAIT, hold.until
     if not fits(state, turn, now, state.rate_factor):
         return WAIT, now + seconds_until_fits(state, turn, now, state.rate_factor)
+    if (reserve := light_reserve(state, turn, now)) is not None and not fits_above(state, turn, now, reserve):
+        return SKIP, min(turn.queued_at + state.settings.agent_backlog_slack_cap_seconds,
+                         now + seconds_until_above(state, turn, now, reserve))
     factor = model_factor(state, turn, now)
     if factor < state.rate_factor and not fits(state, turn, now, factor):
         wait = seconds_until_fits(state, turn, now, factor)
@@ -131,6 +144,38 @@ def verdict(state: PoolState, turn: TurnState, now: float) -> tuple[str, float]:
             wait = seconds_until_model_factor(state, turn, now)
         return SKIP, now + wait
     return GRANT, now
+
+
+def light_reserve(state: PoolState, turn: TurnState, now: float) -> tuple[float, float] | None:
+    """(requests, tokens) of the pool's budget the turn must leave unspent, or None when the
+    light-agent reserve does not bind it (verdict's docstring says when)."""
+    s = state.settings
+    if not s.light_agent_reserve > 0 or len(state.agents) < 2:
+        return None
+    if now - turn.queued_at >= s.agent_backlog_slack_cap_seconds or state.backlog_of(turn.agent_id) < 2:
+        return None
+    cap_requests, cap_tokens = capacity(s, state.rate_factor)
+    reserve = (s.light_agent_reserve * cap_requests, s.light_agent_reserve * cap_tokens)
+    if 1 + reserve[0] > cap_requests or turn.need_tokens + reserve[1] > cap_tokens:
+        return None
+    return reserve
+
+
+def fits_above(state: PoolState, turn: TurnState, now: float, reserve: tuple[float, float]) -> bool:
+    """The pool's budget holds the turn's reservation with `reserve` left over."""
+    requests, tokens = available(state, now)
+    return requests - reserve[0] >= 1 and tokens - reserve[1] >= turn.need_tokens
+
+
+def seconds_until_above(state: PoolState, turn: TurnState, now: float, reserve: tuple[float, float]) -> float:
+    """How long until fits_above holds (light_reserve made sure it can)."""
+    s, factor = state.settings, state.rate_factor
+    need_requests, need_tokens = 1 + reserve[0], turn.need_tokens + reserve[1]
+    if not s.windowed:
+        return max(state.requests.seconds_until(need_requests, now, factor),
+                   state.tokens.seconds_until(need_tokens, now, factor))
+    cap_requests, cap_tokens = capacity(s, factor)
+    return state.window.seconds_until(now, span(s), need_requests, need_tokens, cap_requests, cap_tokens)
 
 
 def seconds_until_model_factor(state: PoolState, turn: TurnState, now: float) -> float:

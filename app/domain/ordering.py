@@ -103,16 +103,8 @@ def output_credit(state: PoolState, turn: TurnState) -> float:
     return min(s.output_credit_cap_seconds, s.output_credit_per_ktoken * turn.max_output_tokens / 1000.0)
 
 
-def agent_backlog(state: PoolState, agent_id: str) -> int:
-    """The agent's turns queued or holding a lane now. A grant moves a turn from one to the
-    other, so the count stands through a granting pass (GrantOrder relies on it)."""
-    held = sum(1 for turn_id in state.lanes
-               if turn_id is not None and (t := state.turns.get(turn_id)) is not None and t.agent_id == agent_id)
-    return state.queued_of(agent_id) + held
-
-
 def agent_backlogs(state: PoolState) -> dict[str, int]:
-    """agent_backlog of every agent with a queued turn, counted once (a pass orders them all)."""
+    """backlog_of every agent with a queued turn, counted once (a pass orders them all)."""
     counts: dict[str, int] = {}
     for queue in state.queues:
         for queued in queue:
@@ -130,12 +122,12 @@ def backlog_slack(state: PoolState, turn: TurnState, backlog: int | None = None)
     s = state.settings
     if not s.agent_backlog_slack_seconds > 0:
         return 0.0
-    n = agent_backlog(state, turn.agent_id) if backlog is None else backlog
+    n = state.backlog_of(turn.agent_id) if backlog is None else backlog
     return min(s.agent_backlog_slack_cap_seconds, s.agent_backlog_slack_seconds * max(0, n - 1))
 
 
 def slack(state: PoolState, turn: TurnState, bound: bool | None = None, backlog: int | None = None) -> float:
-    """The turn's slack; `backlog` is agent_backlog of its agent, when the caller counted it."""
+    """The turn's slack; `backlog` is backlog_of its agent, when the caller counted it."""
     s = state.settings
     if bound is None:
         bound = rate_bound(state)

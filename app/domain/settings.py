@@ -98,6 +98,11 @@ class PoolSettings:
     # ((model, request timeout, stream idle timeout), ...).
     request_timeout_seconds: float = 600.0
     stream_idle_timeout_seconds: float = 120.0
+    # The share of the rate budget that only a light agent (no other turn of its own queued
+    # or held) may spend, or a turn whose deadline has come (limiter.py): a flooding agent
+    # cannot use the budget up to its last request and make every other agent's next call
+    # wait for the window to slide.
+    light_agent_reserve: float = 0.1
     model_timeouts: tuple[tuple[str, float, float], ...] = ()
     # The shape of the provider's limiter the pool admits against (app/domain/limiter.py):
     # "token-bucket" (two buckets refilled continuously, one minute's worth), "sliding-window"
@@ -233,6 +238,9 @@ class PoolSettings:
         if cap is not None and not (isinstance(cap, (int, float)) and not isinstance(cap, bool)
                                     and 0 <= cap <= MAX_AGENT_RETRY_AFTER_CAP):
             problems.append(f"agentRetryAfterCapSeconds must be between 0 and {MAX_AGENT_RETRY_AFTER_CAP:g}")
+        reserve = self.light_agent_reserve
+        if not (isinstance(reserve, (int, float)) and not isinstance(reserve, bool) and 0 <= reserve <= 0.5):
+            problems.append("lightAgentReserve must be between 0 and 0.5")
         if self.tokenizer not in ("cl100k_base", "o200k_base"):
             problems.append("tokenizer must be cl100k_base or o200k_base")
         if problems:
@@ -295,7 +303,7 @@ class PoolSettings:
 # written before its rule, so they read it as off: replay and what-if of an old log decide
 # exactly as the recorded scheduler did.
 LEGACY: dict[str, Any] = {"stall_timeout_seconds": None, "outage_after_silent_reaps": 0, "adaptive_lanes": False,
-                          "limiter": None, "agent_retry_after_cap_seconds": None}
+                          "limiter": None, "agent_retry_after_cap_seconds": None, "light_agent_reserve": 0.0}
 # The same for a rule of the deadline order (written, like the order's other fields, only by
 # pools of that policy): a deadline pool stored without the key ran without the rule.
 LEGACY_ORDER: dict[str, Any] = {"output_credit_per_ktoken": 0.0, "agent_backlog_slack_seconds": 0.0}

@@ -260,6 +260,14 @@ class PoolState:
             self.queued_by_agent = counts
         return self.queued_by_agent.get(agent_id, 0)
 
+    def backlog_of(self, agent_id: str) -> int:
+        """The agent's turns queued or holding a lane now. A grant moves a turn from one to
+        the other, so the count stands through a granting pass (ordering.GrantOrder relies
+        on it)."""
+        held = sum(1 for turn_id in self.lanes
+                   if turn_id is not None and (t := self.turns.get(turn_id)) is not None and t.agent_id == agent_id)
+        return self.queued_of(agent_id) + held
+
     def lanes_in_use(self) -> int:
         """How many lanes may be granted at once: all configured ones, or the learned limit."""
         if not self.settings.adaptive_lanes:

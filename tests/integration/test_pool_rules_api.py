@@ -20,7 +20,7 @@ from tests.integration.test_api import events_of, head, unique
 RULE_FIELDS = ("policy classSlackSeconds runSlackPerService runSlackCapSeconds sizeSlackPerKtoken "
                "sizeSlackCapSeconds runForgetSeconds adaptiveLanes adaptiveLanesInitial adaptiveLanesMinimum "
                "stallTimeoutSeconds outageAfterSilentReaps probeBackoffCap outputCreditPerKtoken "
-               "outputCreditCapSeconds agentBacklogSlackSeconds agentBacklogSlackCapSeconds")
+               "outputCreditCapSeconds agentBacklogSlackSeconds agentBacklogSlackCapSeconds lightAgentReserve")
 CREATE = f"mutation($i: PoolInput!) {{ createPool(input: $i) {{ name lanes {RULE_FIELDS} }} }}"
 POOLS = f"{{ pools {{ name {RULE_FIELDS} }} }}"
 BASE = {"lanes": 8, "rpm": 60_000, "tpm": 10_000_000, "leaseSeconds": 30}
@@ -30,7 +30,7 @@ GIVEN = {"policy": "DEADLINE", "classSlackSeconds": [0.0, 2.5, 9.0], "runSlackPe
          "runForgetSeconds": 300.0, "adaptiveLanes": True, "adaptiveLanesInitial": 3,
          "adaptiveLanesMinimum": 1, "stallTimeoutSeconds": 3.0, "outageAfterSilentReaps": 5,
          "probeBackoffCap": 4, "outputCreditPerKtoken": 2.0, "outputCreditCapSeconds": 20.0,
-         "agentBacklogSlackSeconds": 1.5, "agentBacklogSlackCapSeconds": 45.0}
+         "agentBacklogSlackSeconds": 1.5, "agentBacklogSlackCapSeconds": 45.0, "lightAgentReserve": 0.25}
 STREAM = ("mutation($run: String) { requestTurn(input: {estimatedTokens: 10, maxOutputTokens: 10, "
           f"waitSeconds: 0, streams: true, runId: $run}}) {{ {TURN_FIELDS} runId }} }}")
 
@@ -92,7 +92,8 @@ async def test_create_pool_without_the_rule_settings_gets_the_defaults_and_write
                        "adaptiveLanes": True, "adaptiveLanesInitial": 16, "adaptiveLanesMinimum": 2,
                        "stallTimeoutSeconds": 6.0, "outageAfterSilentReaps": 3, "probeBackoffCap": 2,
                        "outputCreditPerKtoken": 3.0, "outputCreditCapSeconds": 30.0,
-                       "agentBacklogSlackSeconds": 2.0, "agentBacklogSlackCapSeconds": 60.0}
+                       "agentBacklogSlackSeconds": 2.0, "agentBacklogSlackCapSeconds": 60.0,
+                       "lightAgentReserve": 0.1}
     # Settings that were constants before are not written at their default: a pool made
     # the old way stores what it always stored.
     assert not set(DEFAULTED) & set(await stored(server, name))
@@ -134,6 +135,7 @@ BAD = [
     ({"outputCreditCapSeconds": 4000}, "outputCreditCapSeconds must be between 0 and 3600"),
     ({"agentBacklogSlackSeconds": -1}, "agentBacklogSlackSeconds must be between 0 and 3600"),
     ({"agentBacklogSlackCapSeconds": 4000}, "agentBacklogSlackCapSeconds must be between 0 and 3600"),
+    ({"lightAgentReserve": 0.6}, "lightAgentReserve must be between 0 and 0.5"),
     ({"adaptiveLanesInitial": 0}, "adaptiveLanesInitial must be a whole number between 1 and 1024"),
     ({"adaptiveLanesInitial": 4, "adaptiveLanesMinimum": 5},
      "adaptiveLanesMinimum must be a whole number between 1 and adaptiveLanesInitial"),

@@ -5,7 +5,13 @@ honest agent's turn behind all of them, every time. The order's backlog slack
 (agentBacklogSlackSeconds, app/domain/ordering.py) puts every turn of an agent that holds
 or queues n turns 2 s x (n - 1) later, at most 60 s: the honest agent's single turn goes
 ahead of the flooder's backlog, its oldest turn included, while the flooder still gets
-every lane nobody else asks for."""
+every lane nobody else asks for.
+
+When the provider's rate budget is what is short, the order alone is not enough: the
+flooder spent the budget to its last request and the honest agent's next call waited for
+the window to slide (about 100 ms per grant at 600 RPM). The light-agent reserve
+(lightAgentReserve, app/domain/limiter.py) keeps the last tenth of the budget for agents
+with one turn at a time."""
 from __future__ import annotations
 
 import asyncio
@@ -42,3 +48,22 @@ async def test_an_honest_turn_is_granted_next_after_the_flooders_turn_in_flight(
         await honest(COMPLETE, id=mine["id"], outcome="OK", p=10, c=10, retry=None, headers=None)
         for turn in turns[1:]:
             await flood(CANCEL, id=turn["id"])
+
+
+async def test_an_honest_turn_finds_budget_the_flooder_could_not_spend(server, operator):
+    # 20 requests a minute and lanes to spare: the flooder's 25 turns are granted only down
+    # to the reserve (18 of 20), and the honest agent's one turn is granted at once.
+    pool = "flood_" + uuid.uuid4().hex[:8]
+    await operator("mutation($i: PoolInput!) { createPool(input: $i) { name } }",
+                   i={"name": pool, "lanes": 64, "rpm": 20, "tpm": 10_000_000, "leaseSeconds": 60,
+                      "adaptiveLanes": False})
+    _, flood_token = await register(operator, "flooder", pool)
+    _, honest_token = await register(operator, "honest", pool)
+    async with GraphQLClient(server, flood_token) as flood, GraphQLClient(server, honest_token) as honest:
+        turns = [(await flood(REQUEST, est=10, out=10, wait=0))["requestTurn"] for _ in range(25)]
+        assert [t["status"] for t in turns].count("GRANTED") == 18
+        mine = (await honest(REQUEST, est=10, out=10, wait=0))["requestTurn"]
+        assert mine["status"] == "GRANTED"
+        for turn in turns:
+            await flood(CANCEL, id=turn["id"])
+        await honest(CANCEL, id=mine["id"])

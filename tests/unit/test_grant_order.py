@@ -67,8 +67,8 @@ def test_the_workloads_reach_passes_that_grant_several_turns_and_flip_the_bound(
             self.bounds: list[bool] = []
             passes.append(self.bounds)
 
-        def next(self):
-            turn = super().next()
+        def next(self, passed=frozenset()):
+            turn = super().next(passed)
             if turn is not None:
                 self.bounds.append(ordering.rate_bound(self.state))
             return turn

@@ -20,9 +20,10 @@ class Pool:
 
     def __init__(self, **settings):
         # The token bucket, and agents' reports trusted: the rules these examples state
-        # (the window limiter and agents' claims: test_rate_window.py, test_rate_scopes.py).
+        # (the window limiter and agents' claims: test_rate_window.py, test_rate_scopes.py;
+        # the light-agent reserve: test_light_agent_reserve.py).
         s = PoolSettings(**{"lanes": 8, "rpm": 600, "tpm": 60_000, "jitter_seconds": 1.0, **TRUSTED_BUCKET,
-                            **settings})
+                            "light_agent_reserve": 0.0, **settings})
         self.state = new_pool({"settings": s.to_dict(), "at": 0.0})
         self.log: list[tuple[str, dict]] = []
         self.position = 0

@@ -21,8 +21,10 @@ class Pool:
         s = PoolSettings(**{"lanes": 64, "rpm": 600, "tpm": 600_000, "jitter_seconds": 0.0, "lease_seconds": 3600.0,
                             "boost_seconds": 3600.0,
                             # Grants in arrival order: these tests are about rate scopes, and
-                            # one agent's turns here are in flight together by design.
-                            "agent_backlog_slack_seconds": 0.0, **settings}).validate()
+                            # one agent's turns here are in flight together by design (so no
+                            # light-agent reserve either: test_light_agent_reserve.py).
+                            "agent_backlog_slack_seconds": 0.0, "light_agent_reserve": 0.0,
+                            **settings}).validate()
         self.created = {"settings": s.to_dict(), "at": 0.0}
         self.state = new_pool(self.created)
         self.log: list[tuple[str, dict]] = []

@@ -155,6 +155,17 @@ class Ledger:
             total += min(s.agent_backlog_slack_cap_seconds, s.agent_backlog_slack_seconds * (backlog - 1))
         return t["queued_at"] + total
 
+    def reserve_holds(self, t: dict, at: float) -> bool:
+        """Whether the light-agent reserve may hold `t` back, so that a turn behind it in the
+        order goes first (app/domain/limiter.py): the rule is on, another agent is in the
+        pool, t's agent has another turn live, and t has waited less than the backlog cap.
+        Whether the budget really was down to the reserve is the buckets' to say (checked
+        in test_light_agent_reserve.py); this says only that the order may bend here."""
+        s = self.settings
+        backlog = sum(1 for other in self.turns.values() if other["agent"] == t["agent"])
+        return (s.light_agent_reserve > 0 and len(self.agents) >= 2 and backlog >= 2
+                and at - t["queued_at"] < s.agent_backlog_slack_cap_seconds)
+
     def _charge(self, turn: dict, seconds: float, at: float) -> None:
         run = self.runs.get(turn["run"]) if turn["run"] is not None else None
         if run is not None:
@@ -199,12 +210,15 @@ class Ledger:
                 # claim itself is checked against the buckets in test_ordering.py.
                 bound = bool(d.get("rate_bound"))
                 need(not bound or self.settings.output_credit_per_ktoken > 0, "a rate-bound grant with the rule off")
-                head = min(waiting, key=lambda t: (self.deadline(t, bound), t["seq"]))
-                need(head is turn, "granted out of deadline order (earliest virtual deadline, then FIFO)")
+                key = (self.deadline(turn, bound), turn["seq"])
+                ahead = [t for t in waiting if (self.deadline(t, bound), t["seq"]) < key]
+                need(all(self.reserve_holds(t, d["at"]) for t in ahead),
+                     "granted out of deadline order (earliest virtual deadline, then FIFO)")
                 need(d["order_deadline"] == self.deadline(turn, bound), "recorded a deadline it was not granted by")
             else:
-                head = min(waiting, key=lambda t: (t["level"], t["seq"]))
-                need(head is turn, "granted out of MLFQ order (lowest level, then FIFO)")
+                ahead = [t for t in waiting if (t["level"], t["seq"]) < (turn["level"], turn["seq"])]
+                need(all(self.reserve_holds(t, d["at"]) for t in ahead),
+                     "granted out of MLFQ order (lowest level, then FIFO)")
                 need("order_deadline" not in d, "an MLFQ grant with a deadline")
             turn.update(status=ev.GRANTED, lane=d["lane"])
             self.lanes[d["lane"]] = d["turn_id"]

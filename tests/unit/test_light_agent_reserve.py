@@ -1,0 +1,118 @@
+"""The light-agent reserve (app/domain/limiter.py): an agent with another turn of its own
+queued or held spends the pool's rate budget only down to the reserve; the last share is
+for agents with one turn at a time. Worked examples through decide_many, with their numbers.
+
+Every pool here admits 20 requests per 60-second window (or holds 20 in its bucket) and has
+far more lanes and tokens than the examples use, so the request budget is all that binds;
+the reserve is 0.1 of it, 2 requests."""
+from __future__ import annotations
+
+import pytest
+
+from app.domain import events as ev
+from app.domain.apply import new_pool
+from app.domain.decide import decide_many, next_deadline
+from app.domain.settings import SLIDING_WINDOW, TOKEN_BUCKET, PoolSettings
+
+
+class Pool:
+    def __init__(self, agents=("heavy", "light", "light2"), **settings):
+        s = PoolSettings(**{"lanes": 64, "rpm": 20, "tpm": 1_000_000, "lease_seconds": 3600.0,
+                            "boost_seconds": 3600.0, "jitter_seconds": 0.0, "adaptive_lanes": False,
+                            "light_agent_reserve": 0.1,
+                            **settings}).validate()
+        self.state = new_pool({"settings": s.to_dict(), "at": 0.0})
+        self.position = 0
+        self.batch(0.0, *[(ev.AGENT_REGISTERED, {"agent_id": a, "name": a, "priority_class": ev.INTERACTIVE})
+                          for a in agents])
+
+    def batch(self, now: float, *inputs: tuple[str, dict]) -> list[str]:
+        numbered = []
+        for type_, data in inputs:
+            self.position += 1
+            numbered.append((type_, {**data, "at": now}, self.position))
+        out = decide_many(self.state, numbered, now)
+        return [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED]
+
+    def tick(self, now: float) -> list[str]:
+        out = decide_many(self.state, [], now)
+        return [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED]
+
+    @staticmethod
+    def ask(turn_id: str, agent: str) -> tuple[str, dict]:
+        return ev.TURN_REQUESTED, {"turn_id": turn_id, "agent_id": agent, "estimated_tokens": 10,
+                                   "max_output_tokens": 0}
+
+
+def flood(p: Pool, n: int, at: float = 0.0) -> list[str]:
+    return p.batch(at, *[p.ask(f"h{i}", "heavy") for i in range(n)])
+
+
+@pytest.mark.parametrize("limiter", [SLIDING_WINDOW, TOKEN_BUCKET])
+def test_a_heavy_agent_leaves_the_reserve_and_a_light_agent_is_granted_at_once(limiter):
+    # 25 turns of one agent at t=0: 18 granted (20 less the reserve of 2), 7 wait. A light
+    # agent's one turn at t=1 goes at once, and so does a second light agent's: the budget
+    # is then spent to its last request.
+    p = Pool(limiter=limiter)
+    assert flood(p, 25) == [f"h{i}" for i in range(18)]
+    assert p.batch(1.0, p.ask("l1", "light")) == ["l1"]
+    assert p.batch(1.5, p.ask("l2", "light2")) == ["l2"]
+    assert p.batch(2.0, p.ask("l3", "light")) == []
+
+
+def test_without_the_reserve_the_light_agent_waits_for_the_window_to_slide():
+    # The same flood with the rule off spends all 20; the light agent's turn then waits
+    # until the first grants leave the window (60 s plus the arrival margin).
+    p = Pool(light_agent_reserve=0.0)
+    assert flood(p, 25) == [f"h{i}" for i in range(20)]
+    assert p.batch(1.0, p.ask("l1", "light")) == []
+    assert next_deadline(p.state, 1.0) > 60.0
+
+
+def test_an_agent_alone_in_its_pool_spends_the_whole_budget():
+    # The reserve is for other agents: with none registered there is no one to keep it for.
+    p = Pool(agents=("heavy",))
+    assert flood(p, 25) == [f"h{i}" for i in range(20)]
+
+
+def test_an_agent_with_one_turn_at_a_time_spends_the_reserve():
+    # One turn live at a time is light, however many it asks in a row: each of 20 turns,
+    # completed before the next is asked, is granted.
+    p = Pool()
+    for i in range(20):
+        assert p.batch(float(i), p.ask(f"s{i}", "heavy")) == [f"s{i}"]
+        p.batch(float(i) + 0.5, (ev.COMPLETION_REPORTED, {"turn_id": f"s{i}", "outcome": ev.OK,
+                                                          "prompt_tokens": 10, "completion_tokens": 0}))
+
+
+def test_a_heavy_turn_that_waited_the_backlog_cap_spends_the_reserve():
+    # With a backlog cap of 5 s, the heavy agent's first waiting turn (h18, queued at t=0)
+    # spends the reserve at t=5, and the scheduler wakes for it then.
+    p = Pool(agent_backlog_slack_cap_seconds=5.0)
+    flood(p, 25)
+    assert next_deadline(p.state, 1.0) == pytest.approx(5.0)
+    assert p.tick(5.0) == ["h18", "h19"]
+
+
+def test_a_reservation_larger_than_what_the_reserve_leaves_is_not_held_by_it():
+    # A turn needing more than 1 - reserve of the token budget could never pass the rule,
+    # so the rule leaves it to the plain budget (which holds it until it fits).
+    p = Pool(tpm=10_000, rpm=600)
+    out = p.batch(0.0, p.ask("h0", "heavy"),
+                  (ev.TURN_REQUESTED, {"turn_id": "big", "agent_id": "heavy", "estimated_tokens": 9_500,
+                                       "max_output_tokens": 0}))
+    assert out == ["h0", "big"]
+
+
+def test_a_pool_recorded_before_the_rule_reads_it_as_off():
+    stored = PoolSettings(name="old").to_dict()
+    stored.pop("light_agent_reserve")
+    assert PoolSettings.from_dict(stored).light_agent_reserve == 0.0
+    assert "light_agent_reserve" not in PoolSettings(name="old", light_agent_reserve=0.0).to_dict()
+    assert PoolSettings(name="new").to_dict()["light_agent_reserve"] == 0.1
+
+
+@pytest.mark.parametrize("bad", [-0.1, 0.6, True, "0.1"])
+def test_a_reserve_outside_0_to_half_is_refused_with_its_reason(bad):
+    with pytest.raises(ValueError, match="lightAgentReserve must be between 0 and 0.5"):
+        PoolSettings(light_agent_reserve=bad).validate()
