@@ -119,9 +119,10 @@ def _ms(values: list[float]) -> dict:
 
 class Bench:
     def __init__(self, base: str, http: httpx.AsyncClient, operator: str, db: asyncpg.Connection, pid: int,
-                 db_pid: int | None, *, agents: int, seed: int):
+                 db_pid: int | None, *, agents: int, seed: int, roles: tuple[str, ...] = ()):
         self.base, self.http, self.operator, self.db, self.pid, self.db_pid = base, http, operator, db, pid, db_pid
         self.agents, self.seed = agents, seed
+        self.roles = roles    # the abusers that play (all four when empty): a diagnostic
         self.honest_turns: list[str] = []     # for the hostile requests' foreign turn ids
 
     async def op(self, query: str, **variables) -> dict:
@@ -205,7 +206,7 @@ class Bench:
             abuser_ids = {agent_id for agent_id, _ in registered.values()}
             abusers_spec = {"base": self.base, "seed": self.seed * 1000 + repeat,
                             "tokens": {role: token for role, (_, token) in registered.items()},
-                            "subscribe_after": subscribe_after}
+                            "subscribe_after": subscribe_after, "roles": list(self.roles)}
         start = time.time() + START_DELAY_S
         until = start + seconds
         abusers = None
@@ -289,18 +290,20 @@ def summarise(runs: list[dict], memory: dict, settings: dict, warmup: dict) -> d
 
 
 async def run_async(url: str, *, agents: int = 8, seconds: float = 30.0, repeat: int = 3, seed: int = 1,
-                    hostile_per_kind: int = hostile_requests.PER_KIND) -> dict:
+                    hostile_per_kind: int = hostile_requests.PER_KIND, only: str | None = None) -> dict:
     operator = "op_bench_" + os.urandom(8).hex()
     settings = {"agents": agents, "seconds": seconds, "repeat": repeat, "seed": seed, "pool": {
         "lanes": s.POOL_LANES, "rpm": s.POOL_RPM, "tpm": s.POOL_TPM}, "flood_rate_per_s": round(s.FLOOD_RATE_PER_S, 1),
-        "subscriptions_attempted": s.SUB_CONNECTIONS * s.SUBS_PER_CONNECTION, "hostile_per_kind": hostile_per_kind}
+        "subscriptions_attempted": s.SUB_CONNECTIONS * s.SUBS_PER_CONNECTION, "hostile_per_kind": hostile_per_kind,
+        "only": only}
     with tempfile.TemporaryDirectory(prefix="agentrm-abuse-") as tmp:
         proc, base = await _start_server(url, 1, operator, Path(tmp))
         db = await asyncpg.connect(url)
         limits = httpx.Limits(max_connections=agents + 8, max_keepalive_connections=agents + 8)
         try:
             async with httpx.AsyncClient(base_url=base, timeout=s.WAIT_S + 60, limits=limits) as http:
-                bench = Bench(base, http, operator, db, proc.pid, postmaster_pid(url), agents=agents, seed=seed)
+                bench = Bench(base, http, operator, db, proc.pid, postmaster_pid(url), agents=agents, seed=seed,
+                              roles=(only,) if only else ())
                 await bench.create_pool()
                 # The first append starts the embedding model's process, which takes seconds
                 # to load: started now, it loads while the warm-up runs (and settles after it).
@@ -395,6 +398,7 @@ def to_markdown(r: dict) -> str:
 def run(out_dir: Path, url: str, **kwargs) -> dict:
     result = asyncio.run(run_async(url, **kwargs))
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "abuse.json").write_text(json.dumps(result, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    (out_dir / "abuse.md").write_text(to_markdown(result), encoding="utf-8")
+    stem = f"abuse-only-{kwargs['only']}" if kwargs.get("only") else "abuse"
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    (out_dir / f"{stem}.md").write_text(to_markdown(result), encoding="utf-8")
     return result

@@ -227,16 +227,20 @@ async def claim_429s(base: str, token: str, until: float, seed: int) -> dict:
     return dict(counts)
 
 
+ROLES = ("flooder", "junk", "subscriber", "claimant")
+
+
 async def run(spec: dict) -> dict:
     base, tokens, start, until, seed = spec["base"], spec["tokens"], spec["start"], spec["until"], spec["seed"]
     await _sleep_until(start)
     cpu = time.process_time()
-    flooder, junk, subscriber, claimant = await asyncio.gather(
-        flood(base, tokens["flooder"], until, seed),
-        append_junk(base, tokens["junk"], until, seed + 1),
-        hold_subscriptions(base, tokens["subscriber"], until, spec["subscribe_after"]),
-        claim_429s(base, tokens["claimant"], until, seed + 2))
-    return {"flooder": flooder, "junk": junk, "subscriber": subscriber, "claimant": claimant,
+    roles = spec.get("roles") or list(ROLES)
+    plays = {"flooder": lambda: flood(base, tokens["flooder"], until, seed),
+             "junk": lambda: append_junk(base, tokens["junk"], until, seed + 1),
+             "subscriber": lambda: hold_subscriptions(base, tokens["subscriber"], until, spec["subscribe_after"]),
+             "claimant": lambda: claim_429s(base, tokens["claimant"], until, seed + 2)}
+    answers = await asyncio.gather(*(plays[role]() for role in roles))
+    return {**{role: {} for role in ROLES}, **dict(zip(roles, answers, strict=True)),
             "cpu_s": round(time.process_time() - cpu, 2)}
 
 

@@ -111,6 +111,8 @@ def _abuse(argv: list[str]) -> int:
     p.add_argument("--hostile", type=int, default=200, help="hostile requests of each of the five kinds")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true", help="10 s phases, one pair")
+    p.add_argument("--only", choices=("flooder", "junk", "subscriber", "claimant"),
+                   help="a diagnostic: only this abuser plays (written to abuse-only-NAME.*, not the headline)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
@@ -119,7 +121,7 @@ def _abuse(argv: list[str]) -> int:
         p.error("--agents, --repeat and --hostile must be at least 1, --seconds positive")
     from .abuse_bench import run, to_markdown
     result = run(args.out, _bench_database("agentrm_bench_abuse"), agents=args.agents, seconds=args.seconds,
-                 repeat=args.repeat, seed=args.seed, hostile_per_kind=args.hostile)
+                 repeat=args.repeat, seed=args.seed, hostile_per_kind=args.hostile, only=args.only)
     print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
     return 0 if result["verdicts"]["all_met"] else 1
 
