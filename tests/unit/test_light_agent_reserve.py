@@ -2,7 +2,7 @@
 queued or held spends the pool's rate budget only down to the reserve; the last share is
 for agents with one turn at a time. Worked examples through decide_many, with their numbers.
 
-Every pool here admits 20 requests per 60-second window (or holds 20 in its bucket) and has
+The heavy agent is "a". Every pool here admits 20 requests per 60-second window (or holds 20 in its bucket) and has
 far more lanes and tokens than the examples use, so the request budget is all that binds;
 the reserve is 0.1 of it, 2 requests."""
 from __future__ import annotations
@@ -10,33 +10,21 @@ from __future__ import annotations
 import pytest
 
 from app.domain import events as ev
-from app.domain.apply import new_pool
-from app.domain.decide import decide_many, next_deadline
+from app.domain.decide import next_deadline
 from app.domain.settings import SLIDING_WINDOW, TOKEN_BUCKET, PoolSettings
 
+from .test_rate_window import Pool as WindowPool
 
-class Pool:
-    def __init__(self, agents=("heavy", "light", "light2"), **settings):
-        s = PoolSettings(**{"lanes": 64, "rpm": 20, "tpm": 1_000_000, "lease_seconds": 3600.0,
-                            "boost_seconds": 3600.0, "jitter_seconds": 0.0, "adaptive_lanes": False,
-                            "light_agent_reserve": 0.1,
-                            **settings}).validate()
-        self.state = new_pool({"settings": s.to_dict(), "at": 0.0})
-        self.position = 0
+
+class Pool(WindowPool):
+    """test_rate_window's pool (its one agent "a" is the heavy one here), with `others`
+    registered beside it."""
+
+    def __init__(self, others=("light", "light2"), **settings):
+        super().__init__(**{"rpm": 20, "tpm": 1_000_000, "adaptive_lanes": False, "light_agent_reserve": 0.1,
+                            **settings})
         self.batch(0.0, *[(ev.AGENT_REGISTERED, {"agent_id": a, "name": a, "priority_class": ev.INTERACTIVE})
-                          for a in agents])
-
-    def batch(self, now: float, *inputs: tuple[str, dict]) -> list[str]:
-        numbered = []
-        for type_, data in inputs:
-            self.position += 1
-            numbered.append((type_, {**data, "at": now}, self.position))
-        out = decide_many(self.state, numbered, now)
-        return [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED]
-
-    def tick(self, now: float) -> list[str]:
-        out = decide_many(self.state, [], now)
-        return [d["turn_id"] for t, d in out if t == ev.TURN_GRANTED]
+                          for a in others])
 
     @staticmethod
     def ask(turn_id: str, agent: str) -> tuple[str, dict]:
@@ -45,7 +33,7 @@ class Pool:
 
 
 def flood(p: Pool, n: int, at: float = 0.0) -> list[str]:
-    return p.batch(at, *[p.ask(f"h{i}", "heavy") for i in range(n)])
+    return p.batch(at, *[p.ask(f"h{i}", "a") for i in range(n)])
 
 
 @pytest.mark.parametrize("limiter", [SLIDING_WINDOW, TOKEN_BUCKET])
@@ -71,7 +59,7 @@ def test_without_the_reserve_the_light_agent_waits_for_the_window_to_slide():
 
 def test_an_agent_alone_in_its_pool_spends_the_whole_budget():
     # The reserve is for other agents: with none registered there is no one to keep it for.
-    p = Pool(agents=("heavy",))
+    p = Pool(others=())
     assert flood(p, 25) == [f"h{i}" for i in range(20)]
 
 
@@ -80,7 +68,7 @@ def test_an_agent_with_one_turn_at_a_time_spends_the_reserve():
     # completed before the next is asked, is granted.
     p = Pool()
     for i in range(20):
-        assert p.batch(float(i), p.ask(f"s{i}", "heavy")) == [f"s{i}"]
+        assert p.batch(float(i), p.ask(f"s{i}", "a")) == [f"s{i}"]
         p.batch(float(i) + 0.5, (ev.COMPLETION_REPORTED, {"turn_id": f"s{i}", "outcome": ev.OK,
                                                           "prompt_tokens": 10, "completion_tokens": 0}))
 
@@ -98,8 +86,8 @@ def test_a_reservation_larger_than_what_the_reserve_leaves_is_not_held_by_it():
     # A turn needing more than 1 - reserve of the token budget could never pass the rule,
     # so the rule leaves it to the plain budget (which holds it until it fits).
     p = Pool(tpm=10_000, rpm=600)
-    out = p.batch(0.0, p.ask("h0", "heavy"),
-                  (ev.TURN_REQUESTED, {"turn_id": "big", "agent_id": "heavy", "estimated_tokens": 9_500,
+    out = p.batch(0.0, p.ask("h0", "a"),
+                  (ev.TURN_REQUESTED, {"turn_id": "big", "agent_id": "a", "estimated_tokens": 9_500,
                                        "max_output_tokens": 0}))
     assert out == ["h0", "big"]
 
