@@ -13,7 +13,8 @@ the ``qa`` list also names its evidence turns. The procedure:
    it (speaker_a as ``user``, speaker_b as ``assistant``; image captions left out);
 2. for every observation, the units of its evidence turn with the most content words in
    common with the observation (Snowball stems, stopwords and both speakers' names left
-   out; ties all count; the turn's first unit when nothing is shared) are **positive**;
+   out; ties all count; none when nothing is shared, as for "Wow!" or a greeting) are
+   **positive**;
 3. likewise for every question of categories 1-4, against its question and answer;
 4. every other unit of every turn is **negative**;
 5. a positive's label is its observation's category, by the first rule of ``CATEGORY_RULES``
@@ -163,7 +164,7 @@ def _best_units(texts: list[str], reference: str, names: frozenset[str]) -> list
     ref = _stems(reference, names)
     overlaps = [len(_stems(t, names) & ref) for t in texts]
     best = max(overlaps, default=0)
-    return [i for i, o in enumerate(overlaps) if o == best] if best > 0 else [0]
+    return [i for i, o in enumerate(overlaps) if o == best] if best > 0 else []
 
 
 def _session_numbers(conv: dict) -> list[int]:
