@@ -168,6 +168,14 @@ _FIRST_PERSON_EVENT = re.compile(
     r"|made|painted|adopted|bought|got|signed\s+up|finished|went|took|ran|won|passed|applied|moved|lost|quit"
     r"|created|built|volunteered|attended|visited|met|found|shut\s+down|teamed\s+up|play|used\s+to)"
     r"\s+(?!(?:it|that|this|them|something|some)\b)\S+\s+\S+", _I)
+# A stated liking in conversation ("I love camping trips with my fam", "my favorite book is
+# ..."): what a person is later asked about. An object that is not a pronoun or a reaction
+# to what was just said ("I love that!", "I love how you ...").
+_PERSONAL_PREFERENCE = re.compile(
+    r"^(?:[A-Z][a-z]+:\s+)?(?:(?:oh|so|yeah|yep|and|btw|well|also)[,!.]?\s+)?(?:i|we)\s+(?:really\s+|just\s+|totally\s+)?"
+    r"(?:love|enjoy|adore|prefer)\s+(?!(?:it|that|this|you|them|your|how|seeing|the\s+way|hearing|when)\b)\S+\s+\S+"
+    r"|\bmy\s+favou?rite\s+\w+|\b(?:i'm|i\s+am)\s+(?:really\s+|so\s+)?(?:passionate\s+about|a\s+(?:big\s+|huge\s+)?"
+    r"fan\s+of|into)\s+\w+", _I)
 # A deadline on a to-do: "by end of day Thursday", "before Friday 14:00 UTC", "until Monday
 # 09:00 CET, then drop it". Said with an imperative, it outranks the rule the verb reads as.
 _DEADLINE = re.compile(
@@ -388,6 +396,8 @@ def classify(sentence: str, role: str = "user") -> str | None:
         return QUANTITY  # dates count as quantities (see _QUANTITY)
     if role != "tool" and _FIRST_PERSON_EVENT.search(sentence):
         return ENTITY  # what happened to someone: the least binding kind
+    if role != "tool" and _PERSONAL_PREFERENCE.search(sentence):
+        return ENTITY  # what someone likes: as little binding as what happened to them
     if role != "tool" and _named_entities(sentence):
         return ENTITY  # not in tool output: logs and bots capitalise labels, not names
     return None
