@@ -392,7 +392,7 @@ def classify(sentence: str, role: str = "user") -> str | None:
     salient = salience.score(sentence, role)
     if salient.is_fact:
         return _salient_kind(salient)
-    if _RELATIVE_DATE.search(sentence) and not salience._HEDGE.search(sentence):
+    if _RELATIVE_DATE.search(sentence) and not salience.is_hedged(sentence):
         return QUANTITY  # dates count as quantities (see _QUANTITY)
     if role != "tool" and _FIRST_PERSON_EVENT.search(sentence):
         return ENTITY  # what happened to someone: the least binding kind
