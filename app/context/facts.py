@@ -41,6 +41,11 @@ assert set(KINDS) == {INSTRUCTION, DECISION, ERROR, TODO, IDENTIFIER, PATH, URL,
 
 MAX_FACT_CHARS = 300
 
+# Recorded beside the facts a compaction produced: the same message and the same version
+# always give the same facts, so a replay compares versions before it compares facts. Any
+# change to what extract_facts returns for some input must change this string.
+EXTRACTOR_VERSION = "facts-2"
+
 _I = re.IGNORECASE
 
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`)\]]+", _I)
@@ -66,24 +71,47 @@ _NOT_INSTRUCTION = re.compile(
     r"\bnever\s+mind\b|\bdon't\s+(?:worry|get\s+me\s+wrong)\b|\b(?:it|that|this|there)\s+must\s+be\b"
     r"|^(?:i|it|that|this|he|she|they)\s+(?:\w+\s+)?(?:never|always)\b|\b(?:i|he|she|they|it)\s+never\s+\w+ed\b"
     r"|\bnever\s+(?:said|told|meant|thought|knew|asked|did|was|were|had|wrote|saw|occurred)\b"
+    r"|\b(?:was|were|is|are|has|have|had|been)\s+never\b"
+    # encouragement and guesses, the imperatives of chat: "keep it up!", "must be so exciting"
+    r"|\bkeep\s+(?:it\s+up|going|at\s+it|pushing|persevering|working|smiling|shining|rocking|fighting|dreaming"
+    r"|up\s+the)\b|\bnever\s+give\s+up\b|\b(?:don't|do\s+not)\s+(?:give\s+up|quit|stop\s+\w+ing"
+    r"|let\s+\w+\s+get\s+you\s+down|miss\s+a\s+beat|forget\s+to\s+(?:stay|have|enjoy|smile))\b"
+    r"|^must\s+be\b|\byou\s+must\s+(?:be|feel)\b|\bmust\s+(?:be|feel)\s+(?:so\s+|really\s+|pretty\s+)?"
+    r"(?:\w+ing|awesome|great|amazing|nice|fun|cool|hard|tough|proud|special|lovely|wonderful|excited)\b"
     r"|\?\s*$", _I)
+# An imperative of work on a system at a clause start ("then skip the ACL step", "roll back to
+# v3.18.1 now"): a closed list of verbs, because chat has imperatives too ("check this out",
+# "have fun"). At least two more words, so "Don't quit!"-sized cheers stay out.
+_DIRECTIVE = re.compile(
+    r"(?:^|[;:]\s*)(?:(?:please|and|but|so|also|then|just|ok|okay|now)[,]?\s+)*(?:skip|drop|delete|remove|add|create"
+    r"|re-?run|revert|roll\s+(?:back|out)|rotate|refund|tag|post|send|ping|open|merge|deploy|restart|bump|pin"
+    r"|upgrade|downgrade|disable|enable|cap|limit|backfill|renew|install|migrate|commit|push|notify|escalate"
+    r"|archive|rename|tell\s+the|ask\s+the|copy|wrap\s+(?:it\s+)?up|close\s+(?:the|out)|file\s+(?:a|an|the))"
+    r"\s+\S+\s+\S+", _I)
 _DECISION = re.compile(
     r"\b(?:we|i)\s+(?:have\s+)?decided\b|\bdecision\s*:|\bdecided\s+(?:to|against|on)\b|\bchose\b|\bchosen\b"
     r"|\bwill\s+use\b|\bgo(?:ing)?\s+with\b|\bwe\s+agreed\b|\bagreed\s+(?:to|that|on)\b|\bchange\s+of\s+plan\b"
     r"|\bsettled\s+on\b|\bopted\s+(?:for|to|against)\b|\bstick\s+with\b|\bfinal\s+call\b"
-    r"|\bthe\s+plan\s+is\s+to\b|^\s*approved\s*:|\blet's\s+(?:use|go\s+with|adopt|pick|switch\s+to)\b", _I)
+    r"|\bthe\s+plan\s+is\s+to\b|^\s*approved\s*:|\blet's\s+(?:use|go\s+with|adopt|pick|switch\s+to)\b"
+    # a change the team is making: "we're replacing moment with date-fns", "X is taking over"
+    r"|\b(?:we're|we\s+are|we'll|we\s+will)\s+(?:replacing|switching|moving|migrating|dropping|retiring|adopting"
+    r"|standardi[sz]ing|deprecating|sunsetting)\b|\bis\s+(?:being\s+retired|taking\s+over)\b", _I)
 # "need to" is a task only when it outlasts the sentence: someone else's, or still open.
 # "I need to check the logs" is the agent narrating its next step, not a to-do.
 _TODO = re.compile(
     r"\b(?:TODO|FIXME|XXX)\b|^\s*[-*]\s*\[ \]"
-    r"|\b(?:still|also|later|eventually)\s+(?:need|have)\s+to\b|\bstill\s+to\s+do\b"
-    r"|\b(?:we|you|someone|somebody|they|the\s+team)\s+(?:need|needs|have|has)\s+to\b"
+    r"|\b(?:still|also|later|eventually)\s+(?:need|needs|have|has)\s+to\b|\bstill\s+to\s+do\b"
+    r"|(?<!\bif\s)\b(?:we|you|someone|somebody|they|the\s+team)\s+(?:still\s+)?(?:need|needs|have|has)\s+to\b"
+    r"|^(?:(?:please|and|also|then|ok|okay)[,]?\s+)*follow[- ]up\s+(?:with|on)\b"
     r"|^\s*(?:follow[- ]up|remaining\s+work|open\s+item|left\s+to\s+do|to[- ]do|pending)\s*:", _I)
 _ERROR = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception)\b\s*:|^\s*(?:error|fatal|panic)\b\s*[:!]"
     r"|(?i:\berror\s*:|\bERR!|^\s*ERROR\b|\bsegmentation\s+fault\b|\bcore\s+dumped\b|\bpermission\s+denied\b"
     r"|\bno\s+such\s+file\s+or\s+directory\b|\bconnection\s+refused\b|\btimed\s+out\b|\bout\s+of\s+memory\b"
-    r"|\bfailed\s+with\b|\bexit\s+(?:code|status)\s+[1-9]\d*\b|\baccess\s+denied\b)"
+    r"|\bfailed\s+with\b|\bexit\s+(?:code|status)\s+[1-9]\d*\b|\baccess\s+denied\b"
+    r"|\b(?:ci|build|pipeline|tests?|job|deploy|checks?)\s+(?:is|are|has\s+been|have\s+been|went|turned|stays?)"
+    r"\s+(?:red|failing|broken|down)\b|\b(?:produced|returned|wrote|loaded)\s+(?:zero|no|0)\s+(?:rows|records|results"
+    r"|events|items)\b|\bparsed\s+as\s+\S+(?:\s+\S+)?\s+instead\s+of\b)"
     r"|\bHTTP(?:/\d(?:\.\d)?)?\s+[45]\d\d\b|\bstatus(?:\s+code)?\s*[=:]?\s*[45]\d\d\b"
     r"|\b[45]\d\d\s+(?:Bad\s+Request|Unauthorized|Forbidden|Not\s+Found|Conflict|Too\s+Many\s+Requests"
     r"|Internal\s+Server\s+Error|Bad\s+Gateway|Service\s+Unavailable|Gateway\s+Timeout)\b", re.M)
@@ -93,6 +121,12 @@ _IDENTIFIER = re.compile(
     r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b"                    # git/sha hashes
     r"|\b\w*(?:id|ID|Id)\s*[=:#]\s*[\w.-]+"                                   # id=..., user_id: ...
     r"|\border\s*#\s*\d+|#\d{3,}\b"
+    # a host, not a file: no slash before it, and no source-file extension ("app/x.py:74")
+    r"|(?<![\w./-])[a-z0-9][\w-]{0,62}(?:\.[\w-]{1,63}){0,6}\.(?!(?:py|js|ts|tsx|jsx|go|rs|rb|java|kt|c|h|cc|cpp"
+    r"|cs|php|sh|sql|ya?ml|json|toml|ini|cfg|md|txt|log|html|css|lock|xml)\b)[a-z][\w-]{0,62}"
+    r"(?::\d{2,5}\b|\s+(?:on|at)\s+port\s+\d{2,5}\b"
+    r"|,?\s+listening\s+on\s+(?:port\s+)?\d{2,5}\b)"                        # host:port, host on port N
+    r"|(?<![\w&#])#[a-z][a-z0-9]*[-_][a-z0-9_-]+|\bchannel\s+#[a-z]\w*|(?<![\w&#])#[a-z]\w*\s+channel\b"  # #team-oncall
     r"|\b(?:[Nn]umber|[Nn]o\.|[Nn]um\.?)\s+(?:is\s+)?#?[\w-]*\d[\w-]*"                 # account number 8812..
     r"|(?<![\d.,])\b\d{8,}\b(?![.,]\d)", 0)                                     # long bare numbers are ids
 _PATH = re.compile(
@@ -113,7 +147,47 @@ _QUANTITY = re.compile(
     r"\b" + _WEEKDAYS + r"\b|\b\d{1,2}(?::\d{2})?\s?[ap]m\b|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}\s+" + _MONTHS
     + r"\b|\b" + _MONTHS + r"\s+\d{1,2}(?:st|nd|rd|th)?\b"
     r"|(?:[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmMbB]n?)?)"
-    r"|(?<![\w.,])\d[\d,]*+(?:\.\d+)?\s?(?:" + _UNITS + r")(?![\w])")
+    r"|(?<![\w.,])\d[\d,]*+(?:\.\d+)?\s?(?:" + _UNITS + r")(?![\w])"
+    r"|\b(?:two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|forty|sixty|ninety)\s+"
+    r"(?:seconds|minutes|hours|days|weeks|months|replicas|workers|nodes|attempts|retries)\b"
+    r"|(?<![\w.,])\d[\d,]*\s+(?:concurrent|parallel|active|simultaneous|total|failed|passing|failing)\s+"
+    r"(?:users|requests|connections|jobs|tests|workers|sessions)\b")
+# A dated personal event or plan ("yesterday I took the kids to the museum", "next month I'm
+# having an art show"): in conversation, a statement pinned to a day is one a later question
+# asks about ("when did ...?"). Questions are excluded before this is tried.
+_RELATIVE_DATE = re.compile(
+    r"\b(?:yesterday|last\s+(?:night|week|weekend|month|year|summer|fall|winter|spring|" + _WEEKDAYS + r")"
+    r"|next\s+(?:week|weekend|month|year|summer|sprint|" + _WEEKDAYS + r")|this\s+(?:weekend|month)"
+    r"|(?:a|one|two|three|four|five|six|few|couple\s+of|\d+)\s+(?:days?|weeks?|weekends?|months?|years?)\s+ago)\b", _I)
+# A first-person event in conversation ("I just launched an ad campaign for my store", "we
+# adopted a puppy last spring"): the facts of a person's life a later question asks about.
+# A closed list of verbs, and an object that is not a pronoun, so "I made it!" stays out.
+_FIRST_PERSON_EVENT = re.compile(
+    r"^(?:[A-Z][a-z]+:\s+)?(?:(?:oh|so|yeah|yep|and|btw|well|also|guess\s+what)[,!.]?\s+|[^.!?]{0,30}?[,-]\s+)?"
+    r"(?:i|we)(?:'ve|\s+have)?(?:\s+(?:just|recently|finally|also|even|actually))?\s+(?:started|launched|joined|opened"
+    r"|made|painted|adopted|bought|got|signed\s+up|finished|went|took|ran|won|passed|applied|moved|lost|quit"
+    r"|created|built|volunteered|attended|visited|met|found|shut\s+down|teamed\s+up|play|used\s+to)"
+    r"\s+(?!(?:it|that|this|them|something|some)\b)\S+\s+\S+", _I)
+# A stated liking in conversation ("I love camping trips with my fam", "my favorite book is
+# ..."): what a person is later asked about. An object that is not a pronoun or a reaction
+# to what was just said ("I love that!", "I love how you ...").
+_PERSONAL_PREFERENCE = re.compile(
+    r"^(?:[A-Z][a-z]+:\s+)?(?:(?:oh|so|yeah|yep|and|btw|well|also)[,!.]?\s+)?(?:i|we)\s+(?:really\s+|just\s+|totally\s+)?"
+    r"(?:love|enjoy|adore|prefer)\s+(?!(?:it|that|this|you|them|your|how|seeing|the\s+way|hearing|when)\b)\S+\s+\S+"
+    r"|\bmy\s+favou?rite\s+\w+|\b(?:i'm|i\s+am)\s+(?:really\s+|so\s+)?(?:passionate\s+about|a\s+(?:big\s+|huge\s+)?"
+    r"fan\s+of|into)\s+\w+", _I)
+# A deadline on a to-do: "by end of day Thursday", "before Friday 14:00 UTC", "until Monday
+# 09:00 CET, then drop it". Said with an imperative, it outranks the rule the verb reads as.
+_DEADLINE = re.compile(
+    r"\b(?:by|before|until|till|no\s+later\s+than|due)\s+(?:the\s+)?(?:end\s+of\s+(?:the\s+)?(?:day|week|sprint|month)"
+    r"|eod|eow|cob|tomorrow|tonight|noon|midnight|next\s+\w+|(?:this\s+)?" + _WEEKDAYS + r"|\d{4}-\d{2}-\d{2}"
+    r"|" + _MONTHS + r"\s+\d{1,2}\b|\d{1,2}(?::\d{2})?\s?(?:[ap]m|utc|gmt)\b"
+    r"|(?:the\s+)?(?:[\w-]+\s+){0,2}(?:review|meeting|call|standup|release|close|freeze|demo|cutover|deadline))", _I)
+# What a sentence opens with when it is an imperative: not a pronoun, article or name.
+_DECLARATIVE_START = re.compile(
+    r"^(?:[A-Z][a-z]+:\s+)?(?:i|i'm|i've|i'll|i'd|we|we're|we've|we'll|you|you're|he|she|it|it's|they|they're|the|a|an"
+    r"|this|that|these|those|my|our|your|his|her|their|its|there|here|what|when|where|which|who|how|why|if"
+    r"|[A-Z][a-z]+\s+(?:is|are|was|will|has|had|said))\b", _I)
 _NUMERIC_SETTING = re.compile(
     r"^\s*[A-Za-z_][\w.-]*\s*[=:]\s*-?\d[\d.,]*\s*$|\bset\s+\S.{0,60}?\s+to\s+-?\d", _I)
 _ENTITY = re.compile(r"\b[A-Z][a-z]+(?:\s+(?:of|de|van|von|for)\s+[A-Z][a-z]+|\s+[A-Z][a-z]+)+\b")
@@ -124,6 +198,15 @@ _ENTITY_STOP = {"The", "A", "An", "We", "I", "It", "This", "That", "These", "Tho
                 "Running", "Checking", "Reading", "Looking", "Good", "Great", "Thanks", "Sure",
                 # greetings: "Hey Mel", "Congrats Caroline" address a person, they state nothing
                 "Hey", "Hi", "Hello", "Congrats", "Congratulations", "Wow", "Woohoo", "Go", "Dear", "Bye"}
+
+# A preference about the form of the work: "CSV with semicolon separators, not Excel", "I'd
+# like a plain TSV file, no spreadsheets please", "dates in ISO format, always", "she
+# prefers written updates over meetings".
+_PREFERENCE = re.compile(
+    r"\b(?:i|we)'d\s+(?:like|prefer|rather\s+have)\s+(?:a|an|the|it|them|all|every)\b[^.!?]{0,80}(?:,\s*(?:not|no)\s"
+    r"|\bplease\b|\binstead\b)|\bno\s+[\w-]+(?:\s+[\w-]+)?\s+please\b|[,;]\s*(?:always|every\s+time)\s*[.!]?\s*$"
+    r"|\bprefers?\s+[\w\s-]{1,40}?\s(?:over|to|instead\s+of|rather\s+than)\s"
+    r"|(?-i:\b[A-Z]{2,}[A-Za-z0-9]*\b)[^.!?,]{0,60},\s*(?:not|no)\s+\w+[^.!?,]{0,20}[.!]?\s*$", _I)
 
 _KIND_PATTERNS = ((INSTRUCTION, _INSTRUCTION), (DECISION, _DECISION), (ERROR, _ERROR),
                   (TODO, _TODO), (IDENTIFIER, _IDENTIFIER), (PATH, _PATH), (URL, _URL),
@@ -250,9 +333,41 @@ def _rule_key(sentence: str) -> str:
     return "rule:" + re.sub(r"\s+", " ", _MODALS.sub(" ", normalize(_SPEAKER.sub("", sentence)))).strip()
 
 
+# Why something broke: a causal link and either a failure or a technical value. "Because"
+# alone is chat ("I love camping 'cause nature brings peace"); with "rejected" or
+# "moment.js" it explains an error the agent must not rediscover.
+_CAUSE = re.compile(
+    r"\b(?:root\s+cause|caused\s+by|because|due\s+to|the\s+reason\s+(?:is|was)|that's\s+why|which\s+is\s+why"
+    r"|comes?\s+from|pulled\s+in\s+by|turned\s+out|traced\s+(?:it\s+)?to)\b|,\s+so\s+", _I)
+_FAILURE = re.compile(
+    r"\b(?:fail\w*|error\w*|reject\w*|refus\w*|broke|broken|crash\w*|skips?|skipped|missing|wrong|off\s+by"
+    r"|mismatch\w*|never\s+(?:created|set|ran|run|deployed|applied|migrated)|timed?\s*out|timeouts?|stale|leak\w*"
+    r"|bug|slow\w*|tail|spike\w*|queue\w*|denied|instead\s+of|read-only|without\s+an?)\b", _I)
+_TECHNICAL_VALUES = frozenset({"code", "url", "path", "host", "id", "version", "token", "command", "exception"})
+
+
+# A cause stated to justify a rule is the rule: "... get rejected by the hook, so run it first".
+_CAUSE_OF_A_RULE = re.compile(
+    r",\s+so\s+(?:please\s+)?(?:just\s+)?(?:run|leave|use|don't|do|make|keep|check|skip|avoid|never|always|ask|wait"
+    r"|stay|be|set|read|remember|let|go|stick|only)\b|^\s*(?:reminder|remember|note|important|fyi)\b"
+    r"|\bleave\s+\w+(?:\s+\w+){0,3}\s+alone\b", _I)
+
+
+def _is_root_cause(sentence: str) -> bool:
+    if not _CAUSE.search(sentence) or _CAUSE_OF_A_RULE.search(sentence):
+        return False
+    return bool(_FAILURE.search(sentence)) or bool(_TECHNICAL_VALUES & set(salience.score(sentence).values))
+
+
 def classify(sentence: str, role: str = "user") -> str | None:
     """The most important kind the sentence matches, or None for no fact. What no kind
     pattern recognises may still be a fact in other words: app.context.salience decides."""
+    if not salience.is_question(sentence):
+        if _DEADLINE.search(sentence) and not _DECLARATIVE_START.search(sentence) \
+                and not _NOT_INSTRUCTION.search(sentence):
+            return TODO  # "send it to finance by end of day Thursday": a task with its deadline
+        if _is_root_cause(sentence) and not _ERROR.search(sentence):
+            return ERROR
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(sentence):
             if kind == INSTRUCTION and _NOT_INSTRUCTION.search(sentence):
@@ -260,6 +375,10 @@ def classify(sentence: str, role: str = "user") -> str | None:
             return kind
     if salience.is_question(sentence):
         return None  # "could we move the retro to 3pm?" sets nothing
+    if _DIRECTIVE.search(sentence) and not _NOT_INSTRUCTION.search(sentence):
+        return INSTRUCTION  # "then skip the ACL step entirely"
+    if _PREFERENCE.search(sentence):
+        return INSTRUCTION  # "a plain TSV file, no spreadsheets please": how the user wants it done
     if _NUMERIC_SETTING.search(sentence):
         return QUANTITY  # a number without a unit, but explicitly assigned: a setting
     if re.match(_CLAUSE + r"(?:set|change|switch|move|rename|point|raise|lower|bump)\s", sentence, _I) \
@@ -273,6 +392,12 @@ def classify(sentence: str, role: str = "user") -> str | None:
     salient = salience.score(sentence, role)
     if salient.is_fact:
         return _salient_kind(salient)
+    if _RELATIVE_DATE.search(sentence) and not salience.is_hedged(sentence):
+        return QUANTITY  # dates count as quantities (see _QUANTITY)
+    if role != "tool" and _FIRST_PERSON_EVENT.search(sentence):
+        return ENTITY  # what happened to someone: the least binding kind
+    if role != "tool" and _PERSONAL_PREFERENCE.search(sentence):
+        return ENTITY  # what someone likes: as little binding as what happened to them
     if role != "tool" and _named_entities(sentence):
         return ENTITY  # not in tool output: logs and bots capitalise labels, not names
     return None

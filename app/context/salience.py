@@ -200,6 +200,11 @@ def is_question(sentence: str) -> bool:
     return bool(_QUESTION.search(sentence)) or (sentence.rstrip().endswith("?") and bool(_ASKS.match(sentence)))
 
 
+def is_hedged(sentence: str) -> bool:
+    """Says it is unsure ("maybe", "I think", "looks like"): a guess, not a fact."""
+    return bool(_HEDGE.search(sentence))
+
+
 def score(sentence: str, role: str = "user") -> Salience:
     sentence = _SPEAKER.sub("", sentence)
     values = [(name, weight) for name, pattern, weight in _VALUES if pattern.search(sentence)]

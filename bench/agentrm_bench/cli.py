@@ -1,4 +1,4 @@
-"""`agentrm bench scheduler|system|context|live|load|first-call|abuse|all [--out DIR] [...]`."""
+"""`agentrm bench scheduler|system|context|extractor|live|load|first-call|abuse|all [--out DIR] [...]`."""
 from __future__ import annotations
 
 import argparse
@@ -198,6 +198,29 @@ def _context(argv: list[str]) -> int:
     return 0
 
 
+def _extractor(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench extractor",
+                                description="key-fact extraction, sentence by sentence, on a held-out split: "
+                                            "the extractor before this work against the current one")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--locomo", type=Path, metavar="DIR",
+                   help="also score the LoCoMo conversations (*.json) in DIR, labelled from their observations")
+    p.add_argument("--baseline", default=None, metavar="REV",
+                   help="git revision of the 'before' extractor (default: the one the split was fixed against)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.locomo is not None and not args.locomo.is_dir():
+        p.error(f"--locomo {args.locomo}: not a directory")
+    from .extractor_bench import BASELINE_REF, render_markdown, run
+    result = run(args.locomo, args.baseline or BASELINE_REF)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = render_markdown(result)
+    (args.out / "extractor.md").write_text(report, encoding="utf-8")
+    (args.out / "extractor.json").write_text(json.dumps(result, indent=2, sort_keys=True), encoding="utf-8")
+    print(json.dumps(result, sort_keys=True) if args.json else report)
+    return 0
+
+
 def _scheduler(argv: list[str]) -> int:
     from .scheduler_bench import main
     return main(argv)
@@ -213,8 +236,9 @@ def _live(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("scheduler", "system", "context", "live", "load", "first-call", "abuse", "all"):
-        print("usage: agentrm bench scheduler|system|context|live|load|first-call|abuse|all [options]",
+    if not argv or argv[0] not in ("scheduler", "system", "context", "extractor", "live", "load", "first-call",
+                                  "abuse", "all"):
+        print("usage: agentrm bench scheduler|system|context|extractor|live|load|first-call|abuse|all [options]",
               file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
@@ -232,6 +256,8 @@ def main(argv: list[str]) -> int:
         return _system(rest)
     if which == "context":
         return _context(rest)
+    if which == "extractor":
+        return _extractor(rest)
     p = argparse.ArgumentParser(prog="agentrm bench all")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true")
