@@ -69,6 +69,12 @@ class RateLimiter(Enum):
     TOKEN_BUCKET = "token-bucket"
 
 
+@strawberry.enum(description="What the gateway does with an agent's conversation (docs/guides/gateway.md).")
+class ContextMode(Enum):
+    OFF = "off"
+    MANAGED = "managed"
+
+
 @strawberry.type
 class Pool:
     name: str
@@ -110,6 +116,11 @@ class Pool:
     agent_retry_after_cap_seconds: float | None = strawberry.field(description=(
         "The longest pause an agent's own report of a 429 may cause; null: agents' reports are trusted "
         "(a pool created before the rule)."))
+    context_mode: ContextMode = strawberry.field(description=(
+        "MANAGED: the gateway keeps each agent's conversation and forwards a prompt assembled within "
+        "the model's window; OFF: it forwards what the client sent."))
+    context_window_tokens: int | None = strawberry.field(description=(
+        "Managed context: the window of a model the gateway does not know; null: 128,000."))
 
     @classmethod
     def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> Pool:
@@ -137,7 +148,8 @@ class Pool:
                    # A pool recorded before the setting admitted against a token bucket.
                    limiter=RateLimiter(s.limiter or "token-bucket"),
                    limiter_window_seconds=s.limiter_window_seconds,
-                   agent_retry_after_cap_seconds=s.agent_retry_after_cap_seconds)
+                   agent_retry_after_cap_seconds=s.agent_retry_after_cap_seconds,
+                   context_mode=ContextMode(s.context_mode), context_window_tokens=s.context_window_tokens)
 
 
 @strawberry.type(description="A model's own timeouts for the calls the gateway holds.")
@@ -362,6 +374,13 @@ class PoolInput:
     agent_retry_after_cap_seconds: float | None = strawberry.field(default=None, description=(
         "An agent's own report of a 429 is a claim: its retry-after is capped at this (default 30), "
         "0-60, and it pauses only that agent unless the gateway or another agent reported one within it."))
+    context_mode: ContextMode | None = strawberry.field(default=None, description=(
+        "MANAGED: the gateway appends each call's new messages to the agent's context and forwards a "
+        "prompt assembled within the model's window (docs/guides/gateway.md); OFF (default): as sent. "
+        "A call can ask for either with the x-agentrm-context header."))
+    context_window_tokens: int | None = strawberry.field(default=None, description=(
+        "Managed context: the context window of a model the gateway does not know (default 128000), "
+        "1024-10000000."))
 
 
 @strawberry.input
