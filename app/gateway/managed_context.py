@@ -26,6 +26,7 @@ opts a call out of a managed pool), for chat completions and Anthropic messages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -109,10 +110,21 @@ class ManagedContext:
     """One per worker: the per-agent order of managed calls, and the assembly."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
-    def _lock(self, agent_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(agent_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _lock(self, agent_id: str):
+        """One agent's managed calls one at a time; the lock leaves with its last user, so
+        a worker keeps none for agents it no longer serves."""
+        lock, users = self._locks.setdefault(agent_id, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                self._locks.pop(agent_id, None)
 
     @staticmethod
     def _held(context, agent_id: str) -> list[tuple[int, Key]]:

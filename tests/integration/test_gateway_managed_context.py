@@ -213,3 +213,20 @@ async def test_anthropic_sdk_200k_history_on_a_32k_model(server, operator, small
                                {"role": "user", "content": "And the granite figures?"}]
     # two calls, each appended its new question once and its answer once
     assert len(held(server, agent_id)) == len(messages) - 1
+
+
+async def test_a_short_conversation_is_forwarded_as_sent_and_a_bad_mode_is_refused(server, operator, small_model):
+    pool = await make_pool(operator, small_model, contextWindowTokens=WINDOW)
+    agent_id, token = await make_agent(operator, pool, "managed-short")
+    client = openai_client(server, token)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there."}]
+    raw = await client.chat.completions.with_raw_response.create(
+        model="fake-gpt", messages=messages, max_tokens=MAX_TOKENS, extra_headers={CONTEXT_HEADER: "managed"})
+    assert raw.headers[CONTEXT_TIERS_HEADER] == "whole"
+    assert small_model.seen[-1].body["messages"] == messages
+    assert held(server, agent_id) == [("user", "Hello there."), ("assistant", raw.parse().choices[0].message.content)]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(model="fake-gpt", messages=messages, max_tokens=MAX_TOKENS,
+                                             extra_headers={CONTEXT_HEADER: "sometimes"})
+    assert CONTEXT_HEADER in str(refused.value)
+    assert len(small_model.seen) == 1   # refused before any turn or upstream call
