@@ -480,8 +480,8 @@ HEADER_MEANINGS = {
     "allow": "On a 405: the methods the path takes.",
     "x-agentrm-context": "`managed`: the gateway appends the call's new messages to the agent's context "
                          "and forwards a prompt assembled within the model's window; `off`: as sent, "
-                         "also in a pool whose `contextMode` is `MANAGED` (chat completions and "
-                         "Anthropic messages).",
+                         "also in a pool whose `contextMode` is `MANAGED` (chat completions, "
+                         "Anthropic messages and the Responses API).",
     "x-agentrm-context-tokens": "On a managed call: the forwarded prompt's tokens, by the pool's tokenizer.",
     "x-agentrm-context-tiers": "On a managed call: `whole` when the request fitted as sent, else which "
                                "of `pinned`, `facts`, `relevant`, `recent` the forwarded prompt holds "

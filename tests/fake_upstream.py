@@ -221,7 +221,7 @@ class FakeUpstream:
             seen.status, failure = self._failures[0][0], self._failures.pop(0)[1]
             await _json(send, seen.status, failure, self._rate_headers(wire, seen))
             return
-        if self.context_window is not None and wire in (OPENAI, ANTHROPIC) \
+        if self.context_window is not None and wire in (OPENAI, ANTHROPIC, RESPONSES) \
                 and seen.prompt_tokens + seen.max_tokens > self.context_window:
             seen.status = 400
             await _json(send, 400, _context_error(wire, seen, self.context_window), {})

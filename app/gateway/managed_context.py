@@ -2,7 +2,8 @@
 its model's window.
 
 Asked per pool (`contextMode: MANAGED`) or per call (`x-agentrm-context: managed`; `off`
-opts a call out of a managed pool), for chat completions and Anthropic messages. Each call:
+opts a call out of a managed pool), for chat completions, Anthropic messages and the
+Responses API. Each call:
 
 1. **Append.** The request's messages that the agent's context does not hold yet are
    appended (app/gateway/managed_wire.new_from: a client that resends its whole history, or
@@ -37,7 +38,17 @@ from app.context.tokens import count_message, count_text
 from app.domain.context.limits import MAX_MESSAGES_PER_APPEND, MIN_BUDGET_TOKENS
 from app.errors import ServiceError
 
-from .managed_wire import ANTHROPIC_SHAPE, OPENAI_SHAPE, ChatShape, Key, new_from, recent_window, render_block
+from .managed_wire import (
+    ANTHROPIC_SHAPE,
+    OPENAI_SHAPE,
+    RESPONSES_SHAPE,
+    ChatShape,
+    Key,
+    new_from,
+    recent_window,
+    render_block,
+)
+from .responses_wire import RESPONSES
 from .wire import ANTHROPIC, OPENAI, BadRequest, WireFormat
 
 log = logging.getLogger("agentrm.gateway")
@@ -59,12 +70,13 @@ VIEW_FACTS_SHARE = 0.30
 # items and the block's lines: kept free so a first assembly fits without a second try.
 BLOCK_SLACK_TOKENS = 64
 
-_SHAPES: dict[str, ChatShape] = {OPENAI.name: OPENAI_SHAPE, ANTHROPIC.name: ANTHROPIC_SHAPE}
+_SHAPES: dict[str, ChatShape] = {OPENAI.name: OPENAI_SHAPE, ANTHROPIC.name: ANTHROPIC_SHAPE,
+                                 RESPONSES.name: RESPONSES_SHAPE}
 
 
 def shape_of(wire: WireFormat) -> ChatShape | None:
     """The managed shape of a wire format, None for one managed context does not cover."""
-    return _SHAPES.get(wire.name) if wire in (OPENAI, ANTHROPIC) else None
+    return _SHAPES.get(wire.name) if wire in (OPENAI, ANTHROPIC, RESPONSES) else None
 
 
 def wanted(headers: Mapping[str, str], pool_mode: str) -> bool:
@@ -90,11 +102,22 @@ class Assembled:
     def headers(self) -> dict[str, str]:
         return {CONTEXT_TOKENS_HEADER: str(self.tokens), CONTEXT_TIERS_HEADER: ",".join(self.tiers) or "none"}
 
+    def reply_key(self, reply: dict, *, translated: bool) -> Key | None:
+        """The key of a whole answer; ``translated``: a chat answer to a Responses call, kept
+        when it is text (a tool call comes back as the client's own items)."""
+        if not translated:
+            return self.shape.reply_key(reply)
+        try:
+            calls = reply["choices"][0]["message"].get("tool_calls")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return None
+        return None if calls else OPENAI_SHAPE.reply_key(reply)
+
     def observe(self, payload: dict) -> None:
         """One event of the answer's stream: notes whether it calls a tool."""
-        if payload.get("type") == "content_block_start":
-            block = payload.get("content_block") or {}
-            if isinstance(block, dict) and block.get("type") == "tool_use":
+        if payload.get("type") in ("content_block_start", "response.output_item.added"):
+            block = payload.get("content_block") or payload.get("item") or {}
+            if isinstance(block, dict) and block.get("type") in ("tool_use", "function_call"):
                 self.tool_calls_streamed = True
         for choice in payload.get("choices") or ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -102,8 +125,8 @@ class Assembled:
                 self.tool_calls_streamed = True
 
 
-def _message_cost(wire: WireFormat, message: dict, encoding: str) -> int:
-    return sum(count_message(role, text, encoding) for role, text in wire.messages({"messages": [message]}))
+def _message_cost(wire: WireFormat, shape: ChatShape, message: dict, encoding: str) -> int:
+    return sum(count_message(role, text, encoding) for role, text in wire.messages(shape.alone(message)))
 
 
 class ManagedContext:
@@ -163,7 +186,7 @@ class ManagedContext:
         agent_id = str(principal.agent_id)
         system = shape.system_of(body)
         fixed = wire.count_prompt(shape.rebuild(body, system, None, []), encoding)
-        costs = await asyncio.to_thread(lambda: [_message_cost(wire, m, encoding) for m in turns])
+        costs = await asyncio.to_thread(lambda: [_message_cost(wire, shape, m, encoding) for m in turns])
         room = budget - fixed
         window = recent_window(shape, turns, costs, room, int(room * RECENT_SHARE))
         if not window.indices:
@@ -172,11 +195,11 @@ class ManagedContext:
         kept = [turns[i] for i in window.indices]
         if window.placeholder:
             kept.insert(0, shape.placeholder())
-        left = room - window.tokens - (_message_cost(wire, shape.placeholder(), encoding) if window.placeholder
+        left = room - window.tokens - (_message_cost(wire, shape, shape.placeholder(), encoding) if window.placeholder
                                        else 0) - BLOCK_SLACK_TOKENS
         lines = await self._context_lines(context, principal, agent_id, shape, turns, keys, window.indices,
                                           left) if left >= MIN_BUDGET_TOKENS else []
-        has_system = bool(system)
+        has_system = any(system) if isinstance(system, tuple) else bool(system)
         while True:
             block = render_block(lines) if lines else None
             forwarded = shape.rebuild(body, system, block, kept)

@@ -105,11 +105,19 @@ class ChatShape(ABC):
         """A user message that opens a tail beginning with the assistant."""
         return {"role": "user", "content": PLACEHOLDER}
 
+    def alone(self, message: dict) -> dict:
+        """A body of this one message, to count it as the wire counts a prompt."""
+        return {"messages": [message]}
+
+    def joins(self, message: dict, previous: dict) -> bool:
+        """Whether ``message`` belongs to the unit of the message before it."""
+        return self.is_result(message)
+
     def units(self, turns: Sequence[dict]) -> list[list[int]]:
         """The turns' indices grouped so that a tool call and its results are one unit."""
         units: list[list[int]] = []
         for i, m in enumerate(turns):
-            if self.is_result(m) and units:
+            if units and self.joins(m, turns[i - 1]):
                 units[-1].append(i)   # with its call (a stray result: with the message before it)
                 continue
             units.append([i])
@@ -196,8 +204,79 @@ class AnthropicShape(ChatShape):
         return self.key({"role": "assistant", "content": content}) if isinstance(content, list) else None
 
 
+class ResponsesShape(ChatShape):
+    """OpenAI's Responses API: ``instructions`` and system input messages are pinned; input
+    items are the turns. A reasoning item stays with what follows it, and parallel calls
+    (function_call items in a row) with their outputs, as the API requires."""
+    name = "responses"
+    SYSTEM_ROLES = ("system", "developer")
+
+    @staticmethod
+    def _items(body: dict) -> list[dict]:
+        items = body.get("input")
+        if isinstance(items, str):
+            return [{"type": "message", "role": "user", "content": items}]
+        return list(items) if isinstance(items, list) else []
+
+    def _is_system(self, item: dict) -> bool:
+        return item.get("type", "message") == "message" and item.get("role") in self.SYSTEM_ROLES
+
+    def system_of(self, body: dict) -> tuple[Any, list[dict]]:
+        return body.get("instructions"), [i for i in self._items(body) if self._is_system(i)]
+
+    def turns_of(self, body: dict) -> list[dict]:
+        return [i for i in self._items(body) if not self._is_system(i)]
+
+    def key(self, message: dict) -> Key:
+        kind = message.get("type", "message")
+        if kind == "function_call":
+            return "assistant", clip(f"[tool call {message.get('call_id')}: {message.get('name')}"
+                                     f"({message.get('arguments')})]")
+        if kind == "function_call_output":
+            return "tool", clip(f"[result of tool call {message.get('call_id')}] "
+                                f"{_parts_text(message.get('output'))}")
+        if kind != "message":
+            return "assistant", ""   # reasoning and other items: the model's, not kept
+        role = "assistant" if message.get("role") == "assistant" else "user"
+        return role, clip(_parts_text(message.get("content")))
+
+    def is_result(self, message: dict) -> bool:
+        return message.get("type") == "function_call_output"
+
+    def is_user(self, message: dict) -> bool:
+        return message.get("type", "message") == "message" and message.get("role") == "user"
+
+    def joins(self, message: dict, previous: dict) -> bool:
+        kind, before = message.get("type", "message"), previous.get("type", "message")
+        return (kind == "function_call_output" or before == "reasoning"
+                or (kind == "function_call" and before == "function_call"))
+
+    def alone(self, message: dict) -> dict:
+        return {"input": [message]}
+
+    def rebuild(self, body: dict, system: Any, block: str | None, turns: list[dict]) -> dict:
+        instructions, system_items = system
+        out = {**body, "input": [*system_items, *turns]}
+        if block:
+            out["instructions"] = f"{instructions}\n\n{block}" if instructions else block
+        return out
+
+    def reply_key(self, reply: dict) -> Key | None:
+        output = reply.get("output") if isinstance(reply, dict) else None
+        if not isinstance(output, list) or any(isinstance(i, dict) and i.get("type") == "function_call"
+                                               for i in output):
+            return None   # a tool call comes back as the client's own items, with its results
+        text = "".join(p.get("text", "") for i in output if isinstance(i, dict) and i.get("type") == "message"
+                       for p in i.get("content") or () if isinstance(p, dict) and p.get("type") == "output_text")
+        return "assistant", clip(text)
+
+    def placeholder(self) -> dict:
+        return {"type": "message", "role": "user", "content": PLACEHOLDER}
+
+
 OPENAI_SHAPE = OpenAIShape()
 ANTHROPIC_SHAPE = AnthropicShape()
+RESPONSES_SHAPE = ResponsesShape()
 PLACEHOLDER = "[Earlier messages of this conversation are in the context above.]"
 BLOCK_HEAD = ("[Context kept by AgentRM for this conversation: what no longer fits verbatim. "
               "The most recent messages follow as they were sent.]")

@@ -520,7 +520,8 @@ class GatewayEndpoint:
         if used_completion is not None:
             x.learn(used_completion)
         if x.managed is not None:
-            await self.managed.record_reply(turn.rt.context, turn.principal, x.managed.shape.reply_key(reply))
+            await self.managed.record_reply(turn.rt.context, turn.principal,
+                                            x.managed.reply_key(reply, translated=call.translation is not None))
         elif _wants_context(x.headers):
             await self._record(turn, body, call.wire.reply_text(reply))
         if call.translation is not None:

@@ -230,3 +230,56 @@ async def test_a_short_conversation_is_forwarded_as_sent_and_a_bad_mode_is_refus
                                              extra_headers={CONTEXT_HEADER: "sometimes"})
     assert CONTEXT_HEADER in str(refused.value)
     assert len(small_model.seen) == 1   # refused before any turn or upstream call
+
+
+def responses_items(conversation: list[tuple]) -> list[dict]:
+    items: list[dict] = []
+    for step in conversation:
+        if step[0] == "tool":
+            items.append({"type": "function_call", "call_id": step[1], "name": "lookup", "arguments": "{}"})
+            items.append({"type": "function_call_output", "call_id": step[1], "output": step[2]})
+        else:
+            items.append({"type": "message", "role": step[0], "content": step[1]})
+    return items
+
+
+def paired_items(items: list[dict]) -> bool:
+    called = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    answered = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    return called == answered and all(
+        items.index(next(i for i in items if i.get("call_id") == c and i["type"] == "function_call"))
+        < items.index(next(i for i in items if i.get("call_id") == c and i["type"] == "function_call_output"))
+        for c in called)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "translated"])
+async def test_responses_api_200k_history_on_a_32k_model(server, operator, conversation, native):
+    fake = await FakeUpstream(context_window=WINDOW, responses=native).start()
+    try:
+        pool = await make_pool(operator, fake, contextWindowTokens=WINDOW, contextMode="MANAGED")
+        agent_id, token = await make_agent(operator, pool, "managed-responses")
+        client = openai_client(server, token, timeout=120)
+        items = responses_items(conversation) + [{"type": "message", "role": "user", "content": QUESTION}]
+        with pytest.raises(openai.BadRequestError):
+            await client.responses.create(model="fake-gpt", instructions="Be careful.", input=items,
+                                          max_output_tokens=MAX_TOKENS, extra_headers={CONTEXT_HEADER: "off"})
+        raw = await client.responses.with_raw_response.create(model="fake-gpt", instructions="Be careful.",
+                                                              input=items, max_output_tokens=MAX_TOKENS)
+        reply = raw.parse()
+        seen = fake.seen[-1]
+        assert seen.status == 200 and seen.prompt_tokens <= BUDGET
+        assert "relevant" in raw.headers[CONTEXT_TIERS_HEADER]
+        if native:
+            assert paired_items(seen.body["input"]) and seen.body["instructions"].startswith("Be careful.")
+        else:
+            assert paired_openai(seen.body["messages"])
+        assert "tangerine-4471" in str(seen.body)
+        assert held(server, agent_id)[-1] == ("assistant", reply.output_text)
+        count = len(held(server, agent_id))
+        items += [{"type": "message", "role": "assistant", "content": reply.output_text},
+                  {"type": "message", "role": "user", "content": "And the cobalt notes?"}]
+        await client.responses.create(model="fake-gpt", instructions="Be careful.", input=items,
+                                      max_output_tokens=MAX_TOKENS)
+        assert len(held(server, agent_id)) == count + 2
+    finally:
+        await fake.stop()

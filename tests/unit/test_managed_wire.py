@@ -96,3 +96,20 @@ def test_keys_carry_tool_ids():
         {"type": "text", "text": "let me look"},
         {"type": "tool_use", "id": "tu_1", "name": "grep", "input": {"q": 1}}]})
     assert "tu_1" in call[1] and "grep" in call[1] and call[1].startswith("let me look")
+
+
+def test_a_responses_tail_keeps_reasoning_and_parallel_calls_with_their_outputs():
+    from app.gateway.managed_wire import RESPONSES_SHAPE
+    items: list[dict] = [{"type": "message", "role": "user", "content": "go"}]
+    for i in range(6):
+        items += [{"type": "reasoning", "id": f"rs_{i}", "summary": []},
+                  {"type": "function_call", "call_id": f"a{i}", "name": "x", "arguments": "{}"},
+                  {"type": "function_call", "call_id": f"b{i}", "name": "y", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": f"a{i}", "output": "1"},
+                  {"type": "function_call_output", "call_id": f"b{i}", "output": "2"}]
+    units = RESPONSES_SHAPE.units(items)
+    assert units[0] == [0] and all(len(u) == 5 and items[u[0]]["type"] == "reasoning" for u in units[1:])
+    window = recent_window(RESPONSES_SHAPE, items, [10] * len(items), 1000, 120)
+    assert [items[i]["type"] for i in window.indices][:2] == ["message", "reasoning"]
+    assert RESPONSES_SHAPE.key(items[1]) == ("assistant", "")          # reasoning is not kept
+    assert RESPONSES_SHAPE.key(items[4]) == ("tool", "[result of tool call a0] 1")
