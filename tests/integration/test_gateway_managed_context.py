@@ -283,3 +283,19 @@ async def test_responses_api_200k_history_on_a_32k_model(server, operator, conve
         assert len(held(server, agent_id)) == count + 2
     finally:
         await fake.stop()
+
+
+async def test_a_hibernated_agent_is_woken_and_appends_nothing_twice(server, operator, small_model):
+    pool = await make_pool(operator, small_model, contextWindowTokens=WINDOW, contextMode="MANAGED")
+    agent_id, token = await make_agent(operator, pool, "managed-sleeper")
+    client = openai_client(server, token)
+    messages = [{"role": "user", "content": f"message {i}: " + "cedar " * 20} for i in range(10)]
+    reply = await client.chat.completions.create(model="fake-gpt", messages=messages, max_tokens=MAX_TOKENS)
+    before = held(server, agent_id)
+    await operator("mutation($a: ID!) { hibernateAgent(agentId: $a) { id } }", a=agent_id)
+    assert server.runtime.context.state(agent_id).hibernated
+    messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                 {"role": "user", "content": "one more"}]
+    await client.chat.completions.create(model="fake-gpt", messages=messages, max_tokens=MAX_TOKENS)
+    after = held(server, agent_id)
+    assert after[:len(before)] == before and after[len(before):] == [("user", "one more"), before[-1]]
