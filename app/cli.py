@@ -18,6 +18,7 @@ BENCHMARKS = {
     "system": "the real stack on PostgreSQL: append and read rates, grant latency",
     "context": "context retention after compaction (key facts, LoCoMo-style questions)",
     "extractor": "key-fact extraction per sentence on a held-out split: recall and precision per kind",
+    "managed-context": "a conversation outgrowing its model's window through the gateway (LoCoMo)",
     "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
     "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
     "first-call": "README example 1's gateway call under `make run` (demo fleet on): p50/p90/max",

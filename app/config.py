@@ -347,6 +347,12 @@ def export_for_workers(*, database_url: str | None = None, demo: bool | None = N
             os.environ[_BY_FIELD[field].name] = str(value)
 
 
+def allow_loopback_upstreams() -> None:
+    """Let pools of this process call an upstream on loopback, unless the allowlist is set
+    already: what a benchmark needs for its fake provider on 127.0.0.1."""
+    os.environ.setdefault(_BY_FIELD["upstream_allowed_hosts"].name, "127.0.0.1")
+
+
 def export_embedding_threads(threads: int) -> None:
     """The embedding model's thread count for this process (the model process, which builds
     its embedder the way the server does: from the environment)."""

@@ -478,6 +478,14 @@ HEADER_MEANINGS = {
     "anthropic-ratelimit-*": "As `x-ratelimit-*`, Anthropic's names.",
     "cache-control": "`no-cache` on a streamed answer.",
     "allow": "On a 405: the methods the path takes.",
+    "x-agentrm-context": "`managed`: the gateway appends the call's new messages to the agent's context "
+                         "and forwards a prompt assembled within the model's window; `off`: as sent, "
+                         "also in a pool whose `contextMode` is `MANAGED` (chat completions, "
+                         "Anthropic messages and the Responses API).",
+    "x-agentrm-context-tokens": "On a managed call: the forwarded prompt's tokens, by the pool's tokenizer.",
+    "x-agentrm-context-tiers": "On a managed call: `whole` when the request fitted as sent, else which "
+                               "of `pinned`, `facts`, `relevant`, `recent` the forwarded prompt holds "
+                               "(`none`: not even the latest message fitted; forwarded as sent).",
     "x-agentrm-token-count": "On `/v1/messages/count_tokens`: `upstream` when the pool's upstream counted, "
                              "`local` when it lacks the endpoint and the gateway counted with the pool's "
                              "tokenizer.",
@@ -538,7 +546,7 @@ class _HeaderProbe(dict):
 def header_rows() -> list[list[str]]:
     """(header, where the gateway reads or writes it, meaning): from the gateway's constants,
     and from what each wire format reads and writes when asked."""
-    from app.gateway import correlation, count_tokens, idempotency, proxy, turns
+    from app.gateway import correlation, count_tokens, idempotency, managed_context, proxy, turns
     from app.gateway.wire import ANTHROPIC, OPENAI
 
     found: dict[tuple[str, str], set[str]] = {}
@@ -579,6 +587,9 @@ def header_rows() -> list[list[str]]:
     note("cache-control", "response: set by the gateway")
     note("allow", "response: set by the gateway")
     note(count_tokens.TOKEN_COUNT_HEADER, "response: set by the gateway")
+    note(managed_context.CONTEXT_HEADER, "request: read by the gateway")
+    for name in (managed_context.CONTEXT_TOKENS_HEADER, managed_context.CONTEXT_TIERS_HEADER):
+        note(name, "response: set by the gateway")
     uses: dict[str, list[str]] = {}
     for (name, direction), wires in sorted(found.items()):
         formats = "" if "both" in wires or len(wires) == 2 else f" ({', '.join(sorted(wires))} format)"

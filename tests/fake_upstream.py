@@ -29,6 +29,10 @@ Behaviour:
 - tools, in chat completions and Responses, streaming or not: a request with tools whose
   last message is the user's is answered with one call, id "call_1", to the first tool with
   arguments {}; one whose last message is a tool's result, with "tool said: <result>".
+- `context_window`: a request whose prompt (counted with cl100k_base) plus its output bound
+  is over it gets the provider's context error (OpenAI's 400 `context_length_exceeded`,
+  Anthropic's 400 "prompt is too long"), as a model with that window would answer;
+- every request's body is kept (`Seen.body`);
 - every answer names the request as the providers do (OpenAI's `x-request-id`, Anthropic's
   `request-id`), with a fresh `req_...` id kept in the log as `upstream_request_id`.
 A raw ASGI app so it sees the client's disconnect (`http.disconnect`) the moment it happens.
@@ -75,6 +79,7 @@ class Seen:
     max_tokens: int
     forwarded_request_id: str | None = None    # the x-request-id the gateway sent
     headers: dict = field(default_factory=dict)  # every header it came with, names in lower case
+    body: dict = field(default_factory=dict)
     upstream_request_id: str = field(default_factory=lambda: f"req_{uuid.uuid4().hex}")
     status: int = 0
     hung: bool = False
@@ -86,7 +91,9 @@ class Seen:
 class FakeUpstream:
     def __init__(self, rpm: int = 10_000, tpm: int = 10_000_000, *, first_chunk_s: float = 0.02,
                  chunk_interval_s: float = 0.01, words: int = REPLY_WORDS, count_tokens: bool = False,
-                 responses: bool = False, limiter: str = "token-bucket", window_s: float = 60.0, **shape):
+                 responses: bool = False, limiter: str = "token-bucket", window_s: float = 60.0,
+                 context_window: int | None = None, **shape):
+        self.context_window = context_window
         self.limiter = provider_of(limiter, rpm, tpm, window_s=window_s, **shape)
         self.count_tokens, self.responses = count_tokens, responses
         self._exhaust: list[float] = []
@@ -198,7 +205,7 @@ class FakeUpstream:
         key = headers.get("x-api-key") if wire is ANTHROPIC else headers.get("authorization", "")[7:] or None
         seen = Seen(path, headers.get("x-client-request-id") or str(uuid.uuid4()), key, body.get("model", ""),
                     body.get("stream") is True, time.time(), prompt, max_tokens,
-                    forwarded_request_id=headers.get("x-request-id"), headers=dict(headers))
+                    forwarded_request_id=headers.get("x-request-id"), headers=dict(headers), body=body)
         self.seen.append(seen)
         watch = asyncio.create_task(_watch_disconnect(receive, seen))
         try:
@@ -213,6 +220,11 @@ class FakeUpstream:
         if self._failures:
             seen.status, failure = self._failures[0][0], self._failures.pop(0)[1]
             await _json(send, seen.status, failure, self._rate_headers(wire, seen))
+            return
+        if self.context_window is not None and wire in (OPENAI, ANTHROPIC, RESPONSES) \
+                and seen.prompt_tokens + seen.max_tokens > self.context_window:
+            seen.status = 400
+            await _json(send, 400, _context_error(wire, seen, self.context_window), {})
             return
         if self._reject:
             retry = self._reject.pop(0)
@@ -357,6 +369,18 @@ def _rate_error(wire) -> dict:
                           "param": None, "code": "rate_limit_exceeded"}}
     return {"type": "error", "error": {"type": "rate_limit_error", "message": "Number of requests has exceeded "
                                                                               "your rate limit"}}
+
+
+def _context_error(wire, seen: Seen, window: int) -> dict:
+    """The provider's own answer to a prompt over the model's window."""
+    if wire is ANTHROPIC:
+        return {"type": "error", "error": {"type": "invalid_request_error", "message":
+                f"prompt is too long: {seen.prompt_tokens} tokens > {window - seen.max_tokens} maximum"}}
+    return {"error": {"message": f"This model's maximum context length is {window} tokens. However, you "
+                      f"requested {seen.prompt_tokens + seen.max_tokens} tokens ({seen.prompt_tokens} in the "
+                      f"messages, {seen.max_tokens} in the completion). Please reduce the length of the "
+                      "messages or completion.", "type": "invalid_request_error", "param": "messages",
+                      "code": "context_length_exceeded"}}
 
 
 def _sse(payload: dict, event: str | None = None) -> bytes:

@@ -21,7 +21,7 @@ PLAIN_FIELDS = (
     "agent_backlog_slack_seconds", "agent_backlog_slack_cap_seconds",
     "adaptive_lanes", "adaptive_lanes_initial", "adaptive_lanes_minimum",
     "outage_after_silent_reaps", "probe_backoff_cap", "request_timeout_seconds", "stream_idle_timeout_seconds",
-    "limiter_window_seconds", "agent_retry_after_cap_seconds", "light_agent_reserve",
+    "limiter_window_seconds", "agent_retry_after_cap_seconds", "light_agent_reserve", "context_window_tokens",
 )
 
 
@@ -36,6 +36,8 @@ def settings_of(data) -> PoolSettings:
         given["policy"] = data.policy.value
     if data.limiter is not None:
         given["limiter"] = data.limiter.value
+    if data.context_mode is not None:
+        given["context_mode"] = data.context_mode.value
     if data.class_slack_seconds is not None:
         given["class_slack_seconds"] = tuple(data.class_slack_seconds)
     # Null is a value here: no stall deadline (a streaming turn keeps the plain lease);

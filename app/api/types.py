@@ -69,6 +69,12 @@ class RateLimiter(Enum):
     TOKEN_BUCKET = "token-bucket"
 
 
+@strawberry.enum(description="What the gateway does with an agent's conversation (docs/guides/gateway.md).")
+class ContextMode(Enum):
+    OFF = "off"
+    MANAGED = "managed"
+
+
 @strawberry.type
 class Pool:
     name: str
@@ -113,6 +119,11 @@ class Pool:
     light_agent_reserve: float = strawberry.field(description=(
         "The share of the rate budget that only a light agent (no other turn of its own queued or held) "
         "may spend, or a turn whose deadline has come; 0: none (a pool created before the rule)."))
+    context_mode: ContextMode = strawberry.field(description=(
+        "MANAGED: the gateway keeps each agent's conversation and forwards a prompt assembled within "
+        "the model's window; OFF: it forwards what the client sent."))
+    context_window_tokens: int | None = strawberry.field(description=(
+        "Managed context: the window of a model the gateway does not know; null: 128,000."))
 
     @classmethod
     def of(cls, s: PoolSettings, has_upstream_api_key: bool, *, show_upstream: bool = True) -> Pool:
@@ -141,7 +152,8 @@ class Pool:
                    limiter=RateLimiter(s.limiter or "token-bucket"),
                    limiter_window_seconds=s.limiter_window_seconds,
                    agent_retry_after_cap_seconds=s.agent_retry_after_cap_seconds,
-                   light_agent_reserve=s.light_agent_reserve)
+                   light_agent_reserve=s.light_agent_reserve,
+                   context_mode=ContextMode(s.context_mode), context_window_tokens=s.context_window_tokens)
 
 
 @strawberry.type(description="A model's own timeouts for the calls the gateway holds.")
@@ -370,6 +382,13 @@ class PoolInput:
         "The share of the rate budget (default 0.1, 0-0.5) that an agent with another turn queued or held "
         "may not spend, unless its turn's deadline has come: a flooding agent cannot make every other "
         "agent's next call wait for the window to slide."))
+    context_mode: ContextMode | None = strawberry.field(default=None, description=(
+        "MANAGED: the gateway appends each call's new messages to the agent's context and forwards a "
+        "prompt assembled within the model's window (docs/guides/gateway.md); OFF (default): as sent. "
+        "A call can ask for either with the x-agentrm-context header."))
+    context_window_tokens: int | None = strawberry.field(default=None, description=(
+        "Managed context: the context window of a model the gateway does not know (default 128000), "
+        "1024-10000000."))
 
 
 @strawberry.input

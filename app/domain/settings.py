@@ -53,6 +53,7 @@ MAX_MODEL_NAME = 200
 POLICIES = ("mlfq", "fifo", "deadline")
 TOKEN_BUCKET, SLIDING_WINDOW, FIXED_WINDOW = "token-bucket", "sliding-window", "fixed-window"
 LIMITERS = (TOKEN_BUCKET, SLIDING_WINDOW, FIXED_WINDOW)
+CONTEXT_MODES = ("off", "managed")
 MAX_AGENT_RETRY_AFTER_CAP = 60.0
 ORDER_FIELDS = ("class_slack_seconds", "run_slack_per_service", "run_slack_cap_seconds",
                 "size_slack_per_ktoken", "size_slack_cap_seconds", "run_forget_seconds",
@@ -114,6 +115,12 @@ class PoolSettings:
     # The longest pause an agent's own report of a 429 may cause (its retry-after is a claim);
     # None: agents' reports are trusted as the gateway's (a pool recorded before the rule).
     agent_retry_after_cap_seconds: float | None = 30.0
+    # The gateway's managed context (app/gateway/managed_context.py): "managed" keeps each
+    # agent's conversation in its context and forwards a prompt assembled within the model's
+    # window; "off" forwards what the client sent. The window of a model the gateway does not
+    # know is context_window_tokens (None: 128,000, the window of most current models).
+    context_mode: str = "off"
+    context_window_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # The grant order of policy "deadline" (app/domain/ordering.py has the rule and the reasons).
     # Written to the log only by pools of that policy, so logs of the other policies keep their
@@ -241,6 +248,11 @@ class PoolSettings:
         reserve = self.light_agent_reserve
         if not (isinstance(reserve, (int, float)) and not isinstance(reserve, bool) and 0 <= reserve <= 0.5):
             problems.append("lightAgentReserve must be between 0 and 0.5")
+        if self.context_mode not in CONTEXT_MODES:
+            problems.append("contextMode must be OFF or MANAGED")
+        context_window = self.context_window_tokens
+        if context_window is not None and not (_is_int(context_window) and 1_024 <= context_window <= 10_000_000):
+            problems.append("contextWindowTokens must be a whole number between 1024 and 10000000, or null")
         if self.tokenizer not in ("cl100k_base", "o200k_base"):
             problems.append("tokenizer must be cl100k_base or o200k_base")
         if problems:
@@ -314,7 +326,8 @@ DEFAULTED: dict[str, Any] = {key: PoolSettings.__dataclass_fields__[key].default
                    for key in ("adaptive_lanes_initial", "adaptive_lanes_minimum", "probe_backoff_cap",
                                "output_credit_cap_seconds", "agent_backlog_slack_cap_seconds",
                                "request_timeout_seconds",
-                               "stream_idle_timeout_seconds", "model_timeouts", "limiter_window_seconds")}
+                               "stream_idle_timeout_seconds", "model_timeouts", "limiter_window_seconds",
+                               "context_mode", "context_window_tokens")}
 
 
 def _is_int(value: object) -> bool:

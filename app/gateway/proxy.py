@@ -38,6 +38,7 @@ from app.observability import logs, metrics
 from app.ports import GatewayReplies, StoredReply
 
 from .bodies import BodyTooLarge, off_loop_if_large, refuse_declared
+from .context_windows import context_window
 from .correlation import (
     REQUEST_ID_HEADER,
     TURN_ID_HEADER,
@@ -46,6 +47,7 @@ from .correlation import (
     upstream_request_id,
 )
 from .idempotency import REPLAY_HEADER, Capture, KeyReused, body_hash, claim_or_replay, key_of
+from .managed_context import Assembled, ManagedContext, shape_of, wanted
 from .output_estimate import OutputEstimator
 from .turns import GatewayTurn, QueueTimeout, TurnEnded, rate_limit_headers, retry_after_seconds
 from .upstreams import Upstreams
@@ -92,6 +94,8 @@ class _Exchange:
         self.capture: Capture | None = None
         self.whole = False
         self.replayed = False
+        # A managed-context call: what was forwarded, and the headers that say so.
+        self.managed: Assembled | None = None
         self._watch: asyncio.Task | None = None
 
     async def body(self) -> bytes:
@@ -155,6 +159,8 @@ class _Exchange:
         self.status = status
         if self.turn_id is not None:
             headers = {**headers, TURN_ID_HEADER: self.turn_id}
+        if self.managed is not None:
+            headers = {**headers, **self.managed.headers()}
         if self.capture is not None:
             self.capture.started(status, headers)
         await self.send({"type": "http.response.start", "status": status,
@@ -248,8 +254,11 @@ def _about_the_model(content: bytes) -> bool:
 class GatewayEndpoint:
     """POST /v1/chat/completions, /v1/messages or /v1/embeddings: a call in `wire`'s format."""
 
-    def __init__(self, holder: RuntimeHolder, wire: WireFormat, estimator: OutputEstimator | None = None):
+    def __init__(self, holder: RuntimeHolder, wire: WireFormat, estimator: OutputEstimator | None = None,
+                 managed: ManagedContext | None = None):
         self.holder, self.wire = holder, wire
+        # Shared by the wire formats, so one agent's managed calls are ordered across them.
+        self.managed = managed if managed is not None else ManagedContext()
         # What a call that names no output bound reserves, learned per pool and model.
         self.estimator = estimator if estimator is not None else OutputEstimator()
         # Mean seconds a gateway turn holds its lane, for the max-wait estimate (EWMA).
@@ -356,6 +365,18 @@ class GatewayEndpoint:
         bound = self.wire.output_bound(body)
         # The amount is recorded in the TurnRequested, so replay never needs the estimator.
         max_out = self.estimator.reserve(pool, model) if bound is None else bound
+        if self._managed_wanted(x, rt, pool):
+            settings = rt.projector.model.pools[pool].settings
+            budget = context_window(model, settings.context_window_tokens) - max_out
+            try:
+                x.managed = await self.managed.prepare(rt.context, principal, self.wire, body, prompt, encoding,
+                                                       budget)
+            except ServiceError as exc:
+                await x.error(_STATUS.get(type(exc), 400), str(exc))
+                return
+            if x.managed.body is not body:
+                body, prompt = x.managed.body, x.managed.tokens
+                raw = await off_loop_if_large(len(raw), lambda: json.dumps(body).encode())
 
         def learn(completion_tokens: int) -> None:
             self.estimator.observe(pool, model, completion_tokens, bound)
@@ -390,6 +411,12 @@ class GatewayEndpoint:
 
     def check(self, upstream, body: dict) -> None:
         """Refuse (BadRequest) what this upstream cannot be asked, before a turn is taken."""
+
+    def _managed_wanted(self, x: _Exchange, rt, pool: str) -> bool:
+        """Whether this call's context is managed (BadRequest for a bad header)."""
+        if shape_of(self.wire) is None or getattr(rt, "context", None) is None:
+            return False
+        return wanted(x.headers, rt.projector.model.pools[pool].settings.context_mode)
 
     async def _forward(self, x: _Exchange, turn: GatewayTurn, upstream, raw: bytes, body: dict, pool: str,
                        prompt: int, encoding: str, streaming: bool, call: UpstreamCall | None = None) -> bool:
@@ -492,7 +519,10 @@ class GatewayEndpoint:
         await turn.complete(ev.OK, used_prompt, used_completion or 0, None, rate_limit_headers(response.headers))
         if used_completion is not None:
             x.learn(used_completion)
-        if _wants_context(x.headers):
+        if x.managed is not None:
+            await self.managed.record_reply(turn.rt.context, turn.principal,
+                                            x.managed.reply_key(reply, translated=call.translation is not None))
+        elif _wants_context(x.headers):
             await self._record(turn, body, call.wire.reply_text(reply))
         if call.translation is not None:
             content = json.dumps(call.translation.reply(reply, (used_prompt, used_completion or 0))).encode()
@@ -541,6 +571,8 @@ class GatewayEndpoint:
                 payloads = parser.feed(part)
                 for payload in payloads:
                     call.wire.on_event(payload, usage)
+                    if x.managed is not None:
+                        x.managed.observe(payload)
                 if translation is not None:   # the client reads its own format's events
                     part = translation.open() + b"".join(translation.feed(p) for p in payloads)
                 if not began:
@@ -553,7 +585,11 @@ class GatewayEndpoint:
             settled = True
             await completion()
             x.learn(usage.completion())   # a whole answer: the stream ended, not cut short
-            if _wants_context(x.headers):
+            if x.managed is not None:
+                if not x.managed.tool_calls_streamed:   # a tool call comes back with its results
+                    await self.managed.record_reply(turn.rt.context, turn.principal,
+                                                    ("assistant", "".join(usage.text)))
+            elif _wants_context(x.headers):
                 await self._record(turn, body, "".join(usage.text))
             if translation is not None:
                 if not began:

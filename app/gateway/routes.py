@@ -16,6 +16,7 @@ from .count_tokens import PATH as COUNT_TOKENS_PATH
 from .count_tokens import count_tokens
 from .embeddings import EMBEDDINGS
 from .fallback import catch_all
+from .managed_context import ManagedContext
 from .output_estimate import OutputEstimator
 from .proxy import GatewayEndpoint
 from .responses_endpoint import ResponsesEndpoint
@@ -100,8 +101,9 @@ def routes(holder: RuntimeHolder) -> list[Route]:
                             status_code=404)
 
     estimator = OutputEstimator()   # one per worker, shared by the wire formats that generate
-    served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI, estimator), methods=["POST"]),
-              Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC, estimator), methods=["POST"]),
+    managed = ManagedContext()      # the same: one agent's managed calls are ordered across formats
+    served = [Route("/v1/chat/completions", GatewayEndpoint(holder, OPENAI, estimator, managed), methods=["POST"]),
+              Route("/v1/messages", GatewayEndpoint(holder, ANTHROPIC, estimator, managed), methods=["POST"]),
               Route("/v1/responses", ResponsesEndpoint(holder, estimator), methods=["POST"]),
               Route("/v1/embeddings", GatewayEndpoint(holder, EMBEDDINGS), methods=["POST"]),
               Route(COUNT_TOKENS_PATH, count_tokens(holder), methods=["POST"]),

@@ -1,4 +1,5 @@
-"""`agentrm bench scheduler|system|context|extractor|live|load|first-call|abuse|all [--out DIR] [...]`."""
+"""`agentrm bench NAME [--out DIR] [...]`: scheduler, system, context, extractor, managed-context, live,
+load, first-call, abuse or all."""
 from __future__ import annotations
 
 import argparse
@@ -221,6 +222,35 @@ def _extractor(argv: list[str]) -> int:
     return 0
 
 
+def _managed_context(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench managed-context",
+                                description="A conversation that outgrows its model's window, through the gateway: "
+                                            "managed context against the client's last-N truncation and none.")
+    p.add_argument("--locomo", type=Path, metavar="DIR", required=True,
+                   help="the LoCoMo-format conversations (*.json) to play")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
+                   help="repeats: each draws the call cadence and the planted facts")
+    p.add_argument("--window", type=int, default=4096, help="the model's context window, in tokens")
+    p.add_argument("--facts", type=int, default=10, help="planted facts per conversation")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if not args.locomo.is_dir():
+        p.error(f"--locomo {args.locomo}: not a directory")
+    if args.window < 1024 or not 1 <= args.facts <= 16:
+        p.error("--window must be >= 1024 and --facts between 1 and 16")
+    import asyncio
+
+    from .managed_context_bench import render_markdown, run_async
+    result = asyncio.run(run_async(_bench_database("agentrm_bench_managed"), args.locomo, seeds=args.seeds,
+                                   window=args.window, facts=args.facts))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "managed-context.md").write_text(render_markdown(result), encoding="utf-8")
+    (args.out / "managed-context.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    print(json.dumps(result, sort_keys=True, default=str) if args.json else render_markdown(result))
+    return 0
+
+
 def _scheduler(argv: list[str]) -> int:
     from .scheduler_bench import main
     return main(argv)
@@ -236,9 +266,10 @@ def _live(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("scheduler", "system", "context", "extractor", "live", "load", "first-call",
-                                  "abuse", "all"):
-        print("usage: agentrm bench scheduler|system|context|extractor|live|load|first-call|abuse|all [options]",
+    if not argv or argv[0] not in ("scheduler", "system", "context", "extractor", "managed-context", "live", "load",
+                                   "first-call", "abuse", "all"):
+        print("usage: agentrm bench scheduler|system|context|extractor|managed-context|live|load|first-call|abuse|all "
+              "[options]",
               file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
@@ -258,6 +289,8 @@ def main(argv: list[str]) -> int:
         return _context(rest)
     if which == "extractor":
         return _extractor(rest)
+    if which == "managed-context":
+        return _managed_context(rest)
     p = argparse.ArgumentParser(prog="agentrm bench all")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--quick", action="store_true")

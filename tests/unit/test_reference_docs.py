@@ -159,6 +159,7 @@ def test_each_input_field_sets_the_setting_the_page_maps_it_to():
     # An input value as strawberry hands it over, and the setting it must become.
     shapes = {"policy": (SimpleNamespace(value="fifo"), "fifo"),
               "limiter": (SimpleNamespace(value="fixed-window"), "fixed-window"),
+              "context_mode": (SimpleNamespace(value="managed"), "managed"),
               "class_slack_seconds": ([1.0, 2.0, 3.0], (1.0, 2.0, 3.0)),
               "model_timeouts": ([SimpleNamespace(model="m", request_timeout_seconds=900.0,
                                                   stream_idle_timeout_seconds=30.0)], (("m", 900.0, 30.0),))}
