@@ -36,10 +36,11 @@ def fact(fid, seq, kind="instruction", role="user", text=None, shape=""):
                      tokens=count_text(text), role=role, value=fid, shape=shape)
 
 
-def context(hot=(), segments=(), facts=(), cold_messages=(), chunks=()):
+def context(hot=(), segments=(), facts=(), cold_messages=(), chunks=(), unextracted=()):
     return d.AgentContext(agent_id=AGENT, hot=tuple(hot), warm_segments=tuple(segments), facts=tuple(facts),
                           cold=d.ColdArchive(messages=tuple(cold_messages), chunks=tuple(chunks)),
-                          last_seq=max([m.seq for m in list(hot) + list(cold_messages)], default=0))
+                          last_seq=max([m.seq for m in list(hot) + list(cold_messages)], default=0),
+                          unextracted=tuple(sorted(unextracted)))
 
 
 def view(state, budget, scores=None, now=10_000.0):
@@ -48,10 +49,48 @@ def view(state, budget, scores=None, now=10_000.0):
 
 # -- a reference model of the budget rules ------------------------------------------------
 def reference_view(state, budget, scores, now):
-    """assemble_view's documented rules, written independently: pinned oldest first while
-    they fit; the facts block (chosen by _select_facts, tested below on its own) capped at
-    facts_share; hot newest first, contiguous, leaving the warm and cold reserves; warm
-    newest first leaving the cold floor; cold by blended score; leftover to hot."""
+    """assemble_view's documented rules: the tiered view below, first with every live fact,
+    then without the facts of the hot messages it shows, as long as the view without them
+    still shows them all (else without those of the ones it does show), at most 3 rounds."""
+    with_facts = {f.source_seq for f in state.facts if f.superseded_by is None}
+    first = reference_once(state, budget, scores, now, set())
+    hidden, candidate = set(), shown_hot(first[0]) & with_facts
+    for _ in range(3):
+        if not candidate or candidate == hidden:
+            break
+        hidden = candidate
+        narrower = reference_once(state, budget, scores, now, hidden)
+        if hidden <= shown_hot(narrower[0]):
+            return narrower
+        candidate = hidden & shown_hot(narrower[0])
+    return first
+
+
+def shown_hot(items):
+    return {int(i[4]) for i in items if i[0] == "message"}
+
+
+def reference_head(role, content, cap):
+    """The longest head of whole words (at least 8) marked as cut that fits ``cap``."""
+    words = content.split(" ")
+    lo, hi = 0, len(words) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_message(role, " ".join(words[:mid]) + " [...]") <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + " [...]" if lo >= 8 else ""
+
+
+def reference_once(state, budget, scores, now, hidden):
+    """The tiered view's documented rules, written independently: pinned oldest first while
+    they fit; the facts block of live facts not from ``hidden`` messages (chosen by
+    _select_facts, tested below on its own) capped at facts_share; hot newest first,
+    contiguous, leaving the warm and cold reserves; the messages pending extraction left
+    out, newest first, whole or their head, capped at pending_share; warm newest first
+    leaving the cold floor; cold by blended score; leftover to hot, stopping at a message
+    shown as pending."""
     left = budget - 3
     out_pinned, omitted = [], []
     for m in state.hot:
@@ -62,7 +101,7 @@ def reference_view(state, budget, scores, now):
                 left -= cost
             else:
                 omitted.append(m.seq)
-    live = [f for f in state.facts if f.superseded_by is None]
+    live = [f for f in state.facts if f.superseded_by is None and f.source_seq not in hidden]
     chosen, cost = _select_facts(live, min(left, int(S.facts_share * budget)), count_message)
     out_facts = []
     if chosen:
@@ -77,13 +116,20 @@ def reference_view(state, budget, scores, now):
     reserve = min(int(S.warm_reserve * budget), summaries[0][2]) if summaries else 0
     if state.cold.chunks:
         reserve += int(S.cold_reserve * budget)
+    everything = {m.seq: m for m in state.hot + state.cold.messages}
+    if state.unextracted:
+        reserve += min(int(S.pending_share * budget),
+                       sum(count_message(everything[s].role, everything[s].content) for s in state.unextracted))
     recent = [m for m in state.hot if not m.pinned]
     taken = []
+    as_pending = set()
 
     def fill(limit):
         nonlocal left
         while len(taken) < len(recent):
             m = recent[len(recent) - 1 - len(taken)]
+            if m.seq in as_pending:
+                return
             cost = count_message(m.role, m.content)
             if cost > left or cost > limit:
                 return
@@ -92,6 +138,22 @@ def reference_view(state, budget, scores, now):
             limit -= cost
 
     fill(max(0, left - reserve))
+    out_pending = []
+    in_window = {int(t[4]) for t in taken}
+    by_seq = {m.seq: m for m in state.hot + state.cold.messages}
+    cap = min(left, int(S.pending_share * budget))
+    for seq in sorted(state.unextracted, reverse=True):
+        m = by_seq.get(seq)
+        if seq in in_window or m is None or m.pinned:
+            continue
+        content = m.content if count_message(m.role, m.content) <= cap else reference_head(m.role, m.content, cap)
+        cost = count_message(m.role, content) if content else 0
+        if not content or cost > cap:
+            break
+        out_pending.append(("pending", m.role, content, cost, str(seq)))
+        as_pending.add(seq)
+        cap -= cost
+        left -= cost
     floor = int(S.cold_reserve * budget) if state.cold.chunks else 0
     out_warm = []
     for sid, text, cost in summaries:
@@ -113,7 +175,7 @@ def reference_view(state, budget, scores, now):
             out_cold.append(("chunk", "system", text, cost, c.chunk_id))
             left -= cost
     fill(left)
-    items = out_pinned + out_facts + out_warm + taken[::-1] + out_cold
+    items = out_pinned + out_facts + out_pending + out_warm + taken[::-1] + out_cold
     return items, omitted, (3 + sum(i[3] for i in items) if items else 0)
 
 
@@ -138,7 +200,8 @@ def states(draw):
              for i in range(draw(st.integers(0, 8)))]
     facts = [f if draw(st.integers(0, 4)) else replace(f, superseded_by="later") for f in facts]
     chunks = [d.ColdChunk(f"c{i}", m.seq, m.seq, draw(texts), 0) for i, m in enumerate(cold_messages)]
-    return context(hot, segments, facts, cold_messages, chunks)
+    pending = [m.seq for m in hot + cold_messages if not m.pinned and draw(st.integers(0, 3)) == 0]
+    return context(hot, segments, facts, cold_messages, chunks, pending)
 
 
 def boundary_budgets(state, scores, now, draw_budget):
