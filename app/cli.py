@@ -17,6 +17,7 @@ BENCHMARKS = {
     "scheduler": "scheduling quality: every policy on the same seeded trace (simulated clock)",
     "system": "the real stack on PostgreSQL: append and read rates, grant latency",
     "context": "context retention after compaction (key facts, LoCoMo-style questions)",
+    "fact-lag": "append to key facts in views (p50/p99 lag), append and view latency, held-out planted facts",
     "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
     "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
     "first-call": "README example 1's gateway call under `make run` (demo fleet on): p50/p90/max",
