@@ -355,11 +355,11 @@ def logs(draw):
                       "value": str(s), "source_seq": s, "tokens": 2} for s in seqs if draw(st.booleans())]
             old = [f for f in fact_ids if draw(st.booleans())][:2]
             sup = [{"fact_id": o, "by": facts[0]["fact_id"]} for o in old] if facts else []
-            fact_ids += [f["fact_id"] for f in facts]
             data = compaction(state, seqs, facts=facts, superseded=sup, at=at, summary=f"summary {len(events)}")
             if state.facts_from:   # written by a server that extracts at append time
                 data["scanned_seqs"] = [s for s in seqs if draw(st.integers(0, 3))]
             record(d.CONTEXT_COMPACTED, data)
+            fact_ids = [f.fact_id for f in state.facts]   # a supersession names a fact that exists
         elif step == "facts" and state.last_seq:
             # mostly pending messages, sometimes one whose facts are recorded already (a lost race)
             seqs = sorted(set(state.unextracted[:draw(st.integers(1, 4))])
@@ -369,9 +369,9 @@ def logs(draw):
                      for s in seqs if draw(st.booleans())]
             old = [f for f in fact_ids if draw(st.booleans())][:2]
             sup = [{"fact_id": o, "by": facts[0]["fact_id"]} for o in old] if facts else []
-            fact_ids += [f["fact_id"] for f in facts if f["fact_id"] not in fact_ids]
             record(d.CONTEXT_FACTS_EXTRACTED, {"agent_id": AGENT, "seqs": seqs, "facts": facts,
                                                "superseded": sup, "extractor": "test", "at": at})
+            fact_ids = [f.fact_id for f in state.facts]
         elif step == "hibernate" and state.last_seq:
             record(AGENT_HIBERNATED, {"agent_id": AGENT, "resume_point": d.resume_point_for(state), "at": at})
             record(AGENT_WOKEN, {"agent_id": AGENT, "at": at})

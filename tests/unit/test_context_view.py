@@ -48,28 +48,6 @@ def view(state, budget, scores=None, now=10_000.0):
 
 
 # -- a reference model of the budget rules ------------------------------------------------
-def reference_view(state, budget, scores, now):
-    """assemble_view's documented rules: the tiered view below, first with every live fact,
-    then without the facts of the hot messages it shows, as long as the view without them
-    still shows them all (else without those of the ones it does show), at most 3 rounds."""
-    with_facts = {f.source_seq for f in state.facts if f.superseded_by is None}
-    first = reference_once(state, budget, scores, now, set())
-    hidden, candidate = set(), shown_hot(first[0]) & with_facts
-    for _ in range(3):
-        if not candidate or candidate == hidden:
-            break
-        hidden = candidate
-        narrower = reference_once(state, budget, scores, now, hidden)
-        if hidden <= shown_hot(narrower[0]):
-            return narrower
-        candidate = hidden & shown_hot(narrower[0])
-    return first
-
-
-def shown_hot(items):
-    return {int(i[4]) for i in items if i[0] == "message"}
-
-
 def reference_head(role, content, cap):
     """The longest head of whole words (at least 8) marked as cut that fits ``cap``."""
     words = content.split(" ")
@@ -83,14 +61,14 @@ def reference_head(role, content, cap):
     return " ".join(words[:lo]) + " [...]" if lo >= 8 else ""
 
 
-def reference_once(state, budget, scores, now, hidden):
-    """The tiered view's documented rules, written independently: pinned oldest first while
-    they fit; the facts block of live facts not from ``hidden`` messages (chosen by
-    _select_facts, tested below on its own) capped at facts_share; hot newest first,
-    contiguous, leaving the warm and cold reserves; the messages pending extraction left
-    out, newest first, whole or their head, capped at pending_share; warm newest first
-    leaving the cold floor; cold by blended score; leftover to hot, stopping at a message
-    shown as pending."""
+def reference_view(state, budget, scores, now):
+    """assemble_view's documented rules, written independently: pinned oldest first while
+    they fit; the facts block (chosen by _select_facts, tested below on its own) capped at
+    facts_share, of the live facts but those of the newest messages that fit what the cap
+    and the reserves leave; hot newest first, contiguous, leaving the warm, cold and
+    pending reserves; the messages pending extraction left out, newest first, whole or
+    their head, capped at pending_share; warm newest first leaving the cold floor; cold by
+    blended score; leftover to hot, stopping at a message shown as pending."""
     left = budget - 3
     out_pinned, omitted = [], []
     for m in state.hot:
@@ -101,14 +79,6 @@ def reference_once(state, budget, scores, now, hidden):
                 left -= cost
             else:
                 omitted.append(m.seq)
-    live = [f for f in state.facts if f.superseded_by is None and f.source_seq not in hidden]
-    chosen, cost = _select_facts(live, min(left, int(S.facts_share * budget)), count_message)
-    out_facts = []
-    if chosen:
-        chosen = sorted(chosen, key=lambda f: (f.source_seq, f.fact_id))
-        block = d.FACTS_HEADER + "\n" + "\n".join("- " + f.text for f in chosen)
-        out_facts.append(("facts", "system", block, cost, ",".join(f.fact_id for f in chosen)))
-        left -= cost
     summaries = []
     for s in reversed(state.warm_segments):
         text = f"Summary of messages {s.from_seq}-{s.to_seq}: {s.summary}"
@@ -121,6 +91,21 @@ def reference_once(state, budget, scores, now, hidden):
         reserve += min(int(S.pending_share * budget),
                        sum(count_message(everything[s].role, everything[s].content) for s in state.unextracted))
     recent = [m for m in state.hot if not m.pinned]
+    facts_cap = min(left, int(S.facts_share * budget))
+    newest, room = set(), max(0, left - facts_cap - reserve)
+    for m in reversed(recent):
+        if count_message(m.role, m.content) > room:
+            break
+        newest.add(m.seq)
+        room -= count_message(m.role, m.content)
+    live = [f for f in state.facts if f.superseded_by is None and f.source_seq not in newest]
+    chosen, cost = _select_facts(live, facts_cap, count_message)
+    out_facts = []
+    if chosen:
+        chosen = sorted(chosen, key=lambda f: (f.source_seq, f.fact_id))
+        block = d.FACTS_HEADER + "\n" + "\n".join("- " + f.text for f in chosen)
+        out_facts.append(("facts", "system", block, cost, ",".join(f.fact_id for f in chosen)))
+        left -= cost
     taken = []
     as_pending = set()
 
@@ -466,3 +451,15 @@ def test_cold_ranking_blends_similarity_and_recency_with_the_documented_weights(
     state = context(cold_messages=cold, chunks=chunks)
     got = view(state, 1000, {"c_old": 0.3, "c_new": 0.1, "c_orphan": 0.0}, now=now)
     assert [i.ref for i in got.items] == ["c_new", "c_old", "c_orphan", "c_unscored"]   # 0.28, 0.24, 0.2, ~0
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.frozensets(st.sampled_from("abcdefghij"), max_size=10),
+       others=st.lists(st.frozensets(st.sampled_from("abcdefghij"), max_size=10), max_size=6))
+def test_near_duplicates_are_found_by_size_as_by_the_plain_jaccard_index(words, others):
+    from app.domain.context.view import _near_duplicate
+    by_size: dict[int, list[frozenset[str]]] = {}
+    for other in others:
+        by_size.setdefault(len(other), []).append(other)
+    plain = any(len(words & o) >= d.NEAR_DUPLICATE_JACCARD * len(words | o) for o in others)
+    assert _near_duplicate(words, by_size) == plain

@@ -140,17 +140,19 @@ def _select_facts(facts: Sequence[KeyFact], cap: int, count_message: Callable[[s
     first_of_shape: list[KeyFact] = []
     repeats: list[KeyFact] = []
     seen_shapes: set[str] = set()
-    taken_words: dict[str, list[frozenset[str]]] = {}
+    taken_words: dict[str, dict[int, list[frozenset[str]]]] = {}   # kind -> word count -> word sets
     for fact in ranked:
         shape = fact.shape or f"{fact.kind}:{fact.text}"
+        if shape in seen_shapes:
+            repeats.append(fact)
+            continue
         words = frozenset(fact.text.lower().split())
-        similar = any(len(words & other) >= NEAR_DUPLICATE_JACCARD * len(words | other)
-                      for other in taken_words.get(fact.kind, ()))
-        if shape in seen_shapes or similar:
+        by_size = taken_words.setdefault(fact.kind, {})
+        if _near_duplicate(words, by_size):
             repeats.append(fact)
         else:
             first_of_shape.append(fact)
-            taken_words.setdefault(fact.kind, []).append(words)
+            by_size.setdefault(len(words), []).append(words)
         seen_shapes.add(shape)
     chosen: list[KeyFact] = []
     estimate = base
@@ -165,6 +167,23 @@ def _select_facts(facts: Sequence[KeyFact], cap: int, count_message: Callable[[s
             return chosen, exact
         chosen.pop()  # chosen is in priority order: drop the least important
     return [], 0
+
+
+def _near_duplicate(words: frozenset[str], by_size: Mapping[int, Sequence[frozenset[str]]]) -> bool:
+    """Whether ``words`` shares >= NEAR_DUPLICATE_JACCARD of its union with a set of
+    ``by_size`` (word sets by their size). The Jaccard index of two sets is at most the
+    smaller size over the larger, so sizes too far apart are skipped without a set
+    operation: a view ranks hundreds of facts, and comparing each with every one taken
+    before it cost tens of milliseconds."""
+    n = len(words)
+    for m, others in by_size.items():
+        if min(n, m) < NEAR_DUPLICATE_JACCARD * max(n, m):
+            continue
+        for other in others:
+            shared = len(words & other)
+            if shared >= NEAR_DUPLICATE_JACCARD * (n + m - shared):   # the union has n + m - shared
+                return True
+    return False
 
 
 def _recency(age_seconds: float, half_life: float) -> float:
@@ -188,10 +207,11 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
     messages left out (<= pending_share), warm, cold, then any leftover extends the hot
     window further back.
 
-    Key facts are those of the messages the view leaves out, hot or cold: the facts of a
-    message shown verbatim in the hot window would say it twice (``_tiered_view``). A
-    message whose facts are not extracted yet is not forgotten meanwhile: left out of the
-    window, it is shown itself, or its head when it is long.
+    Key facts are those of every message the view may leave out, hot or cold: the facts of
+    the newest messages, which the window shows verbatim whatever the block costs, are left
+    out of the block (they would be said twice). A message whose facts are not extracted
+    yet is not forgotten meanwhile: left out of the window, it is shown itself, or its head
+    when it is long.
 
     Pinned messages alone over budget: the budget still wins (it is a hard limit of the
     model call). Pinned messages are taken oldest first while they fit, the rest are
@@ -203,44 +223,14 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
         raise ContextStateError(f"agent {state.agent_id} is hibernated; wake it before reading its context")
     if ranking is not None:
         return _relevant_view(state, budget_tokens, ranking, count_message, settings)
-    # Which messages' facts to leave out depends on the window, and the window on what the
-    # facts block costs. Start with every fact, then leave out the facts of the messages the
-    # window showed; should the new window not show them all (a smaller block can let other
-    # facts in and cost more), leave out only those it does show, and so on: the set shrinks
-    # each round, so this ends, at worst with every fact, which is always correct. Rounds
-    # are capped: a view is on a request's path (one or two rounds are the rule).
-    hidden: frozenset[int] = frozenset()
-    view, shown = _tiered_view(state, budget_tokens, chunk_scores, count_message, now, settings, hidden)
-    with_facts = {f.source_seq for f in state.live_facts}
-    candidate = shown & with_facts
-    for _round in range(MAX_FACT_ROUNDS):
-        if not candidate or candidate == hidden:
-            break
-        hidden = candidate
-        narrower, narrower_shown = _tiered_view(state, budget_tokens, chunk_scores, count_message, now,
-                                                settings, hidden)
-        if hidden <= narrower_shown:
-            return narrower
-        candidate = hidden & narrower_shown
-    return view
+    return _tiered_view(state, budget_tokens, chunk_scores, count_message, now, settings)
 
 
 def _tiered_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping[str, float] | None,
-                 count_message: Callable[[str, str], int], now: float, settings: ViewSettings,
-                 hidden: frozenset[int]) -> tuple[ContextView, frozenset[int]]:
-    """The query-less tiered view without the facts of messages ``hidden``, and the seqs of
-    the hot messages it shows verbatim."""
+                 count_message: Callable[[str, str], int], now: float, settings: ViewSettings) -> ContextView:
+    """The query-less view when the whole history does not fit (see assemble_view)."""
     remaining = budget_tokens - REPLY_PRIMING_TOKENS
     pinned_items, omitted, remaining = _pinned(state, remaining, count_message)
-
-    fact_items: list[ViewItem] = []
-    candidates = [f for f in state.live_facts if f.source_seq not in hidden] if hidden else state.live_facts
-    chosen_facts, facts_cost = _select_facts(
-        candidates, min(remaining, int(settings.facts_share * budget_tokens)), count_message)
-    if chosen_facts:
-        ordered_ids = ",".join(f.fact_id for f in sorted(chosen_facts, key=lambda f: (f.source_seq, f.fact_id)))
-        fact_items.append(ViewItem(WARM, "facts", "system", _facts_block(chosen_facts), facts_cost, ordered_ids))
-        remaining -= facts_cost
 
     segment_costs = [(s, count_message("system", _summary_content(s))) for s in reversed(state.warm_segments)]
     has_cold = bool(state.cold.chunks)
@@ -259,6 +249,28 @@ def _tiered_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping[
         reserve += min(int(settings.pending_share * budget_tokens), pending_cost)
 
     recent = [m for m in state.hot if not m.pinned]
+    facts_cap = min(remaining, int(settings.facts_share * budget_tokens))
+    # The facts block costs at most its cap, so the window will show at least the newest
+    # messages that fit what the cap and the reserves leave: their facts would be said
+    # twice. (The window usually reaches further back; the facts of those messages are
+    # shown all the same, which costs a little budget and forgets nothing.)
+    shown_anyway: set[int] = set()
+    floor = max(0, remaining - facts_cap - reserve)
+    for m in reversed(recent):
+        cost = count_message(m.role, m.content)
+        if cost > floor:
+            break
+        shown_anyway.add(m.seq)
+        floor -= cost
+
+    fact_items: list[ViewItem] = []
+    candidates = [f for f in state.live_facts if f.source_seq not in shown_anyway]
+    chosen_facts, facts_cost = _select_facts(candidates, facts_cap, count_message)
+    if chosen_facts:
+        ordered_ids = ",".join(f.fact_id for f in sorted(chosen_facts, key=lambda f: (f.source_seq, f.fact_id)))
+        fact_items.append(ViewItem(WARM, "facts", "system", _facts_block(chosen_facts), facts_cost, ordered_ids))
+        remaining -= facts_cost
+
     hot_picked: list[ViewItem] = []
     index = len(recent) - 1
     shown_pending: set[int] = set()
@@ -319,13 +331,11 @@ def _tiered_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping[
 
     items = tuple(pinned_items + fact_items + pending_items + warm_items + hot_picked + cold_items)
     total = REPLY_PRIMING_TOKENS + sum(i.tokens for i in items) if items else 0
-    view = ContextView(agent_id=state.agent_id, budget_tokens=budget_tokens, tokens=total,
+    return ContextView(agent_id=state.agent_id, budget_tokens=budget_tokens, tokens=total,
                        items=items, omitted_pinned=tuple(omitted))
-    return view, frozenset(int(i.ref) for i in hot_picked)
 
 
 PENDING_ELLIPSIS = " [...]"
-MAX_FACT_ROUNDS = 3
 
 
 def _pending(state: AgentContext, seqs: Sequence[int], cap: int, count_message: Callable[[str, str], int]
