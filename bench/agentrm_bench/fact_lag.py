@@ -145,13 +145,16 @@ async def _view_phase(http: httpx.AsyncClient, fleet: list[tuple[str, str]], vie
     return {"view_ms_no_query": _summ(plain), "view_ms_query": _summ(queried)}
 
 
-async def _settled(db: asyncpg.Connection, stream: str, quiet: float = 3.0, limit: float = 120.0) -> float:
-    """Seconds until the stream had no new event for ``quiet`` seconds."""
+async def _settled(http: httpx.AsyncClient, token: str, db: asyncpg.Connection, stream: str, quiet: float = 3.0,
+                   limit: float = 180.0) -> float:
+    """Seconds until compaction caught up (hot tokens at most the resting high watermark,
+    55% of the budget) and the stream then had no new event for ``quiet`` seconds."""
     t0 = time.perf_counter()
     last, since = None, time.perf_counter()
     while time.perf_counter() - t0 < limit:
         head = await db.fetchval("SELECT coalesce(max(version), 0) FROM events WHERE stream = $1", stream)
-        if head != last:
+        hot = (await _gql(http, token, "{ contextStats { hotTokens } }"))["contextStats"]["hotTokens"]
+        if head != last or hot > 0.55 * BUDGET:
             last, since = head, time.perf_counter()
         elif time.perf_counter() - since >= quiet:
             return since - t0
@@ -174,7 +177,7 @@ async def _probe(http: httpx.AsyncClient, operator: str, db: asyncpg.Connection,
     last = time.perf_counter()
     await asyncio.sleep(max(0.0, last + 0.5 - time.perf_counter()))
     early = (await _gql(http, token, VIEW, b=VIEW_BUDGET, q=None))["context"]
-    settle_s = await _settled(db, f"context-{agent_id}")
+    settle_s = await _settled(http, token, db, f"context-{agent_id}")
     late = (await _gql(http, token, VIEW, b=VIEW_BUDGET, q=None))["context"]
     out: dict[str, Any] = {"appended_s": appended_s, "settle_s": settle_s}
     for name, view in (("after_0_5_s", early), ("settled", late)):
