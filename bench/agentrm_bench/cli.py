@@ -285,6 +285,7 @@ def main(argv: list[str]) -> int:
     write_summary(args.out, SCENARIO_NAMES)
     code |= _system(out + (["--quick"] if args.quick else []))
     code |= _context(out + (["--quick"] if args.quick else []))
+    code |= _fact_lag(out + (["--quick"] if args.quick else []))
     code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))
     code |= _first_call(out + (["--quick"] if args.quick else []))
     code |= _abuse(out + (["--quick"] if args.quick else []))
