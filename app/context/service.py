@@ -58,6 +58,10 @@ if TYPE_CHECKING:   # for the annotations only: both load lazily (see below)
 
 log = logging.getLogger(__name__)
 
+# How often the fact worker looks for messages pending extraction that no append of this
+# process handed over, and how long a message must have been pending to be taken then.
+FACTS_SWEEP_SECONDS = 5.0
+
 
 class ContextService:
     def __init__(self, service: Service, *, compaction: ctx.CompactionSettings | None = None,
@@ -314,17 +318,34 @@ class ContextService:
 
     async def _facts_loop(self) -> None:
         while True:
-            await self._facts_wake.wait()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._facts_wake.wait(), FACTS_SWEEP_SECONDS)
+            if not self._facts_wake.is_set():
+                # No append woke it: sweep for messages pending for a while, which no
+                # append of this process handed over (appended through another worker
+                # that stopped, or left pending by a wake through a turn request).
+                self._facts_pending.update(dict.fromkeys(
+                    self.pending_extraction(older_than=self.clock() - FACTS_SWEEP_SECONDS)))
             self._facts_wake.clear()
             try:
                 await self.run_fact_extraction()
             except Exception as exc:
                 log.warning("context facts: %s", exc)
 
-    def pending_extraction(self) -> list[str]:
-        """Awake agents with messages pending extraction (after a restart, say)."""
-        return [agent_id for agent_id, doc in self.service.model.agents.items()
-                if not doc["hibernated"] and self.state(agent_id).unextracted]
+    def pending_extraction(self, older_than: float | None = None) -> list[str]:
+        """Awake agents with messages pending extraction (after a restart, say); with
+        ``older_than``, only those whose oldest pending message was appended before it."""
+        out = []
+        for agent_id, doc in self.service.model.agents.items():
+            state = self.state(agent_id)
+            if doc["hibernated"] or not state.unextracted:
+                continue
+            if older_than is not None:
+                oldest = next((m for m in state.hot + state.cold.messages if m.seq == state.unextracted[0]), None)
+                if oldest is not None and oldest.at >= older_than:
+                    continue   # the worker that took the append is on it
+            out.append(agent_id)
+        return out
 
     async def _record(self, events: Sequence[NewEvent], expected: dict[str, int]) -> list[RecordedEvent]:
         """Append at the expected stream version, then wait until the projection has folded

@@ -87,3 +87,26 @@ async def _settled(context, agent_id) -> bool:
 def _operator():
     from app.auth import OPERATOR
     return OPERATOR
+
+
+async def test_messages_no_append_handed_over_are_found_by_the_sweep_once_old_enough(server, operator):
+    live = server.runtime.context
+    await live.stop()   # the fact worker is down: appends are recorded, their facts wait
+    try:
+        agent_id, token = await register(operator, f"facts_{uuid.uuid4().hex[:6]}", budget=8192)
+        async with GraphQLClient(server, token) as agent:
+            await agent(APPEND, role="user", content=FACT)
+        assert live.state(agent_id).unextracted == (1,)
+        from app.context.service import ContextService
+        other = ContextService(server.runtime.service)   # as another worker sees the log
+        now = other.clock()
+        assert agent_id not in other.pending_extraction(older_than=now - 5.0)   # its own worker is on it
+        assert agent_id in other.pending_extraction(older_than=now + 1.0)
+        other._facts_pending.update(dict.fromkeys(other.pending_extraction(older_than=now + 1.0)))
+        assert await other.run_fact_extraction() >= 1
+        assert not other.state(agent_id).unextracted
+        assert FACT in (await other.view(_operator(), agent_id, 8192)).text()
+        other.close_models()
+    finally:
+        live._facts_pending.clear()
+        await live.start()
