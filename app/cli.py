@@ -19,6 +19,7 @@ BENCHMARKS = {
     "context": "context retention after compaction (key facts, LoCoMo-style questions)",
     "extractor": "key-fact extraction per sentence on a held-out split: recall and precision per kind",
     "managed-context": "a conversation outgrowing its model's window through the gateway (LoCoMo)",
+    "fact-lag": "append to key facts in views (p50/p99 lag), append and view latency, held-out planted facts",
     "live": "the scheduler benchmark's workload through the real service, checked against the simulation",
     "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
     "first-call": "README example 1's gateway call under `make run` (demo fleet on): p50/p90/max",

@@ -800,6 +800,7 @@ def stream_of(type_name_: str) -> str:
         ev.TURN_REQUESTED: pattern(st.TURN, "turn"), ev.HEARTBEAT_SENT: pattern(st.TURN, "turn"),
         ev.COMPLETION_REPORTED: pattern(st.TURN, "turn"), ev.CANCEL_REQUESTED: pattern(st.TURN, "turn"),
         ev.CONTEXT_APPENDED: pattern(st.CONTEXT, "agent"), ev.CONTEXT_COMPACTED: pattern(st.CONTEXT, "agent"),
+        ev.CONTEXT_FACTS_EXTRACTED: pattern(st.CONTEXT, "agent"),
         rev.RESOURCE_DEFINED: pattern(st.RESOURCE, "resource"),
         rev.RESOURCE_ACQUIRE_REQUESTED: pattern(st.LEASE, "lease"),
         rev.RESOURCE_HEARTBEAT_SENT: pattern(st.LEASE, "lease"),

@@ -168,7 +168,11 @@ def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
         raise ValueError("compaction plan names no hot message")
 
     out_of_time = extraction_deadline(extraction_budget_s) if extraction_budget_s is not None else None
-    facts, superseded, not_scanned = scan_span(state.live_facts, span, count, out_of_time)
+    # Messages whose facts were recorded at append time are not scanned again: their facts
+    # are live already, and a second scan would supersede them with copies of themselves.
+    unrecorded = state.facts_unrecorded()
+    to_scan = [m for m in span if unrecorded(m.seq)]
+    facts, superseded, not_scanned = scan_span(state.live_facts, to_scan, count, out_of_time)
 
     summary = summarizer.summarize([(m.role, m.content) for m in span], plan.summary_target_tokens, count)
     summary_tokens = count(summary.text)
@@ -200,4 +204,5 @@ def compact(state: AgentContext, plan: CompactionPlan, summarizer: Summarizer,
         "at": now,
         # only when some were left: an event of a whole scan stays as it always was
         **({"messages_not_scanned": not_scanned} if not_scanned else {}),
+        "scanned_seqs": [m.seq for m in to_scan[:len(to_scan) - not_scanned]],
     }

@@ -9,6 +9,10 @@ tokenizer, the embedding model and the summarizer around them.
   which summarises in the background model's process (with an LLM summarizer, in a thread)
   and appends `ContextCompacted` when done. Views stay correct meanwhile: hot still holds
   every message, and the view never exceeds its budget.
+- facts: each append also hands the agent to the fact worker, which extracts the key
+  facts of its new messages on a thread of its own (app.context.append_facts) and records
+  them as `ContextFactsExtracted`, so a query-less view has the facts of every message
+  it leaves out, compacted or not; a message still pending extraction is shown itself.
 - view: without a query, the tiered view (pinned, facts, warm, hot, cold chunks by
   recency). With a query, relevance first: messages of every tier ranked by RRF of dense
   (MiniLM) and BM25 rankings (app.context.retrieval), each stamped with its time.
@@ -21,6 +25,7 @@ one ``now``, and so do a compaction's plan, summary and event.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import time
@@ -53,6 +58,10 @@ if TYPE_CHECKING:   # for the annotations only: both load lazily (see below)
 
 log = logging.getLogger(__name__)
 
+# How often the fact worker looks for messages pending extraction that no append of this
+# process handed over, and how long a message must have been pending to be taken then.
+FACTS_SWEEP_SECONDS = 5.0
+
 
 class ContextService:
     def __init__(self, service: Service, *, compaction: ctx.CompactionSettings | None = None,
@@ -78,6 +87,12 @@ class ContextService:
         # ordered set). The worker serves them round-robin, see run_compactions.
         self._compact_pending: dict[str, None] = {}
         self._compacting = asyncio.Lock()
+        # Agents with messages pending extraction, served round-robin like compactions,
+        # one batch per turn, on one thread of their own (never the event loop's).
+        self._facts_pending: dict[str, None] = {}
+        self._facts_wake = asyncio.Event()
+        self._extracting = asyncio.Lock()
+        self._facts_thread: concurrent.futures.ThreadPoolExecutor | None = None
         # One lane to the model for queries and indexing: queries on the in-process model,
         # background work (indexing, whole compactions) in a child process at a lower CPU
         # priority.
@@ -143,7 +158,7 @@ class ContextService:
                                    ev.ContextAppended(agent_id=agent_id, seq=state.last_seq + 1 + i, role=role,
                                                       content=content, pinned=bool(pinned),
                                                       tokens=count_message(role, content, encoding),
-                                                      at=now).to_dict(),
+                                                      at=now, facts_at_append=True).to_dict(),
                                    {"actor": require(principal).actor, "correlation": agent_id})
                           for i, (role, content, pinned) in enumerate(messages)]
                 try:
@@ -155,6 +170,8 @@ class ContextService:
                 raise Conflict("the context changed concurrently too often; try again")
         self._index_dirty.add(agent_id)
         self._index_wake.set()
+        self._facts_pending.setdefault(agent_id, None)
+        self._facts_wake.set()
         if ctx.plan_compaction(self.state(agent_id), self._budget(agent), self.compaction, now) is not None:
             self._compact_pending.setdefault(agent_id, None)  # a pending agent keeps its place
             self._compact_wake.set()
@@ -239,8 +256,96 @@ class ContextService:
         return result
 
     def _version(self, state: ctx.AgentContext) -> int:
-        # The context stream holds one event per appended message plus one per compaction.
-        return state.last_seq + state.compactions - 1
+        # The context stream holds one event per appended message, one per compaction and
+        # one per fact extraction.
+        return state.last_seq + state.compactions + state.fact_events - 1
+
+    # -- key facts at append time ---------------------------------------------------------
+    async def run_fact_extraction(self) -> int:
+        """Extract the key facts of every message pending extraction of the agents handed
+        over by appends, until none is left; how many events were recorded. Round-robin:
+        one batch (app.context.append_facts) per agent per turn, so an agent with a backlog
+        delays another's facts by at most one batch."""
+        done = 0
+        async with self._extracting:
+            while self._facts_pending:
+                agent_id = next(iter(self._facts_pending))
+                self._facts_pending.pop(agent_id, None)
+                recorded, more = await self._extract_once(agent_id)
+                done += recorded
+                if more:
+                    self._facts_pending[agent_id] = None
+        return done
+
+    async def _extract_once(self, agent_id: str) -> tuple[bool, bool]:
+        """One batch of ``agent_id``'s pending messages: (whether an event was recorded,
+        whether messages are still pending)."""
+        from .append_facts import extract_pending, pending_messages
+        try:
+            agent = self.service.agent_view(agent_id)
+        except Exception:
+            return False, False  # the agent is gone
+        state = self.state(agent_id)
+        if agent["hibernated"] or state.hibernated or not state.unextracted:
+            return False, False  # a wake re-queues it (see start)
+        messages = pending_messages(state)
+        encoding = self._encoding(agent)
+        await encoding_ready(encoding)
+        if self._facts_thread is None:
+            self._facts_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="context-facts")
+        data = await asyncio.get_running_loop().run_in_executor(
+            self._facts_thread, extract_pending, state, messages, lambda text: count_text(text, encoding),
+            self.clock())
+        if data is None:
+            return False, False
+        event = ev.ContextFactsExtracted.from_dict(data).to_dict()
+        async with self.service.agent_lock(agent_id):
+            current = self.state(agent_id)
+            if current.hibernated:
+                return False, False
+            if current.facts is not state.facts:
+                # A compaction recorded facts meanwhile: supersession must be judged
+                # against them, so extract again (cheap) rather than record a stale event.
+                return False, bool(current.unextracted)
+            try:
+                await self._record([NewEvent(context_stream(agent_id), ctx.CONTEXT_FACTS_EXTRACTED, event,
+                                             {"actor": "context-manager", "correlation": agent_id})],
+                                   {context_stream(agent_id): self._version(current)})
+            except ConcurrencyError:
+                await self.projector.catch_up()   # another worker wrote: try again on fresh state
+                return False, True
+        return True, bool(self.state(agent_id).unextracted)
+
+    async def _facts_loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._facts_wake.wait(), FACTS_SWEEP_SECONDS)
+            if not self._facts_wake.is_set():
+                # No append woke it: sweep for messages pending for a while, which no
+                # append of this process handed over (appended through another worker
+                # that stopped, or left pending by a wake through a turn request).
+                self._facts_pending.update(dict.fromkeys(
+                    self.pending_extraction(older_than=self.clock() - FACTS_SWEEP_SECONDS)))
+            self._facts_wake.clear()
+            try:
+                await self.run_fact_extraction()
+            except Exception as exc:
+                log.warning("context facts: %s", exc)
+
+    def pending_extraction(self, older_than: float | None = None) -> list[str]:
+        """Awake agents with messages pending extraction (after a restart, say); with
+        ``older_than``, only those whose oldest pending message was appended before it."""
+        out = []
+        for agent_id, doc in self.service.model.agents.items():
+            state = self.state(agent_id)
+            if doc["hibernated"] or not state.unextracted:
+                continue
+            if older_than is not None:
+                oldest = next((m for m in state.hot + state.cold.messages if m.seq == state.unextracted[0]), None)
+                if oldest is not None and oldest.at >= older_than:
+                    continue   # the worker that took the append is on it
+            out.append(agent_id)
+        return out
 
     async def _record(self, events: Sequence[NewEvent], expected: dict[str, int]) -> list[RecordedEvent]:
         """Append at the expected stream version, then wait until the projection has folded
@@ -297,6 +402,9 @@ class ContextService:
         result = await self.service.set_hibernated(principal, agent_id, hibernated, extra)
         if hibernated:
             self.indexer.forget(agent_id)
+        elif self.state(agent_id).unextracted:
+            self._facts_pending.setdefault(agent_id, None)   # parked before its facts were all found
+            self._facts_wake.set()
         return result
 
     # -- views -------------------------------------------------------------------------------
@@ -380,8 +488,12 @@ class ContextService:
         self._compact_pending.update(dict.fromkeys(self.over_watermark()))
         if self._compact_pending:
             self._compact_wake.set()
+        self._facts_pending.update(dict.fromkeys(self.pending_extraction()))
+        if self._facts_pending:
+            self._facts_wake.set()
         self._tasks = [asyncio.create_task(self._index_loop(), name="context-indexer"),
                        asyncio.create_task(self._compact_loop(), name="context-compactor"),
+                       asyncio.create_task(self._facts_loop(), name="context-facts"),
                        asyncio.create_task(self._hibernate_loop(), name="context-hibernator")]
 
     async def stop(self) -> None:
@@ -394,6 +506,9 @@ class ContextService:
         nothing)."""
         self.lane.close()
         self.background_model.close()
+        if self._facts_thread is not None:
+            self._facts_thread.shutdown(wait=True, cancel_futures=True)
+            self._facts_thread = None
 
     async def index_pending(self, only_appended: bool = False) -> int:
         """Embed the awake agents' messages that have no stored vector yet, across agents

@@ -470,8 +470,10 @@ class AgentPaused(Decided):
 # -- context (stream context-<agent>; folded by app.domain.context) -------------------
 CONTEXT_APPENDED = "ContextAppended"          # one message into the hot tier
 CONTEXT_COMPACTED = "ContextCompacted"        # a hot span moved to warm (summary, facts) and cold
+CONTEXT_FACTS_EXTRACTED = "ContextFactsExtracted"  # key facts of appended messages, before any compaction
 # What the context fold reads: its own events and the hibernation pair that parks and wakes it.
-CONTEXT_EVENTS = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})
+CONTEXT_EVENTS = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, CONTEXT_FACTS_EXTRACTED, AGENT_HIBERNATED,
+                            AGENT_WOKEN})
 
 
 @event
@@ -486,6 +488,10 @@ class ContextAppended(Event):
     tokens: int
     at: float
     pinned: bool | None = None   # absent reads as False
+    # Its key facts are extracted soon after the append (a ContextFactsExtracted follows):
+    # until then it is pending extraction. Absent in logs written before append-time
+    # extraction, whose messages get their facts from their compaction only.
+    facts_at_append: bool | None = None
 
 
 @event
@@ -522,6 +528,27 @@ class ContextCompacted(Event):
     # compaction's extraction budget ran out; absent when every message was scanned. They
     # moved to cold like the others, verbatim and searchable.
     messages_not_scanned: int | None = None
+    # The messages whose key facts it looked for: the span's messages still pending
+    # extraction when it was planned (the others had theirs recorded at append time), less
+    # the ones not scanned. Absent: the whole span but its newest messages_not_scanned.
+    scanned_seqs: list[int] | None = None
+
+
+@event
+class ContextFactsExtracted(Event):
+    """The key facts of appended messages ``seqs`` (ascending), extracted soon after their
+    append, whatever tier they are in by then. ``facts`` and ``superseded`` are records as
+    ``ContextCompacted`` has them; ``extractor`` names the extractor's version, for readers
+    of the log: the fold reads the recorded facts, so replay never extracts again. A message
+    whose facts a compaction recorded first gives none here (the fold keeps the first)."""
+    TYPE = CONTEXT_FACTS_EXTRACTED
+    agent_id: str
+    seqs: list[int]
+    facts: list[dict[str, Any]]       # [{fact_id, kind, text, key, value, source_seq, role, tokens, shape}]
+    superseded: list[dict[str, Any]]  # [{fact_id, by}]
+    extractor: str
+    at: float
+    cpu_seconds: float | None = None  # the extraction's CPU time, for readers of the log
 
 
 # -- the catalogue: every event type by name, the one table decoding reads ------------
@@ -542,7 +569,7 @@ _REGISTRY = _catalogue(
     TurnCancelled, TurnReaped, TurnSuspected, AgentDemoted, LevelsBoosted, TurnPromoted, AgentQuarantined,
     PoolPaused, PoolResumed, RateObserved, LaneLimitChanged, ProviderOutageSuspected,
     ProviderRecovered, RateRecovered, ModelPaused, AgentPaused,
-    ContextAppended, ContextCompacted,
+    ContextAppended, ContextCompacted, ContextFactsExtracted,
     *resource_events.EVENTS,
 )
 

@@ -27,7 +27,7 @@ from .resources import ResourceModel
 PROJECTIONS = ("pools", "agents", "turns", "scheduler", "context", "resources", "leases")
 _RESOURCE_CATEGORIES = frozenset({"resource", "lease", "access", "resources"})
 
-_NEEDS_CONTEXT = frozenset({ctx.CONTEXT_APPENDED, ctx.CONTEXT_COMPACTED, ev.AGENT_WOKEN})
+_NEEDS_CONTEXT = frozenset({ctx.CONTEXT_APPENDED, ctx.CONTEXT_COMPACTED, ev.CONTEXT_FACTS_EXTRACTED, ev.AGENT_WOKEN})
 
 # A turn's document: these fields of its history, in this order.
 TURN_DOC = ("turn_id", "agent_id", "pool", "status", "level", "lane", "estimated_tokens",

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 # Bump when the shape of a persisted document or the fold changes: a new name has no
 # checkpoint, so every worker folds the log from position 0 and rewrites every document
 # instead of resuming from documents an older version wrote.
-PROJECTION_VERSION = 10
+PROJECTION_VERSION = 11
 CHECKPOINT = f"core-v{PROJECTION_VERSION}"
 
 

@@ -1,5 +1,5 @@
-"""`agentrm bench NAME [--out DIR] [...]`: scheduler, system, context, extractor, managed-context, live,
-load, first-call, abuse or all."""
+"""`agentrm bench NAME [--out DIR] [...]`: scheduler, system, context, extractor, managed-context, fact-lag,
+live, load, first-call, abuse or all."""
 from __future__ import annotations
 
 import argparse
@@ -125,6 +125,44 @@ def _abuse(argv: list[str]) -> int:
                  repeat=args.repeat, seed=args.seed, hostile_per_kind=args.hostile, only=args.only)
     print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
     return 0 if result["verdicts"]["all_met"] else 1
+
+
+def _fact_lag(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="agentrm bench fact-lag",
+                                description="the lag from an append to its key facts in views (p50/p99), append "
+                                            "and view latency, and held-out planted facts in a query-less view")
+    p.add_argument("--agents", type=int, default=4, help="agents appending at once")
+    p.add_argument("--rate", type=float, default=5.0, help="appends/s of each agent")
+    p.add_argument("--seconds", type=float, default=30.0, help="length of the appending phase")
+    p.add_argument("--views", type=int, default=10, help="views per agent, with and without a query each")
+    p.add_argument("--repeat", type=int, default=3, help="repeats on fresh agents; the spread is reported")
+    p.add_argument("--seed", type=int, default=29, help="the chatter's and the probe session's seed")
+    p.add_argument("--no-probe", action="store_true", help="skip the planted-facts probe")
+    p.add_argument("--server-root", type=Path, metavar="DIR",
+                   help="serve another checkout's code (a baseline), same client and scenario")
+    p.add_argument("--name", default="fact_lag", help="results file name (NAME.json, NAME.md)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true", help="one repeat of 10 s")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeat, args.seconds = 1, min(args.seconds, 10.0)
+    if args.agents < 1 or args.repeat < 1 or args.views < 1 or args.rate <= 0 or args.seconds <= 0:
+        p.error("--agents, --repeat and --views must be at least 1, --rate and --seconds positive")
+    if args.server_root is not None and not (args.server_root / "app").is_dir():
+        p.error(f"--server-root {args.server_root}: no app/ there")
+    import asyncio
+
+    from .fact_lag import render_markdown, run_async
+    result = asyncio.run(run_async(_bench_database("agentrm_bench_fact_lag"), agents=args.agents, rate=args.rate,
+                                   seconds=args.seconds, views=args.views, repeat=args.repeat, seed=args.seed,
+                                   server_root=args.server_root, probe=not args.no_probe))
+    args.out.mkdir(parents=True, exist_ok=True)
+    markdown = render_markdown(result)
+    (args.out / f"{args.name}.md").write_text(markdown, encoding="utf-8")
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    print(json.dumps(result, sort_keys=True, default=str) if args.json else markdown)
+    return 0
 
 
 def _context(argv: list[str]) -> int:
@@ -266,13 +304,15 @@ def _live(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("scheduler", "system", "context", "extractor", "managed-context", "live", "load",
-                                   "first-call", "abuse", "all"):
-        print("usage: agentrm bench scheduler|system|context|extractor|managed-context|live|load|first-call|abuse|all "
-              "[options]",
+    if not argv or argv[0] not in ("scheduler", "system", "context", "extractor", "managed-context", "fact-lag", "live",
+                                   "load", "first-call", "abuse", "all"):
+        print("usage: agentrm bench scheduler|system|context|extractor|managed-context|fact-lag|live|load|first-call|"
+              "abuse|all [options]",
               file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
+    if which == "fact-lag":
+        return _fact_lag(rest)
     if which == "abuse":
         return _abuse(rest)
     if which == "first-call":
@@ -305,6 +345,7 @@ def main(argv: list[str]) -> int:
     write_summary(args.out, SCENARIO_NAMES)
     code |= _system(out + (["--quick"] if args.quick else []))
     code |= _context(out + (["--quick"] if args.quick else []))
+    code |= _fact_lag(out + (["--quick"] if args.quick else []))
     code |= _live(out + (["--minutes", "3", "--agents", "12"] if args.quick else []))
     code |= _first_call(out + (["--quick"] if args.quick else []))
     code |= _abuse(out + (["--quick"] if args.quick else []))

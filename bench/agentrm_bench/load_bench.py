@@ -332,10 +332,12 @@ class Driver:
 
 
 # -- the server and the fleet ------------------------------------------------------------
-async def _start_server(url: str, workers: int, token: str, tmp: Path) -> tuple[subprocess.Popen, str]:
+async def _start_server(url: str, workers: int, token: str, tmp: Path, *,
+                        root: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`agentrm serve` of this checkout, or of the one at ``root`` (a baseline's)."""
     port = _free_port()
     env = child_environment(DATABASE_URL=url, AGENTRM_OPERATOR_TOKEN=token, AGENTRM_DATA_DIR=str(tmp))
-    root = Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers",
                              str(workers), "--no-demo", "--no-migrate"], cwd=root, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(tmp / "serve.log", "ab"))

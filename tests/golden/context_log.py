@@ -14,6 +14,8 @@ from pathlib import Path
 from app.domain import context as ctx
 from app.domain.events import AGENT_HIBERNATED, AGENT_WOKEN
 
+from .later_fields import recorded_hash
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOG, EXPECTED = DATA / "golden_context.jsonl", DATA / "golden_context_expected.json"
 BUDGET = 2_000
@@ -36,7 +38,7 @@ def fold(events: list[tuple[str, dict]], each=None) -> tuple[ctx.AgentContext, l
                     archived = ctx.apply(archived, t, d)
             state = ctx.restore(state, archived)
         state = ctx.apply(state, type_, data)
-        hashes.append(ctx.state_hash(state))
+        hashes.append(recorded_hash(state))
         if each is not None:
             each(state)
     return state, hashes

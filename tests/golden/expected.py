@@ -26,6 +26,8 @@ from app.domain.streams import context_stream
 from app.eventstore.model import RecordedEvent
 from app.projections.core import CoreModel, canonical_hash
 
+from .later_fields import as_recorded
+
 
 def load(path: Path) -> list[RecordedEvent]:
     events = []
@@ -55,7 +57,8 @@ def core_hash(events: list[RecordedEvent]) -> str:
             model.restore_context(parked, archived)
         model.fold(event)
     # as the runner persists them (jsonb): through one JSON round trip
-    return canonical_hash({k: json.loads(json.dumps(v)) for k, v in model.all_docs().items()})
+    docs = {k: json.loads(json.dumps(v)) for k, v in model.all_docs().items()}
+    return canonical_hash({k: as_recorded(v) if k[0] == "context" else v for k, v in docs.items()})
 
 
 def compute(path: Path, pool: str) -> dict:

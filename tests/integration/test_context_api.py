@@ -165,6 +165,7 @@ async def test_privacy_and_bad_input(server, operator):
     bob_id, bob = await new_agent(operator)
     async with GraphQLClient(server, alice) as a, GraphQLClient(server, bob) as b:
         await a(APPEND, role="user", content="secret plan: project NIGHTJAR", pinned=False)
+        await server.runtime.context.run_fact_extraction()   # the accepted append's own follow-up
         before = await server.runtime.store.head()
         with pytest.raises(GraphQLError) as err:
             await b(VIEW, budget=1024, agent=alice_id)

@@ -231,7 +231,7 @@ def test_view_never_exceeds_budget_and_pinned_come_first(state, budget, scores):
     assert view.tokens == (3 + recount if view.items else 0)
     assert view.tokens <= budget
     kinds = [i.kind for i in view.items]
-    order = ["pinned", "facts", "summary", "message", "chunk"]
+    order = ["pinned", "facts", "pending", "summary", "message", "chunk"]
     assert [order.index(k) for k in kinds] == sorted(order.index(k) for k in kinds)
     pinned_seqs = [m.seq for m in state.hot if m.pinned]
     shown = [int(i.ref) for i in view.items if i.kind == "pinned"]
@@ -255,23 +255,43 @@ def reference_state(agent_id, events):
     """What the context must be after ``events`` (JSON-decoded (type, data) pairs)."""
     messages, moved, segments, facts, chunks, window = {}, set(), [], [], [], []
     superseded_by, last_activity, parked = {}, 0.0, False
+    pending, fact_events, start = [], 0, 0
+
+    def record_facts(data, scanned, span):
+        """The facts of the scanned messages still pending: the first record of a message's facts wins."""
+        news = {s for s in scanned if s in pending or (span and (not start or s < start))}
+        kept = set()
+        for f in data["facts"]:
+            if f["source_seq"] not in news:
+                continue
+            role = f.get("role") or (messages[f["source_seq"]]["role"] if f["source_seq"] in span else "user")
+            facts.append({"fact_id": f["fact_id"], "kind": f["kind"], "text": f["text"], "key": f["key"],
+                          "source_seq": f["source_seq"], "tokens": f.get("tokens", 0), "role": role,
+                          "value": f.get("value", ""), "shape": f.get("shape", "")})
+            kept.add(f["fact_id"])
+        superseded_by.update({x["fact_id"]: x["by"] for x in data["superseded"] if x["by"] in kept})
+        pending[:] = [s for s in pending if s not in news]
+
     for kind, data in events:
         if kind == d.CONTEXT_APPENDED:
             messages[data["seq"]] = {k: data[k] for k in ("seq", "role", "content", "pinned", "tokens", "at")}
             window = (window + [[data["at"], data["tokens"]]])[-d.GROWTH_WINDOW:]
             last_activity = data["at"]
+            if data.get("facts_at_append") and not data["pinned"]:
+                pending.append(data["seq"])
+            if data.get("facts_at_append"):
+                start = start or data["seq"]
+        elif kind == d.CONTEXT_FACTS_EXTRACTED:
+            record_facts(data, data["seqs"], set())
+            fact_events += 1
+            last_activity = max(last_activity, data["at"])
         elif kind == d.CONTEXT_COMPACTED:
             span = {s for s, m in messages.items() if data["from_seq"] <= s <= data["to_seq"]
                     and not m["pinned"] and s not in moved}
             moved |= span
             segments.append({k: data[k] for k in ("segment_id", "from_seq", "to_seq", "summary",
                                                   "summary_tokens", "at")})
-            for f in data["facts"]:
-                role = f.get("role") or (messages[f["source_seq"]]["role"] if f["source_seq"] in span else "user")
-                facts.append({"fact_id": f["fact_id"], "kind": f["kind"], "text": f["text"], "key": f["key"],
-                              "source_seq": f["source_seq"], "tokens": f.get("tokens", 0), "role": role,
-                              "value": f.get("value", ""), "shape": f.get("shape", "")})
-            superseded_by.update({x["fact_id"]: x["by"] for x in data["superseded"]})
+            record_facts(data, data.get("scanned_seqs", sorted(span)), span)
             chunks += [{k: c[k] for k in ("chunk_id", "from_seq", "to_seq", "text", "tokens")} for c in data["chunks"]]
             last_activity = max(last_activity, data["at"])
         elif kind == AGENT_HIBERNATED:
@@ -285,7 +305,8 @@ def reference_state(agent_id, events):
             "warm_segments": segments, "facts": facts,
             "cold": {"messages": [m for s, m in sorted(messages.items()) if s in moved], "chunks": chunks},
             "growth": {"window": window}, "last_seq": max(messages, default=0), "compactions": len(segments),
-            "last_activity_at": last_activity, "hibernated": False, "resume_point": None}
+            "last_activity_at": last_activity, "hibernated": False, "resume_point": None,
+            "unextracted": pending, "fact_events": fact_events, "facts_from": start}
 
 
 def as_json(state):
@@ -298,10 +319,11 @@ def fold_log(agent_id, events, start=None, history=()):
     log before ``start``), as the shell does."""
     state = start or d.new_context(agent_id)
     for i, (kind, data) in enumerate(events):
-        if state.hibernated and kind in (d.CONTEXT_APPENDED, d.CONTEXT_COMPACTED, AGENT_WOKEN):
+        if state.hibernated and kind in (d.CONTEXT_APPENDED, d.CONTEXT_COMPACTED, d.CONTEXT_FACTS_EXTRACTED,
+                                         AGENT_WOKEN):
             archived = d.new_context(agent_id)
             for k, x in list(history) + list(events[:i]):
-                if k in (d.CONTEXT_APPENDED, d.CONTEXT_COMPACTED):
+                if k in (d.CONTEXT_APPENDED, d.CONTEXT_COMPACTED, d.CONTEXT_FACTS_EXTRACTED):
                     archived = d.apply(archived, k, x)
             state = d.restore(state, archived)
         state = d.apply(state, kind, data)
@@ -310,9 +332,11 @@ def fold_log(agent_id, events, start=None, history=()):
 
 @st.composite
 def logs(draw):
-    """A random context log: appends, compactions of random hot spans with facts and
-    supersessions, and hibernate/wake cycles; ends awake."""
+    """A random context log: appends, append-time fact extractions (of pending messages,
+    and some of messages whose facts are recorded already), compactions of random hot spans
+    with facts and supersessions, and hibernate/wake cycles; ends awake."""
     state, events, at, fact_ids = d.new_context(AGENT), [], 0.0, []
+    extracting_from = draw(st.integers(0, 40))   # the step from which appends are extracted
 
     def record(kind, data):
         nonlocal state
@@ -321,7 +345,7 @@ def logs(draw):
 
     for _ in range(draw(st.integers(1, 40))):
         at += draw(st.floats(0.0, 50.0))
-        step = draw(st.sampled_from(["append"] * 6 + ["compact", "compact", "hibernate"]))
+        step = draw(st.sampled_from(["append"] * 6 + ["compact", "compact", "facts", "facts", "hibernate"]))
         unpinned = [m.seq for m in state.hot if not m.pinned]
         if step == "compact" and len(unpinned) >= 2:
             lo = draw(st.integers(0, len(unpinned) - 2))
@@ -331,9 +355,23 @@ def logs(draw):
                       "value": str(s), "source_seq": s, "tokens": 2} for s in seqs if draw(st.booleans())]
             old = [f for f in fact_ids if draw(st.booleans())][:2]
             sup = [{"fact_id": o, "by": facts[0]["fact_id"]} for o in old] if facts else []
-            fact_ids += [f["fact_id"] for f in facts]
-            record(d.CONTEXT_COMPACTED, compaction(state, seqs, facts=facts, superseded=sup, at=at,
-                                                   summary=f"summary {len(events)}"))
+            data = compaction(state, seqs, facts=facts, superseded=sup, at=at, summary=f"summary {len(events)}")
+            if state.facts_from:   # written by a server that extracts at append time
+                data["scanned_seqs"] = [s for s in seqs if draw(st.integers(0, 3))]
+            record(d.CONTEXT_COMPACTED, data)
+            fact_ids = [f.fact_id for f in state.facts]   # a supersession names a fact that exists
+        elif step == "facts" and state.last_seq:
+            # mostly pending messages, sometimes one whose facts are recorded already (a lost race)
+            seqs = sorted(set(state.unextracted[:draw(st.integers(1, 4))])
+                          | ({draw(st.integers(1, state.last_seq))} if draw(st.booleans()) else set()))
+            facts = [{"fact_id": f"f{s}.0", "kind": "decision", "text": f"chose {s}", "key": f"k{s % 3}",
+                      "value": str(s), "source_seq": s, "tokens": 2, "role": "user"}
+                     for s in seqs if draw(st.booleans())]
+            old = [f for f in fact_ids if draw(st.booleans())][:2]
+            sup = [{"fact_id": o, "by": facts[0]["fact_id"]} for o in old] if facts else []
+            record(d.CONTEXT_FACTS_EXTRACTED, {"agent_id": AGENT, "seqs": seqs, "facts": facts,
+                                               "superseded": sup, "extractor": "test", "at": at})
+            fact_ids = [f.fact_id for f in state.facts]
         elif step == "hibernate" and state.last_seq:
             record(AGENT_HIBERNATED, {"agent_id": AGENT, "resume_point": d.resume_point_for(state), "at": at})
             record(AGENT_WOKEN, {"agent_id": AGENT, "at": at})
@@ -342,7 +380,8 @@ def logs(draw):
             content = draw(texts)
             record(d.CONTEXT_APPENDED, {"agent_id": AGENT, "seq": state.last_seq + 1, "role": role,
                                         "content": content, "pinned": draw(st.integers(0, 5)) == 0,
-                                        "tokens": len(content) // 4 + 3, "at": at})
+                                        "tokens": len(content) // 4 + 3, "at": at,
+                                        **({"facts_at_append": True} if len(events) >= extracting_from else {})})
     return events
 
 

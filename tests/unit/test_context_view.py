@@ -36,10 +36,11 @@ def fact(fid, seq, kind="instruction", role="user", text=None, shape=""):
                      tokens=count_text(text), role=role, value=fid, shape=shape)
 
 
-def context(hot=(), segments=(), facts=(), cold_messages=(), chunks=()):
+def context(hot=(), segments=(), facts=(), cold_messages=(), chunks=(), unextracted=()):
     return d.AgentContext(agent_id=AGENT, hot=tuple(hot), warm_segments=tuple(segments), facts=tuple(facts),
                           cold=d.ColdArchive(messages=tuple(cold_messages), chunks=tuple(chunks)),
-                          last_seq=max([m.seq for m in list(hot) + list(cold_messages)], default=0))
+                          last_seq=max([m.seq for m in list(hot) + list(cold_messages)], default=0),
+                          unextracted=tuple(sorted(unextracted)))
 
 
 def view(state, budget, scores=None, now=10_000.0):
@@ -47,11 +48,27 @@ def view(state, budget, scores=None, now=10_000.0):
 
 
 # -- a reference model of the budget rules ------------------------------------------------
+def reference_head(role, content, cap):
+    """The longest head of whole words (at least 8) marked as cut that fits ``cap``."""
+    words = content.split(" ")
+    lo, hi = 0, len(words) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_message(role, " ".join(words[:mid]) + " [...]") <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + " [...]" if lo >= 8 else ""
+
+
 def reference_view(state, budget, scores, now):
     """assemble_view's documented rules, written independently: pinned oldest first while
     they fit; the facts block (chosen by _select_facts, tested below on its own) capped at
-    facts_share; hot newest first, contiguous, leaving the warm and cold reserves; warm
-    newest first leaving the cold floor; cold by blended score; leftover to hot."""
+    facts_share, of the live facts but those of the newest messages that fit what the cap
+    and the reserves leave; hot newest first, contiguous, leaving the warm, cold and
+    pending reserves; the messages pending extraction left out, newest first, whole or
+    their head, capped at pending_share; warm newest first leaving the cold floor; cold by
+    blended score; leftover to hot, stopping at a message shown as pending."""
     left = budget - 3
     out_pinned, omitted = [], []
     for m in state.hot:
@@ -62,14 +79,6 @@ def reference_view(state, budget, scores, now):
                 left -= cost
             else:
                 omitted.append(m.seq)
-    live = [f for f in state.facts if f.superseded_by is None]
-    chosen, cost = _select_facts(live, min(left, int(S.facts_share * budget)), count_message)
-    out_facts = []
-    if chosen:
-        chosen = sorted(chosen, key=lambda f: (f.source_seq, f.fact_id))
-        block = d.FACTS_HEADER + "\n" + "\n".join("- " + f.text for f in chosen)
-        out_facts.append(("facts", "system", block, cost, ",".join(f.fact_id for f in chosen)))
-        left -= cost
     summaries = []
     for s in reversed(state.warm_segments):
         text = f"Summary of messages {s.from_seq}-{s.to_seq}: {s.summary}"
@@ -77,13 +86,35 @@ def reference_view(state, budget, scores, now):
     reserve = min(int(S.warm_reserve * budget), summaries[0][2]) if summaries else 0
     if state.cold.chunks:
         reserve += int(S.cold_reserve * budget)
+    everything = {m.seq: m for m in state.hot + state.cold.messages}
+    if state.unextracted:
+        reserve += min(int(S.pending_share * budget),
+                       sum(count_message(everything[s].role, everything[s].content) for s in state.unextracted))
     recent = [m for m in state.hot if not m.pinned]
+    facts_cap = min(left, int(S.facts_share * budget))
+    newest, room = set(), max(0, left - facts_cap - reserve)
+    for m in reversed(recent):
+        if count_message(m.role, m.content) > room:
+            break
+        newest.add(m.seq)
+        room -= count_message(m.role, m.content)
+    live = [f for f in state.facts if f.superseded_by is None and f.source_seq not in newest]
+    chosen, cost = _select_facts(live, facts_cap, count_message)
+    out_facts = []
+    if chosen:
+        chosen = sorted(chosen, key=lambda f: (f.source_seq, f.fact_id))
+        block = d.FACTS_HEADER + "\n" + "\n".join("- " + f.text for f in chosen)
+        out_facts.append(("facts", "system", block, cost, ",".join(f.fact_id for f in chosen)))
+        left -= cost
     taken = []
+    as_pending = set()
 
     def fill(limit):
         nonlocal left
         while len(taken) < len(recent):
             m = recent[len(recent) - 1 - len(taken)]
+            if m.seq in as_pending:
+                return
             cost = count_message(m.role, m.content)
             if cost > left or cost > limit:
                 return
@@ -92,6 +123,22 @@ def reference_view(state, budget, scores, now):
             limit -= cost
 
     fill(max(0, left - reserve))
+    out_pending = []
+    in_window = {int(t[4]) for t in taken}
+    by_seq = {m.seq: m for m in state.hot + state.cold.messages}
+    cap = min(left, int(S.pending_share * budget))
+    for seq in sorted(state.unextracted, reverse=True):
+        m = by_seq.get(seq)
+        if seq in in_window or m is None or m.pinned:
+            continue
+        content = m.content if count_message(m.role, m.content) <= cap else reference_head(m.role, m.content, cap)
+        cost = count_message(m.role, content) if content else 0
+        if not content or cost > cap:
+            break
+        out_pending.append(("pending", m.role, content, cost, str(seq)))
+        as_pending.add(seq)
+        cap -= cost
+        left -= cost
     floor = int(S.cold_reserve * budget) if state.cold.chunks else 0
     out_warm = []
     for sid, text, cost in summaries:
@@ -113,7 +160,7 @@ def reference_view(state, budget, scores, now):
             out_cold.append(("chunk", "system", text, cost, c.chunk_id))
             left -= cost
     fill(left)
-    items = out_pinned + out_facts + out_warm + taken[::-1] + out_cold
+    items = out_pinned + out_facts + out_pending + out_warm + taken[::-1] + out_cold
     return items, omitted, (3 + sum(i[3] for i in items) if items else 0)
 
 
@@ -138,7 +185,8 @@ def states(draw):
              for i in range(draw(st.integers(0, 8)))]
     facts = [f if draw(st.integers(0, 4)) else replace(f, superseded_by="later") for f in facts]
     chunks = [d.ColdChunk(f"c{i}", m.seq, m.seq, draw(texts), 0) for i, m in enumerate(cold_messages)]
-    return context(hot, segments, facts, cold_messages, chunks)
+    pending = [m.seq for m in hot + cold_messages if not m.pinned and draw(st.integers(0, 3)) == 0]
+    return context(hot, segments, facts, cold_messages, chunks, pending)
 
 
 def boundary_budgets(state, scores, now, draw_budget):
@@ -403,3 +451,15 @@ def test_cold_ranking_blends_similarity_and_recency_with_the_documented_weights(
     state = context(cold_messages=cold, chunks=chunks)
     got = view(state, 1000, {"c_old": 0.3, "c_new": 0.1, "c_orphan": 0.0}, now=now)
     assert [i.ref for i in got.items] == ["c_new", "c_old", "c_orphan", "c_unscored"]   # 0.28, 0.24, 0.2, ~0
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.frozensets(st.sampled_from("abcdefghij"), max_size=10),
+       others=st.lists(st.frozensets(st.sampled_from("abcdefghij"), max_size=10), max_size=6))
+def test_near_duplicates_are_found_by_size_as_by_the_plain_jaccard_index(words, others):
+    from app.domain.context.view import _near_duplicate
+    by_size: dict[int, list[frozenset[str]]] = {}
+    for other in others:
+        by_size.setdefault(len(other), []).append(other)
+    plain = any(len(words & o) >= d.NEAR_DUPLICATE_JACCARD * len(words | o) for o in others)
+    assert _near_duplicate(words, by_size) == plain

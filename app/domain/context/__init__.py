@@ -26,7 +26,8 @@ Modules
 -------
 - limits:      the documented bounds of a request (message size, append size, budget).
 - state:       AgentContext and its tiers, and their canonical serialisation and hash.
-- fold:        ``apply`` (one event into the state) and ``restore`` (a parked context back).
+- fold:        ``apply`` (one event into the state) and ``restore`` (a parked context back);
+               what "pending extraction" means (``AgentContext.unextracted``).
 - compaction:  when and what to compact (the plan; app.context.compactor carries it out).
 - hibernation: when an idle context is parked.
 - view:        ``assemble_view``, the context an agent reads within a token budget.
@@ -38,7 +39,12 @@ a private helper is imported from the module that defines it.
 """
 from __future__ import annotations
 
-from app.domain.events import CONTEXT_APPENDED, CONTEXT_COMPACTED, CONTEXT_EVENTS
+from app.domain.events import (
+    CONTEXT_APPENDED,
+    CONTEXT_COMPACTED,
+    CONTEXT_EVENTS,
+    CONTEXT_FACTS_EXTRACTED,
+)
 
 from .compaction import (
                          ADAPTIVE,
@@ -98,7 +104,8 @@ from .view import (
 from .whole import whole_history_view
 
 __all__ = [
-    "ADAPTIVE", "COLD", "CONTEXT_APPENDED", "CONTEXT_COMPACTED", "CONTEXT_EVENTS", "DEFAULT_IDLE_SECONDS",
+    "ADAPTIVE", "COLD", "CONTEXT_APPENDED", "CONTEXT_COMPACTED", "CONTEXT_EVENTS", "CONTEXT_FACTS_EXTRACTED",
+    "DEFAULT_IDLE_SECONDS",
     "FACTS_HEADER", "FACT_KIND_PRIORITY", "FIXED", "GROWTH_WINDOW", "HOT", "MAX_BUDGET_TOKENS",
     "MAX_MESSAGES_PER_APPEND", "MAX_MESSAGE_CHARS", "MIN_BUDGET_TOKENS", "NEAR_DUPLICATE_JACCARD", "NEVER",
     "REPLY_PRIMING_TOKENS", "ROLES", "WARM", "AgentContext", "ColdArchive", "ColdChunk", "CompactionPlan",

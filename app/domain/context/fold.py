@@ -1,12 +1,15 @@
 """The fold of an agent's context stream: one event at a time into AgentContext, and the
 check that brings a parked context back (``restore``).
 
-ContextAppended adds to the hot tier, ContextCompacted moves a span to warm and cold,
-AgentHibernated leaves only a resume point in memory; the log keeps every tier.
+ContextAppended adds to the hot tier (its message pending extraction, unless pinned or
+appended before append-time extraction), ContextFactsExtracted records the key facts of
+appended messages, ContextCompacted moves a span to warm and cold (with the facts of its
+messages not recorded yet), AgentHibernated leaves only a resume point in memory; the log
+keeps every tier.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -15,9 +18,11 @@ from app.domain.events import (
     AGENT_WOKEN,
     CONTEXT_APPENDED,
     CONTEXT_COMPACTED,
+    CONTEXT_FACTS_EXTRACTED,
     AgentHibernated,
     ContextAppended,
     ContextCompacted,
+    ContextFactsExtracted,
     parse,
 )
 
@@ -25,6 +30,7 @@ from .state import (
     AgentContext,
     ContextMessage,
     ContextStateError,
+    KeyFact,
     ResumePoint,
     WarmSegment,
     chunk_from_dict,
@@ -33,7 +39,7 @@ from .state import (
     working_set_digest,
 )
 
-_FOLDED = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, AGENT_HIBERNATED, AGENT_WOKEN})
+_FOLDED = frozenset({CONTEXT_APPENDED, CONTEXT_COMPACTED, CONTEXT_FACTS_EXTRACTED, AGENT_HIBERNATED, AGENT_WOKEN})
 
 
 def apply(state: AgentContext, event_type: str, data: Mapping[str, Any]) -> AgentContext:
@@ -48,6 +54,8 @@ def apply(state: AgentContext, event_type: str, data: Mapping[str, Any]) -> Agen
         return _apply_appended(state, event)
     if isinstance(event, ContextCompacted):
         return _apply_compacted(state, event)
+    if isinstance(event, ContextFactsExtracted):
+        return _apply_facts_extracted(state, event)
     if isinstance(event, AgentHibernated):
         return _apply_hibernated(state, event)
     return _apply_woken(state)
@@ -69,9 +77,54 @@ def _apply_appended(state: AgentContext, e: ContextAppended) -> AgentContext:
         raise ValueError(f"ContextAppended seq {seq} is not after {state.last_seq}")
     message = ContextMessage(seq=seq, role=e.role, content=e.content, pinned=bool(e.pinned),
                              tokens=int(e.tokens), at=float(e.at))
+    if not e.facts_at_append:
+        return replace(state, hot=state.hot + (message,), last_seq=seq,
+                       growth=state.growth.record(message.at, message.tokens), last_activity_at=message.at)
+    # A pinned message is in every view whole: it needs no facts, so it is never pending.
+    pending = state.unextracted if message.pinned else state.unextracted + (seq,)
     return replace(state, hot=state.hot + (message,), last_seq=seq,
                    growth=state.growth.record(message.at, message.tokens),
-                   last_activity_at=message.at)
+                   last_activity_at=message.at, unextracted=pending, facts_from=state.facts_from or seq)
+
+
+def _with_facts(state: AgentContext, records: Sequence[Mapping[str, Any]], superseded: Sequence[Mapping[str, Any]],
+                scanned: Sequence[int], roles: Mapping[int, str], *, by_compaction: bool
+                ) -> tuple[tuple[KeyFact, ...], tuple[int, ...]]:
+    """The facts after adding ``records`` (the facts of messages ``scanned``) and marking
+    ``superseded``, and the messages still pending extraction.
+
+    The first record of a message's facts wins: the facts (and the supersessions they
+    cause) of a scanned message whose facts are recorded already are dropped. This is how
+    a compaction planned while a message's append-time extraction was in flight, and an
+    extraction that lost the race to a compaction, neither duplicate facts nor supersede
+    with a second copy. A message appended before append-time extraction (below
+    ``facts_from``) has its facts recorded by its compaction alone."""
+    pending = frozenset(state.unextracted)
+    news_of = state.facts_unrecorded() if by_compaction else pending.__contains__
+    news = frozenset(s for s in (int(x) for x in scanned) if news_of(s))
+    kept = tuple(
+        fact_from_dict({**f, "role": f.get("role") or roles.get(int(f["source_seq"]), "user")})
+        for f in records if int(f["source_seq"]) in news)
+    kept_ids = {f.fact_id for f in kept}
+    replaced = {s["fact_id"]: s["by"] for s in superseded if s["by"] in kept_ids}
+    # Superseding never deletes: the old fact stays, pointing at the one that replaced it.
+    facts = tuple(replace(f, superseded_by=replaced[f.fact_id]) if f.fact_id in replaced else f
+                  for f in state.facts + kept)
+    return facts, tuple(s for s in state.unextracted if s not in news)
+
+
+def _apply_facts_extracted(state: AgentContext, e: ContextFactsExtracted) -> AgentContext:
+    _refuse_parked(state, CONTEXT_FACTS_EXTRACTED)
+    facts, pending = _with_facts(state, e.facts, e.superseded, e.seqs, {}, by_compaction=False)
+    return replace(state, facts=facts, unextracted=pending, fact_events=state.fact_events + 1,
+                   last_activity_at=max(state.last_activity_at, float(e.at)))
+
+
+def _scanned_by(e: ContextCompacted, moving: Sequence[ContextMessage]) -> Sequence[int]:
+    """The messages a compaction looked for key facts in (see ContextCompacted.scanned_seqs)."""
+    if e.scanned_seqs is not None:
+        return e.scanned_seqs
+    return [m.seq for m in moving[:len(moving) - int(e.messages_not_scanned or 0)]]
 
 
 def _apply_compacted(state: AgentContext, e: ContextCompacted) -> AgentContext:
@@ -82,19 +135,14 @@ def _apply_compacted(state: AgentContext, e: ContextCompacted) -> AgentContext:
     roles = {m.seq: m.role for m in moving}
     segment = WarmSegment(segment_id=e.segment_id, from_seq=lo, to_seq=hi, summary=e.summary,
                           summary_tokens=int(e.summary_tokens), at=float(e.at))
-    new_facts = tuple(
-        fact_from_dict({**f, "role": f.get("role") or roles.get(int(f["source_seq"]), "user")})
-        for f in e.facts or ())
-    superseded = {s["fact_id"]: s["by"] for s in e.superseded or ()}
-    # Superseding never deletes: the old fact stays, pointing at the one that replaced it.
-    facts = tuple(replace(f, superseded_by=superseded[f.fact_id]) if f.fact_id in superseded else f
-                  for f in state.facts + new_facts)
+    facts, pending = _with_facts(state, e.facts or (), e.superseded or (), _scanned_by(e, moving), roles,
+                                 by_compaction=True)
     chunks = tuple(chunk_from_dict(c) for c in e.chunks or ())
     cold = replace(state.cold,
                    messages=tuple(sorted(state.cold.messages + moving, key=lambda m: m.seq)),
                    chunks=state.cold.chunks + chunks)
     return replace(state, hot=staying, warm_segments=state.warm_segments + (segment,), facts=facts,
-                   cold=cold, compactions=state.compactions + 1,
+                   cold=cold, compactions=state.compactions + 1, unextracted=pending,
                    last_activity_at=max(state.last_activity_at, float(e.at)))
 
 
@@ -117,7 +165,8 @@ def _apply_hibernated(state: AgentContext, e: AgentHibernated) -> AgentContext:
         messages=len(state.hot) + len(state.cold.messages),
         tokens=state.hot_tokens + sum(m.tokens for m in state.cold.messages))
     return AgentContext(agent_id=state.agent_id, last_seq=state.last_seq, compactions=state.compactions,
-                        last_activity_at=state.last_activity_at, hibernated=True, resume_point=resume)
+                        last_activity_at=state.last_activity_at, hibernated=True, resume_point=resume,
+                        fact_events=state.fact_events, facts_from=state.facts_from)
 
 
 def _apply_woken(state: AgentContext) -> AgentContext:

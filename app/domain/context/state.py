@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -125,6 +125,15 @@ class AgentContext:
     last_activity_at: float = 0.0
     hibernated: bool = False
     resume_point: ResumePoint | None = None
+    # Unpinned messages appended for extraction at append time whose key facts are not
+    # recorded yet (by a ContextFactsExtracted, or a ContextCompacted that scanned them),
+    # ascending: "pending extraction". A view that leaves one of them out shows the message
+    # itself instead of its facts.
+    unextracted: tuple[int, ...] = ()
+    fact_events: int = 0   # ContextFactsExtracted events folded: part of the stream's version
+    # The first seq appended for extraction at append time (0: none yet). Older messages
+    # (a log from before append-time extraction) get their facts from compactions only.
+    facts_from: int = 0
 
     def tier_of(self, seq: int) -> str | None:
         """hot or cold for a message seq (warm holds summaries, not messages)."""
@@ -133,6 +142,13 @@ class AgentContext:
         if any(m.seq == seq for m in self.cold.messages):
             return COLD
         return None
+
+    def facts_unrecorded(self) -> Callable[[int], bool]:
+        """Whether the key facts of message ``seq`` are still to be recorded: it is pending
+        extraction, or it was appended before append-time extraction (below ``facts_from``:
+        its compaction finds them)."""
+        pending, start = frozenset(self.unextracted), self.facts_from
+        return lambda seq: seq in pending or not start or seq < start
 
     @property
     def hot_tokens(self) -> int:
@@ -198,6 +214,9 @@ def state_from_dict(d: Mapping[str, Any]) -> AgentContext:
         resume_point=None if rp is None else ResumePoint(
             last_seq=int(rp["last_seq"]), compactions=int(rp["compactions"]), digest=rp["digest"],
             messages=int(rp["messages"]), tokens=int(rp["tokens"])),
+        unextracted=tuple(int(s) for s in d.get("unextracted", ())),
+        fact_events=int(d.get("fact_events", 0)),
+        facts_from=int(d.get("facts_from", 0)),
     )
 
 

@@ -55,6 +55,10 @@ class ViewSettings:
     # docs/benchmarks/context.md).
     query_facts_share: float = 0.0
     query_recent_share: float = 0.0
+    # Messages pending extraction that a query-less view leaves out are shown themselves
+    # (their facts are not known yet), within this share. They are few and short-lived: the
+    # fact worker records a message's facts well within a second of its append.
+    pending_share: float = 0.20
 
 
 @dataclass(frozen=True)
@@ -136,17 +140,19 @@ def _select_facts(facts: Sequence[KeyFact], cap: int, count_message: Callable[[s
     first_of_shape: list[KeyFact] = []
     repeats: list[KeyFact] = []
     seen_shapes: set[str] = set()
-    taken_words: dict[str, list[frozenset[str]]] = {}
+    taken_words: dict[str, dict[int, list[frozenset[str]]]] = {}   # kind -> word count -> word sets
     for fact in ranked:
         shape = fact.shape or f"{fact.kind}:{fact.text}"
+        if shape in seen_shapes:
+            repeats.append(fact)
+            continue
         words = frozenset(fact.text.lower().split())
-        similar = any(len(words & other) >= NEAR_DUPLICATE_JACCARD * len(words | other)
-                      for other in taken_words.get(fact.kind, ()))
-        if shape in seen_shapes or similar:
+        by_size = taken_words.setdefault(fact.kind, {})
+        if _near_duplicate(words, by_size):
             repeats.append(fact)
         else:
             first_of_shape.append(fact)
-            taken_words.setdefault(fact.kind, []).append(words)
+            by_size.setdefault(len(words), []).append(words)
         seen_shapes.add(shape)
     chosen: list[KeyFact] = []
     estimate = base
@@ -163,6 +169,23 @@ def _select_facts(facts: Sequence[KeyFact], cap: int, count_message: Callable[[s
     return [], 0
 
 
+def _near_duplicate(words: frozenset[str], by_size: Mapping[int, Sequence[frozenset[str]]]) -> bool:
+    """Whether ``words`` shares >= NEAR_DUPLICATE_JACCARD of its union with a set of
+    ``by_size`` (word sets by their size). The Jaccard index of two sets is at most the
+    smaller size over the larger, so sizes too far apart are skipped without a set
+    operation: a view ranks hundreds of facts, and comparing each with every one taken
+    before it cost tens of milliseconds."""
+    n = len(words)
+    for m, others in by_size.items():
+        if min(n, m) < NEAR_DUPLICATE_JACCARD * max(n, m):
+            continue
+        for other in others:
+            shared = len(words & other)
+            if shared >= NEAR_DUPLICATE_JACCARD * (n + m - shared):   # the union has n + m - shared
+                return True
+    return False
+
+
 def _recency(age_seconds: float, half_life: float) -> float:
     return math.pow(0.5, max(age_seconds, 0.0) / half_life) if half_life > 0 else 0.0
 
@@ -173,14 +196,22 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
     """The context an agent gets for its next call, never over ``budget_tokens`` as counted
     by ``count_message`` (plus the 3 reply-priming tokens).
 
-    Output order: pinned messages (chronological), the key-facts block, warm summaries
-    newest first, hot messages (chronological, the most recent ones that fit), then cold
-    chunks ranked by cosine score (``chunk_scores``, chunk_id -> cosine, from the query)
-    blended with recency; with no scores, cold chunks rank by recency alone.
+    Output order: pinned messages (chronological), the key-facts block, the messages
+    pending extraction that the view leaves out (newest first), warm summaries newest
+    first, hot messages (chronological, the most recent ones that fit), then cold chunks
+    ranked by cosine score (``chunk_scores``, chunk_id -> cosine, from the query) blended
+    with recency; with no scores, cold chunks rank by recency alone.
 
     Budget is spent in this order of priority: pinned, facts (<= facts_share), hot
-    (leaving warm_reserve and, if there are chunks to recall, cold_reserve), warm, cold,
-    then any leftover extends the hot window further back.
+    (leaving warm_reserve and, if there are chunks to recall, cold_reserve), pending
+    messages left out (<= pending_share), warm, cold, then any leftover extends the hot
+    window further back.
+
+    Key facts are those of every message the view may leave out, hot or cold: the facts of
+    the newest messages, which the window shows verbatim whatever the block costs, are left
+    out of the block (they would be said twice). A message whose facts are not extracted
+    yet is not forgotten meanwhile: left out of the window, it is shown itself, or its head
+    when it is long.
 
     Pinned messages alone over budget: the budget still wins (it is a hard limit of the
     model call). Pinned messages are taken oldest first while they fit, the rest are
@@ -192,16 +223,14 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
         raise ContextStateError(f"agent {state.agent_id} is hibernated; wake it before reading its context")
     if ranking is not None:
         return _relevant_view(state, budget_tokens, ranking, count_message, settings)
+    return _tiered_view(state, budget_tokens, chunk_scores, count_message, now, settings)
+
+
+def _tiered_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping[str, float] | None,
+                 count_message: Callable[[str, str], int], now: float, settings: ViewSettings) -> ContextView:
+    """The query-less view when the whole history does not fit (see assemble_view)."""
     remaining = budget_tokens - REPLY_PRIMING_TOKENS
     pinned_items, omitted, remaining = _pinned(state, remaining, count_message)
-
-    fact_items: list[ViewItem] = []
-    chosen_facts, facts_cost = _select_facts(
-        state.live_facts, min(remaining, int(settings.facts_share * budget_tokens)), count_message)
-    if chosen_facts:
-        ordered_ids = ",".join(f.fact_id for f in sorted(chosen_facts, key=lambda f: (f.source_seq, f.fact_id)))
-        fact_items.append(ViewItem(WARM, "facts", "system", _facts_block(chosen_facts), facts_cost, ordered_ids))
-        remaining -= facts_cost
 
     segment_costs = [(s, count_message("system", _summary_content(s))) for s in reversed(state.warm_segments)]
     has_cold = bool(state.cold.chunks)
@@ -210,15 +239,48 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
         reserve += min(int(settings.warm_reserve * budget_tokens), segment_costs[0][1])
     if has_cold:
         reserve += int(settings.cold_reserve * budget_tokens)
+    if state.unextracted:
+        # Held back from the window for messages pending extraction it may leave out; when
+        # it leaves none out (they are the newest, the usual case), the leftover extends
+        # the window back, as any unused share does.
+        by_seq = {m.seq: m for m in state.hot + state.cold.messages}
+        pending_cost = sum(count_message(by_seq[s].role, by_seq[s].content) for s in state.unextracted
+                           if s in by_seq)
+        reserve += min(int(settings.pending_share * budget_tokens), pending_cost)
 
     recent = [m for m in state.hot if not m.pinned]
+    facts_cap = min(remaining, int(settings.facts_share * budget_tokens))
+    # The facts block costs at most its cap, so the window will show at least the newest
+    # messages that fit what the cap and the reserves leave: their facts would be said
+    # twice. (The window usually reaches further back; the facts of those messages are
+    # shown all the same, which costs a little budget and forgets nothing.)
+    shown_anyway: set[int] = set()
+    floor = max(0, remaining - facts_cap - reserve)
+    for m in reversed(recent):
+        cost = count_message(m.role, m.content)
+        if cost > floor:
+            break
+        shown_anyway.add(m.seq)
+        floor -= cost
+
+    fact_items: list[ViewItem] = []
+    candidates = [f for f in state.live_facts if f.source_seq not in shown_anyway]
+    chosen_facts, facts_cost = _select_facts(candidates, facts_cap, count_message)
+    if chosen_facts:
+        ordered_ids = ",".join(f.fact_id for f in sorted(chosen_facts, key=lambda f: (f.source_seq, f.fact_id)))
+        fact_items.append(ViewItem(WARM, "facts", "system", _facts_block(chosen_facts), facts_cost, ordered_ids))
+        remaining -= facts_cost
+
     hot_picked: list[ViewItem] = []
     index = len(recent) - 1
+    shown_pending: set[int] = set()
 
     def take_hot(limit: int) -> None:
         nonlocal index, remaining
         while index >= 0:
             m = recent[index]
+            if m.seq in shown_pending:
+                return  # shown already, as a message pending extraction
             cost = count_message(m.role, m.content)
             if cost > remaining or cost > limit:
                 return  # contiguous: the window stops at the first message that does not fit
@@ -228,6 +290,16 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
             index -= 1
 
     take_hot(max(0, remaining - reserve))
+
+    pending_items: list[ViewItem] = []
+    if state.unextracted:
+        in_window = {recent[i].seq for i in range(index + 1, len(recent))}
+        left_out = [seq for seq in reversed(state.unextracted) if seq not in in_window]
+        if left_out:
+            pending_items = _pending(state, left_out, min(remaining, int(settings.pending_share * budget_tokens)),
+                                     count_message)
+            shown_pending.update(int(i.ref) for i in pending_items)
+            remaining -= sum(i.tokens for i in pending_items)
 
     warm_items: list[ViewItem] = []
     cold_floor = int(settings.cold_reserve * budget_tokens) if has_cold else 0
@@ -257,10 +329,55 @@ def assemble_view(state: AgentContext, budget_tokens: int, chunk_scores: Mapping
     take_hot(remaining)  # leftover budget: extend the recent window further back
     hot_picked.reverse()  # chronological
 
-    items = tuple(pinned_items + fact_items + warm_items + hot_picked + cold_items)
+    items = tuple(pinned_items + fact_items + pending_items + warm_items + hot_picked + cold_items)
     total = REPLY_PRIMING_TOKENS + sum(i.tokens for i in items) if items else 0
     return ContextView(agent_id=state.agent_id, budget_tokens=budget_tokens, tokens=total,
                        items=items, omitted_pinned=tuple(omitted))
+
+
+PENDING_ELLIPSIS = " [...]"
+
+
+def _pending(state: AgentContext, seqs: Sequence[int], cap: int, count_message: Callable[[str, str], int]
+             ) -> list[ViewItem]:
+    """Messages pending extraction, ``seqs`` newest first, within ``cap`` tokens: each whole
+    if it fits, else its head (where a message usually states what it is about), cut on a
+    word boundary, while a head of a few words still fits."""
+    by_seq = {m.seq: m for m in state.hot + state.cold.messages}
+    hot_seqs = {m.seq for m in state.hot}
+    items: list[ViewItem] = []
+    for seq in seqs:
+        m = by_seq.get(seq)
+        if m is None or m.pinned:
+            continue
+        content = m.content
+        cost = count_message(m.role, content)
+        if cost > cap:
+            content = _head(m.role, m.content, cap, count_message)
+            cost = count_message(m.role, content) if content else 0
+        if not content or cost > cap:
+            break  # newest first: an older message is not worth more than this one
+        items.append(ViewItem(HOT if seq in hot_seqs else COLD, "pending", m.role, content, cost, str(seq)))
+        cap -= cost
+    return items
+
+
+MIN_HEAD_WORDS = 8
+
+
+def _head(role: str, content: str, cap: int, count_message: Callable[[str, str], int]) -> str:
+    """The longest head of ``content`` (whole words, marked as cut) that fits ``cap``, or ""
+    if fewer than MIN_HEAD_WORDS words fit. A binary search on the word count: the count
+    of a prefix grows with its length."""
+    words = content.split(" ")
+    lo, hi = 0, len(words) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_message(role, " ".join(words[:mid]) + PENDING_ELLIPSIS) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + PENDING_ELLIPSIS if lo >= MIN_HEAD_WORDS else ""
 
 
 def _pinned(state: AgentContext, remaining: int, count_message: Callable[[str, str], int]
