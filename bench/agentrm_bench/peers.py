@@ -257,7 +257,8 @@ PORTKEY_DOCS = {
     "TRUSTED_CUSTOM_HOSTS of build/start-server.js)",
     "retry: {attempts: 3, on_status_codes: [429]} (rate workloads)": "https://portkey.ai/docs/product/ai-gateway/"
     "automatic-retries (exponential backoff; the open-source gateway has no rate limiter of its own)",
-    "retry.use_retry_after_header: not used": "in 1.15.2 every retried call fails with a TypeError with it on",
+    "retry.use_retry_after_header: not used": "in 1.15.2 a call that meets a 429 with it on answers 500: "
+    "TypeError: Cannot set properties of undefined (setting '_timeouts')",
     f"@hono/node-server pinned to {HONO_NODE_SERVER} (npm overrides)": "Portkey-AI/gateway issue 1389: newer "
     "versions fail every streamed call with TypeError: immutable",
     "--port=PORT --headless": "build/start-server.js (the only flags it reads; no host flag: bound to "
