@@ -82,7 +82,7 @@ class Target:
     config: dict
     model: str = MODEL
     procs: list[subprocess.Popen] = field(default_factory=list)
-    extra_pids: list[int] = field(default_factory=list)   # counted for CPU, not ours to stop (redis, postgres)
+    extra_pids: list[int] = field(default_factory=list)   # counted for CPU, not ours to stop
 
     def cpu_roots(self) -> list[int]:
         return [p.pid for p in self.procs] + self.extra_pids
@@ -156,8 +156,7 @@ def _yaml(value, indent: int = 0) -> str:
     return "\n".join(lines)
 
 
-def litellm_config(models: Mapping[str, tuple[str, int | None]], *, rate_limited: bool,
-                   redis_port: int | None = None) -> dict:
+def litellm_config(models: Mapping[str, tuple[str, int | None]], *, rate_limited: bool) -> dict:
     """`models`: model name -> (provider base URL, rpm or None)."""
     model_list = []
     for name, (base, rpm) in models.items():
@@ -168,8 +167,6 @@ def litellm_config(models: Mapping[str, tuple[str, int | None]], *, rate_limited
     router: dict = {"num_retries": 0}
     if rate_limited:
         router["routing_strategy"] = "usage-based-routing-v2"
-    if redis_port is not None:
-        router.update({"redis_host": "127.0.0.1", "redis_port": redis_port})
     return {"model_list": model_list, "router_settings": router,
             "litellm_settings": {"num_retries": 0, "request_timeout": 600},
             "general_settings": {"master_key": "sk-bench-master"}}
@@ -182,8 +179,6 @@ LITELLM_DOCS = {
     "(rpm on the deployment; enforced by the usage-based routing strategies)",
     "router_settings.routing_strategy: usage-based-routing-v2": "https://docs.litellm.ai/docs/routing "
     "(Advanced - Routing Strategies: usage-based-routing-v2, the Redis-backed rpm/tpm check)",
-    "router_settings.redis_host/redis_port": "https://docs.litellm.ai/docs/proxy/load_balancing "
-    "(multiple instances share usage through Redis)",
     "num_retries: 0": "https://docs.litellm.ai/docs/proxy/reliability (router retries; off so a 429 "
     "is counted where it happens, as for the other gateways)",
     "general_settings.master_key": "https://docs.litellm.ai/docs/proxy/virtual_keys (master key auth, no DB)",
@@ -192,8 +187,7 @@ LITELLM_DOCS = {
 }
 
 
-def start_litellm(name: str, config: dict, install: bool, workdir: Path,
-                  redis_pid: int | None = None) -> Target:
+def start_litellm(name: str, config: dict, install: bool, workdir: Path) -> Target:
     exe = litellm_bin(install)
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}.yaml"
@@ -210,7 +204,7 @@ def start_litellm(name: str, config: dict, install: bool, workdir: Path,
     return Target(name, f"http://127.0.0.1:{port}/v1", {"Authorization": "Bearer sk-bench-master"},
                   litellm_version(), {"file": config, "docs": LITELLM_DOCS, "cli": "litellm --config FILE "
                                       "--host 127.0.0.1 --port PORT --num_workers 1"},
-                  procs=[proc], extra_pids=[redis_pid] if redis_pid else [])
+                  procs=[proc])
 
 
 # -- Portkey ---------------------------------------------------------------------------------
@@ -289,16 +283,3 @@ def start_portkey(install: bool, workdir: Path) -> Target:
     return Target("portkey", f"http://127.0.0.1:{port}/v1", {}, portkey_version(),
                   {"headers": "x-portkey-config per request (see docs)", "docs": PORTKEY_DOCS,
                    "cli": "node --require loopback.cjs start-server.js --port=PORT --headless"}, procs=[proc])
-
-
-# -- Redis (LiteLLM's shared state for replicas) ---------------------------------------------
-def start_redis(workdir: Path) -> subprocess.Popen:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise PeerUnavailable("redis-server is not installed (Debian's redis-server)")
-    port = free_port()
-    workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proc.port = port   # type: ignore[attr-defined]
-    return proc
