@@ -24,6 +24,7 @@ BENCHMARKS = {
     "load": "many concurrent agents over HTTP against several workers: turns/s, grant latency, verify",
     "first-call": "README example 1's gateway call under `make run` (demo fleet on): p50/p90/max",
     "abuse": "honest agents' grant and view P95 with four abusers in their pool; RSS under hostile requests",
+    "peers": "AgentRM beside the LiteLLM proxy and the Portkey gateway: overhead and rate limits",
     "all": "every benchmark, writing bench/results/",
 }
 

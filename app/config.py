@@ -373,6 +373,12 @@ def child_environment(overrides: Mapping[str, str] | None = None, /, **more: str
     return {**os.environ, **(overrides or {}), **more}
 
 
+def foreign_environment(**more: str) -> dict[str, str]:
+    """The environment for another program's process (a peer gateway a benchmark runs):
+    this process's without AgentRM's own variables, with `more` on top."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRM_", "DATABASE_URL"))}, **more}
+
+
 # -- the reference page ---------------------------------------------------------------------
 
 def _cell(text: str) -> str:

@@ -1,5 +1,5 @@
 """`agentrm bench NAME [--out DIR] [...]`: scheduler, system, context, extractor, managed-context, fact-lag,
-live, load, first-call, abuse or all."""
+live, load, first-call, abuse, peers or all."""
 from __future__ import annotations
 
 import argparse
@@ -99,6 +99,36 @@ def _first_call(argv: list[str]) -> int:
                  repeat=args.repeat, warmup_s=args.warmup, gap_s=args.gap, tree=args.tree)
     print(json.dumps(result, sort_keys=True) if args.json else to_markdown(result))
     return 0 if result["target_met"] else 1
+
+
+def _peers(argv: list[str]) -> int:
+    from .peers_bench import ALL_PEERS, run, to_markdown
+    p = argparse.ArgumentParser(prog="agentrm bench peers",
+                                description="AgentRM beside the LiteLLM proxy and the Portkey gateway, each in front "
+                                            "of one fake provider: overhead and rate limits")
+    p.add_argument("--peers", default=",".join(ALL_PEERS),
+                   help=f"comma-separated, of {', '.join(ALL_PEERS)} (default: all)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of every workload; the spread is reported")
+    p.add_argument("--rate-seconds", type=float, default=None,
+                   help="length of each rate-limit phase (30 s; quick 12 s)")
+    p.add_argument("--no-install", action="store_true",
+                   help="use the peers already installed under .agentrm/peers; skip those that are not")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--quick", action="store_true", help="1 and 8 clients, short phases, one run")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    chosen = tuple(n.strip() for n in args.peers.split(",") if n.strip())
+    if not chosen or any(n not in ALL_PEERS for n in chosen):
+        p.error(f"--peers takes names of {', '.join(ALL_PEERS)}")
+    if args.quick:
+        args.repeat = 1
+    if args.repeat < 1 or (args.rate_seconds is not None and args.rate_seconds <= 0):
+        p.error("--repeat must be at least 1, --rate-seconds positive")
+    database = _bench_database("agentrm_bench_peers") if "agentrm" in chosen else None
+    result = run(args.out, database, peers=chosen, quick=args.quick, repeat=args.repeat,
+                 install=not args.no_install, rate_seconds=args.rate_seconds)
+    print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
+    return 0 if all(p["status"] == "ok" for p in result["peers"].values()) else 1
 
 
 def _abuse(argv: list[str]) -> int:
@@ -305,14 +335,16 @@ def _live(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("scheduler", "system", "context", "extractor", "managed-context", "fact-lag", "live",
-                                   "load", "first-call", "abuse", "all"):
+                                   "load", "first-call", "abuse", "peers", "all"):
         print("usage: agentrm bench scheduler|system|context|extractor|managed-context|fact-lag|live|load|first-call|"
-              "abuse|all [options]",
+              "abuse|peers|all [options]",
               file=sys.stderr)
         return 2
     which, rest = argv[0], argv[1:]
     if which == "fact-lag":
         return _fact_lag(rest)
+    if which == "peers":
+        return _peers(rest)
     if which == "abuse":
         return _abuse(rest)
     if which == "first-call":

@@ -32,6 +32,15 @@ The scenarios' provider behaviours (sim.py's, on the wall clock; all optional):
 - `saturation` (a sim.Saturation in wall-clock units): processor sharing over at most
   `max_running` calls, the rest queued, as sim._SaturatedEngine does; the trace's latency is
   then ignored and the engine decides when each chunk and the last byte come.
+
+For gateways that forward only OpenAI's own fields (`agentrm bench peers` puts LiteLLM and
+Portkey in front of it), three more options, all off by default:
+- `limiter`: "token_bucket" (the default, sim.Provider), "sliding_window" or "fixed_window"
+  (sim's SlidingWindowProvider and FixedWindowProvider, 60 s windows): the provider's limit.
+- `defaults`: the `fake` object of a request that carries none; a request without
+  `prompt_tokens` is charged its messages' characters / 4, one without `max_tokens` 16.
+- `honour_stream`: a request without `"stream": true` gets one JSON answer (Content-Length
+  framed, with `usage`) after its latency, as OpenAI answers a call that did not ask to stream.
 """
 from __future__ import annotations
 
@@ -42,7 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import cast
 
-from .sim import Provider, Saturation
+from .sim import FixedWindowProvider, Provider, Saturation, SlidingWindowProvider
 
 MAX_HEADER_BYTES = 16_384
 
@@ -81,9 +90,12 @@ class FakeProvider:
     outage_origin: float = 0.0          # wall time the outage windows count from
     max_concurrent: int | None = None
     saturation: Saturation | None = None
+    limiter_kind: str = "token_bucket"
+    defaults: dict | None = None
+    honour_stream: bool = False
 
     def __post_init__(self) -> None:
-        self.limiter = Provider(self.rpm, self.tpm, max_concurrent=self.max_concurrent)
+        self.limiter = LIMITERS[self.limiter_kind](self.rpm, self.tpm, max_concurrent=self.max_concurrent)
         self.engine = _WallSaturatedEngine(self.saturation) if self.saturation is not None else None
         self._started_at = time.time()
         self._server: asyncio.base_events.Server | None = None
@@ -111,6 +123,13 @@ class FakeProvider:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    def reset(self) -> None:
+        """A fresh limiter (full) and an empty access log: the next workload meets the provider
+        as the first one did."""
+        self.limiter = LIMITERS[self.limiter_kind](self.rpm, self.tpm, max_concurrent=self.max_concurrent)
+        self.access_log.clear()
+        self._started_at = time.time()
 
     def _now(self) -> float:
         """The limiter's clock: seconds since start, so its buckets start full at start."""
@@ -142,8 +161,8 @@ class FakeProvider:
             return True
         try:
             body = json.loads(request.body or b"{}")
-            prompt, max_tokens = int(body["prompt_tokens"]), int(body["max_tokens"])
-            fake = body.get("fake") or {}
+            prompt, max_tokens = _charge(body)
+            fake = body.get("fake") or self.defaults or {}
         except (ValueError, KeyError, TypeError):
             await _send_json(writer, 400, {"error": {"message": "bad request"}}, {})
             return True
@@ -163,6 +182,10 @@ class FakeProvider:
                 extra = float(fake.get("slow_extra_s", 0.0))
                 first_chunk, latency = first_chunk + extra, latency + extra
             stall_after = float(fake.get("stall_after_s", 0.0)) if fault == "stall" else None
+            if self.honour_stream and not body.get("stream") and stall_after is None:
+                await self._answer_whole(writer, entry, answer.headers, prompt, max_tokens,
+                                         int(fake.get("output_tokens", 1)), max(latency, first_chunk))
+                return True
             if self.engine is not None and stall_after is None:
                 await self._stream_saturated(writer, entry, answer.headers, prompt, max_tokens,
                                              int(fake.get("output_tokens", 1)))
@@ -231,6 +254,25 @@ class FakeProvider:
         await self._last_chunk(writer, entry, prompt, max_tokens, output)
         return True
 
+    async def _answer_whole(self, writer, entry: AccessEntry, headers: dict, prompt: int, max_tokens: int,
+                            output: int, latency: float) -> None:
+        """A call that did not ask to stream: one JSON body after the whole latency."""
+        entry.status = 200
+        if latency > 0:
+            await asyncio.sleep(latency)
+        if writer.is_closing():   # the client gave up while it waited: nothing to answer
+            return
+        entry.first_chunk_at = time.time()
+        usage = {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output}
+        await _send_json(writer, 200, {
+            "id": f"chatcmpl-{entry.request_id or 'fake'}", "object": "chat.completion",
+            "created": int(time.time()), "model": "fake",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "…" * output}}],
+            "usage": usage}, {**headers, "x-request-id": entry.request_id or "fake"})
+        self.limiter.settle(self._now(), prompt + max_tokens, prompt + output)
+        entry.finished_at, entry.completion_tokens = time.time(), output
+
     async def _first_chunk(self, writer, entry: AccessEntry, headers: dict) -> None:
         head = {**headers, "content-type": "text/event-stream", "transfer-encoding": "chunked",
                 "x-request-id": entry.request_id or "fake"}
@@ -276,6 +318,24 @@ class FakeProvider:
                 "answered": sum(e.status == 200 and e.finished_at is not None for e in log),
                 "stalled": sum(e.hung and e.first_chunk_at is not None for e in log),
                 "rpm": self.rpm, "tpm": self.tpm}
+
+
+LIMITERS: dict[str, type[Provider]] = {"token_bucket": Provider, "sliding_window": SlidingWindowProvider,
+                                       "fixed_window": FixedWindowProvider}
+
+
+def _charge(body: dict) -> tuple[int, int]:
+    """(prompt tokens, output bound) a request is charged: the trace's own figures when it
+    sends them, else its messages' length (4 characters a token) and its max_tokens."""
+    if "prompt_tokens" in body:
+        prompt = int(body["prompt_tokens"])
+    else:
+        text = sum(len(str(m.get("content", ""))) for m in body.get("messages") or [])
+        prompt = max(1, text // 4)
+    bound = body.get("max_tokens", body.get("max_completion_tokens"))
+    if bound is None and "prompt_tokens" in body:
+        raise KeyError("max_tokens")   # the live check's protocol: both figures, always
+    return prompt, int(bound) if bound is not None else 16
 
 
 # -- a saturating provider on the wall clock ------------------------------------------------------
