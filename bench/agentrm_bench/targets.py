@@ -83,8 +83,10 @@ def check_hangs(d: dict) -> list[Check]:
     p, a = d["policies"], d["policies"]["agentrm"]
     hung = _ratio_per_seed(_seeds(a, "hung_lane_seconds"), _seeds(p["gateway-fifo@30s"], "hung_lane_seconds"))
     cuts = _seeds(a, "live_calls_cut")
-    calls = [float(a["calls_completed"])] * len(cuts)
-    share = [c / n for c, n in zip(cuts, calls)]
+    # Each seed's cuts over that seed's own calls (a result without per-seed counts is refused
+    # rather than divided by the mean over seeds).
+    calls = _seeds(a, "calls_completed")
+    share = [c / n if n else float("inf") for c, n in zip(cuts, calls)]
     g10 = _seeds(p["gateway-fifo@10s"], "live_calls_cut")
     return [Check("hangs", "hung lane-seconds <= 0.25x gateway-fifo@30s", max(hung) <= 0.25, _fmt(hung)),
             Check("hangs", "live calls cut <= 0.5% of calls", max(share) <= 0.005,
