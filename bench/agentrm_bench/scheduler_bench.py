@@ -48,6 +48,10 @@ DETAIL_KEYS = ("lane_utilization", "p50_latency_s", "rate_limited_count", "hung_
                "max_wait_s")
 
 
+# What a per-seed, per-class target reads (mixed-lanes judges interactive waits and batch runs).
+PER_CLASS_SEED_KEYS = ("p95_wait_s", "run_completion_mean_s", "jain_fairness", "jain_demand", "throughput_per_min")
+
+
 def simulate(policy_name: str, trace: Trace, lanes: int, rpm: int, tpm: int,
              agentrm_overrides: dict | None = None, options: dict | None = None,
              scenario: Scenario | None = None) -> tuple[dict, dict]:
@@ -84,6 +88,8 @@ def aggregate(runs: list[dict]) -> dict:
                         for c in CLASSES if any(c in r["per_class"] for r in runs)}
     # Per seed: every reported key, and the counts a per-seed ratio needs (calls completed).
     out["per_seed"] = {k: [r.get(k) for r in runs] for k in REPORTED_KEYS + ("calls_completed",)}
+    out["per_seed"]["per_class"] = [{c: {k: v.get(k) for k in PER_CLASS_SEED_KEYS} for c, v in r["per_class"].items()}
+                                    for r in runs]
     return out
 
 
