@@ -288,13 +288,55 @@ HEADLINE_COLUMNS = {
 }
 
 
+# The figures each scenario's per-seed table shows (one value per seed, a/b/c/...).
+_SEED_COMMON = (("throughput_per_min", "calls/min", 1), ("fraction_of_limit", "of limit", 2))
+PER_SEED_COLUMNS = {
+    "mixed-lanes": _SEED_COMMON + (("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1),
+                                   ("run_completion_mean_s", "run mean s", 1),
+                                   ("jain_demand:INTERACTIVE", "Jain/demand int.", 3),
+                                   ("service_gap_over_2u", "gap / 2U", 2)),
+    "provider-bound": _SEED_COMMON + (("p95_latency_s", "P95 s", 1), ("rate_limited", "429s/call", 3),
+                                      ("jain_demand:INTERACTIVE", "Jain/demand int.", 3),
+                                      ("service_gap_over_2u", "gap / 2U", 2)),
+    "hangs": _SEED_COMMON + (("hung_lane_seconds", "hung lane-s", 0), ("live_calls_cut", "live cut", 0),
+                             ("p95_latency_s", "P95 s", 1), ("stuck_agents", "stuck", 0)),
+    "runs": _SEED_COMMON + (("run_completion_mean_s", "run mean s", 1), ("run_completion_p99_s", "run P99 s", 1),
+                            ("jain_demand:BATCH", "Jain/demand batch", 3), ("service_gap_over_2u", "gap / 2U", 2)),
+    "paper": _SEED_COMMON + (("p95_latency_s", "P95 s", 1), ("hung_lane_seconds", "hung lane-s", 0),
+                             ("live_calls_cut", "live cut", 0)),
+    "replicas": _SEED_COMMON + (("over_admission", "over-adm.", 2), ("p95_latency_s", "P95 s", 1)),
+    "saturating-provider": _SEED_COMMON + (("p95_latency_s", "P95 s", 1),),
+}
+for _name in ("hangs-persist", "hangs-persist-model", "reasoning-mix"):
+    PER_SEED_COLUMNS[_name] = PER_SEED_COLUMNS["hangs"] + (("quarantined_agents", "quarantined", 0),)
+PER_SEED_COLUMNS["provider-bound-predictable"] = PER_SEED_COLUMNS["provider-bound"]
+
+
+def per_seed_table(result: dict, columns=None) -> str:
+    """One row per policy, each cell the seeds' values in seed order (a/b/c/...)."""
+    columns = columns or PER_SEED_COLUMNS.get(result["scenario"], _SEED_COMMON)
+    headers = ["policy", *(h for _, h, _ in columns)]
+    rows = []
+    for name, m in sorted(result["policies"].items(), key=lambda item: _order(item[0])):
+        cells = []
+        for key, _, digits in columns:
+            metric, _, cls = key.partition(":")
+            values = m.get("per_seed", {}).get(metric) or []
+            if cls:
+                values = [v.get(cls) if isinstance(v, dict) else None for v in values]
+            scale = 1e3 if metric.startswith("max_service_gap") else 1.0
+            cells.append("/".join(fmt(None if v is None else float(v) / scale, digits) for v in values) or "-")
+        rows.append([name, *cells])
+    return table(headers, rows)
+
+
 def headline_table(result: dict) -> str:
     return scenario_table(result, HEADLINE_COLUMNS.get(result["scenario"], SCHEDULER_COLUMNS), spread=True)
 
 
 def write_summary(out: Path, names: Sequence[str]) -> Path:
     """scheduler.md: every scenario's headline table, from the JSON each run wrote."""
-    lines = ["# Scheduler benchmark v2: every scenario", "",
+    lines = ["# Scheduler benchmark v3: every scenario", "",
              "Means over seeds 1-5 unless a section says otherwise, (min–max) over seeds. Full tables: "
              "`scheduler_<scenario>.md`.", ""]
     for name in names:
@@ -305,7 +347,8 @@ def write_summary(out: Path, names: Sequence[str]) -> Path:
         seeds = result["workload"]["seeds"]
         other = "" if seeds == [1, 2, 3, 4, 5] else f"Seeds {', '.join(map(str, seeds))}. "
         lines += [f"## {name}", "", result["about"], "",
-                  f"{other}{limit_sentence(result)}", "", headline_table(result), ""]
+                  f"{other}{limit_sentence(result)}", "", headline_table(result), "",
+                  f"Per seed ({', '.join(map(str, seeds))}):", "", per_seed_table(result), ""]
     target = out / "scheduler.md"
     target.write_text("\n".join(lines))
     return target
