@@ -3,7 +3,7 @@ zero-wait capacity (`agentrm bench scheduler --scenario NAME --load X --seed N`)
 per seed.
 
     python -m agentrm_bench.load_sweep [--scenario NAME]... [--load X]... [--seed N]...
-        [--out DIR] [--json]
+        [--policies a,b] [--out DIR] [--json]
 
 Writes load_sweep.md and load_sweep.json: per scenario, load and policy, each seed's goodput,
 fraction of its physical limit, interactive P95 wait, batch run completion and P95 latency.
@@ -29,12 +29,13 @@ def _seed_values(policy: dict, key: str) -> list[float | None]:
     return [v.get(cls) if isinstance(v, dict) else v for v in values] if cls else values
 
 
-def sweep(scenarios: tuple[str, ...], loads: tuple[float, ...], seeds: tuple[int, ...]) -> dict:
-    out: dict = {"loads": list(loads), "seeds": list(seeds), "scenarios": {}}
+def sweep(scenarios: tuple[str, ...], loads: tuple[float, ...], seeds: tuple[int, ...],
+          policies: tuple[str, ...] | None = None) -> dict:
+    out: dict = {"loads": list(loads), "seeds": list(seeds), "policies": list(policies or ()), "scenarios": {}}
     for name in scenarios:
         out["scenarios"][name] = {}
         for load in loads:
-            result = run(name, seeds, load=load)
+            result = run(name, seeds, policies=policies, load=load)
             out["scenarios"][name][f"{load:g}"] = {
                 "agents": result["load"]["agents"], "measured_load": result["load"]["measured"],
                 "policies": {p: {k: _seed_values(m, k) for k, _, _ in KEYS} for p, m in result["policies"].items()}}
@@ -65,10 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", action="append", default=[])
     ap.add_argument("--load", type=float, action="append", default=[])
     ap.add_argument("--seed", type=int, action="append", default=[])
+    ap.add_argument("--policies", default=None, help="comma-separated (default: every policy)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    result = sweep(tuple(args.scenario) or LANE_BOUND, tuple(args.load) or LOADS, tuple(args.seed) or (1, 2, 3))
+    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip()) if args.policies else None
+    result = sweep(tuple(args.scenario) or LANE_BOUND, tuple(args.load) or LOADS, tuple(args.seed) or (1, 2, 3),
+                   policies)
     text = to_markdown(result)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
