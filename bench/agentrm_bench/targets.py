@@ -128,13 +128,17 @@ def check_hangs(d: dict) -> list[Check]:
     cuts = _seeds(a, "live_calls_cut")
     # Each seed's cuts over that seed's own calls (a result without per-seed counts is refused
     # rather than divided by the mean over seeds).
+    g10 = _seeds(p["gateway-fifo@10s"], "live_calls_cut")
+    out = [Check("hangs", "hung lane-seconds <= 0.25x gateway-fifo@30s", max(hung) <= 0.25, _fmt(hung))]
+    if "calls_completed" not in a["per_seed"]:
+        return out + [Check("hangs", "live calls cut <= 0.5% of calls", False,
+                            f"cuts {'/'.join(str(int(c)) for c in cuts)}: no per-seed call counts in this result "
+                            f"(a run before v3); rerun the scenario")]
     calls = _seeds(a, "calls_completed")
     share = [c / n if n else float("inf") for c, n in zip(cuts, calls)]
-    g10 = _seeds(p["gateway-fifo@10s"], "live_calls_cut")
-    return [Check("hangs", "hung lane-seconds <= 0.25x gateway-fifo@30s", max(hung) <= 0.25, _fmt(hung)),
-            Check("hangs", "live calls cut <= 0.5% of calls", max(share) <= 0.005,
-                  f"{'/'.join(f'{100 * s:.1f}%' for s in share)} (gateway-fifo@10s cuts "
-                  f"{'/'.join(str(int(c)) for c in g10)})")]
+    return out + [Check("hangs", "live calls cut <= 0.5% of calls", max(share) <= 0.005,
+                        f"{'/'.join(f'{100 * s:.1f}%' for s in share)} (gateway-fifo@10s cuts "
+                        f"{'/'.join(str(int(c)) for c in g10)})")]
 
 
 # Judged for AgentRM as agents now reach it (its gateway), and for its client library beside.
