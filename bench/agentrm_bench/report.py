@@ -103,8 +103,10 @@ SCHEDULER_COLUMNS = (
     ("rate_limited", "429s/call", 3), ("failed_calls", "failed", 0), ("hung_lane_seconds", "hung lane-s", 0),
     ("live_calls_cut", "live cut", 0), ("lane_waste", "lane waste", 3), ("zombies", "zombies", 1),
     ("stuck_agents", "stuck agents", 1), ("quarantined_agents", "quarantined", 1),
-    ("jain:INTERACTIVE", "Jain int.", 3), ("jain:BATCH", "Jain batch", 3), ("max_service_gap", "max gap ktok", 1),
-    ("over_admission", "over-adm.", 3),
+    ("jain:INTERACTIVE", "Jain int.", 3), ("jain:BATCH", "Jain batch", 3),
+    ("jain_demand:INTERACTIVE", "Jain/demand int.", 3), ("jain_demand:BATCH", "Jain/demand batch", 3),
+    ("max_service_gap", "max gap ktok", 1), ("max_service_gap_5min", "5-min gap ktok", 1),
+    ("service_gap_over_2u", "gap / 2U", 2), ("over_admission", "over-adm.", 3),
 )
 
 
@@ -115,7 +117,7 @@ def _value(metrics: dict, key: str):
         return value.get(cls) if isinstance(value, dict) else None
     if name == "goodput_tokens_per_min" and value is not None:
         return value / 1e6
-    if name == "max_service_gap" and value is not None:
+    if name.startswith("max_service_gap") and value is not None:
         return value / 1e3
     return value
 
@@ -129,7 +131,7 @@ def _spread(metrics: dict, key: str, digits: int) -> str:
     mean = _value(metrics, key)
     if mean is None:
         return "-"
-    scale = 1e6 if name == "goodput_tokens_per_min" else 1e3 if name == "max_service_gap" else 1.0
+    scale = 1e6 if name == "goodput_tokens_per_min" else 1e3 if name.startswith("max_service_gap") else 1.0
     if len(values) < 2 or min(values) == max(values):
         return fmt(float(mean), digits)
     return f"{fmt(float(mean), digits)} ({fmt(min(values) / scale, digits)}–{fmt(max(values) / scale, digits)})"
@@ -214,6 +216,13 @@ def _saturation_plot(path: Path, result: dict) -> None:
     plt.close(fig)
 
 
+def limit_sentence(result: dict) -> str:
+    """The scenario's nominal physical limit, and what `of limit` is measured against."""
+    return (f"Physical limit on the trace's mean call {result['physical_limit_calls_per_min']:.1f} calls/min "
+            f"(bound by {result['physical_limit']['binding']}); `of limit` is each run's goodput over the "
+            f"limit computed on the calls it completed, which no policy can exceed.")
+
+
 def write_scheduler_report(out: Path, result: dict) -> None:
     """<scenario>.md (tables and definitions), <scenario>.json (without series) and the PNGs."""
     from . import metrics
@@ -230,9 +239,7 @@ def write_scheduler_report(out: Path, result: dict) -> None:
     body = {k: v for k, v in result.items() if k != "series"}
     (out / f"scheduler_{name}.json").write_text(json.dumps(body, indent=1, sort_keys=True, default=str))
     lines = [f"# Scheduler benchmark: `{name}`", "", result["about"], "",
-             f"Seeds {result['workload']['seeds']}; physical limit "
-             f"{result['physical_limit_calls_per_min']:.1f} calls/min "
-             f"(bound by {result['physical_limit']['binding']}). "
+             f"Seeds {result['workload']['seeds']}; {limit_sentence(result)} "
              f"Means over seeds, (min–max) over seeds.", "",
              scenario_table(result, spread=True), "", "## Metrics", "", metrics.__doc__.strip(), ""]
     (out / f"scheduler_{name}.md").write_text("\n".join(lines))
@@ -281,13 +288,55 @@ HEADLINE_COLUMNS = {
 }
 
 
+# The figures each scenario's per-seed table shows (one value per seed, a/b/c/...).
+_SEED_COMMON = (("throughput_per_min", "calls/min", 1), ("fraction_of_limit", "of limit", 2))
+PER_SEED_COLUMNS = {
+    "mixed-lanes": _SEED_COMMON + (("p95_wait_s:INTERACTIVE", "int. P95 wait s", 1),
+                                   ("run_completion_mean_s", "run mean s", 1),
+                                   ("jain_demand:INTERACTIVE", "Jain/demand int.", 3),
+                                   ("service_gap_over_2u", "gap / 2U", 2)),
+    "provider-bound": _SEED_COMMON + (("p95_latency_s", "P95 s", 1), ("rate_limited", "429s/call", 3),
+                                      ("jain_demand:INTERACTIVE", "Jain/demand int.", 3),
+                                      ("service_gap_over_2u", "gap / 2U", 2)),
+    "hangs": _SEED_COMMON + (("hung_lane_seconds", "hung lane-s", 0), ("live_calls_cut", "live cut", 0),
+                             ("p95_latency_s", "P95 s", 1), ("stuck_agents", "stuck", 0)),
+    "runs": _SEED_COMMON + (("run_completion_mean_s", "run mean s", 1), ("run_completion_p99_s", "run P99 s", 1),
+                            ("jain_demand:BATCH", "Jain/demand batch", 3), ("service_gap_over_2u", "gap / 2U", 2)),
+    "paper": _SEED_COMMON + (("p95_latency_s", "P95 s", 1), ("hung_lane_seconds", "hung lane-s", 0),
+                             ("live_calls_cut", "live cut", 0)),
+    "replicas": _SEED_COMMON + (("over_admission", "over-adm.", 2), ("p95_latency_s", "P95 s", 1)),
+    "saturating-provider": _SEED_COMMON + (("p95_latency_s", "P95 s", 1),),
+}
+for _name in ("hangs-persist", "hangs-persist-model", "reasoning-mix"):
+    PER_SEED_COLUMNS[_name] = PER_SEED_COLUMNS["hangs"] + (("quarantined_agents", "quarantined", 0),)
+PER_SEED_COLUMNS["provider-bound-predictable"] = PER_SEED_COLUMNS["provider-bound"]
+
+
+def per_seed_table(result: dict, columns=None) -> str:
+    """One row per policy, each cell the seeds' values in seed order (a/b/c/...)."""
+    columns = columns or PER_SEED_COLUMNS.get(result["scenario"], _SEED_COMMON)
+    headers = ["policy", *(h for _, h, _ in columns)]
+    rows = []
+    for name, m in sorted(result["policies"].items(), key=lambda item: _order(item[0])):
+        cells = []
+        for key, _, digits in columns:
+            metric, _, cls = key.partition(":")
+            values = m.get("per_seed", {}).get(metric) or []
+            if cls:
+                values = [v.get(cls) if isinstance(v, dict) else None for v in values]
+            scale = 1e3 if metric.startswith("max_service_gap") else 1.0
+            cells.append("/".join(fmt(None if v is None else float(v) / scale, digits) for v in values) or "-")
+        rows.append([name, *cells])
+    return table(headers, rows)
+
+
 def headline_table(result: dict) -> str:
     return scenario_table(result, HEADLINE_COLUMNS.get(result["scenario"], SCHEDULER_COLUMNS), spread=True)
 
 
 def write_summary(out: Path, names: Sequence[str]) -> Path:
     """scheduler.md: every scenario's headline table, from the JSON each run wrote."""
-    lines = ["# Scheduler benchmark v2: every scenario", "",
+    lines = ["# Scheduler benchmark v3: every scenario", "",
              "Means over seeds 1-5 unless a section says otherwise, (min–max) over seeds. Full tables: "
              "`scheduler_<scenario>.md`.", ""]
     for name in names:
@@ -298,8 +347,8 @@ def write_summary(out: Path, names: Sequence[str]) -> Path:
         seeds = result["workload"]["seeds"]
         other = "" if seeds == [1, 2, 3, 4, 5] else f"Seeds {', '.join(map(str, seeds))}. "
         lines += [f"## {name}", "", result["about"], "",
-                  f"{other}Physical limit {result['physical_limit_calls_per_min']:.1f} calls/min "
-                  f"(bound by {result['physical_limit']['binding']}).", "", headline_table(result), ""]
+                  f"{other}{limit_sentence(result)}", "", headline_table(result), "",
+                  f"Per seed ({', '.join(map(str, seeds))}):", "", per_seed_table(result), ""]
     target = out / "scheduler.md"
     target.write_text("\n".join(lines))
     return target

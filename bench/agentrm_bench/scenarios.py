@@ -1,5 +1,6 @@
 """The scheduler benchmark's scenarios: named presets, fixed before any policy was tuned on them
-(benchmark v2). Each sets the workload (WorkloadParams fields), the pool and the provider, and
+(benchmark v2; v3 adds `hangs-persist-model`, `reasoning-mix` and `provider-bound-predictable`, fixed
+before any policy ran on them). Each sets the workload (WorkloadParams fields), the pool and the provider, and
 says where each choice comes from. `--set NAME=VALUE` still changes any workload parameter, and
 `--lanes/--rpm/--tpm` the pool; a changed scenario must be published as such, with both results.
 
@@ -120,6 +121,55 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                                       "(as in `hangs`); slowness is the fault a retry meets again",
             "fixed before any policy ran on it": "with its target (docs/benchmarks/scheduler.md, persistent "
                                                  "slowness)",
+        }),
+    Scenario(
+        name="hangs-persist-model",
+        about="The `hangs` scenario with slowness that belongs to a model: the agents are spread over 4 models, "
+              "and a model is slow for whole minutes at a time (every attempt sent to it then, retries "
+              "included); hangs, stalls and the outage as in `hangs`.",
+        params={"hang_rate": 0.02, "stall_rate": 0.02, "slow_rate": 0.02,
+                "stall_after_s": (0.5, 8.0), "slow_extra_s": (15.0, 90.0),
+                "fault_persistence": 0.8, "persistence_scope": "model", "persistent_faults": ("slow",),
+                "models": 4, "persistence_window_s": 60.0},
+        lanes=64, outages=((720.0, 840.0),),
+        sources={
+            "everything but persistence": "the `hangs` scenario, unchanged",
+            "4 models, 1-minute windows, p = 0.8": "ASSUMPTION: a provider's per-model incidents and load "
+                                                   "(status pages report degraded latency per model, for minutes); "
+                                                   "slow windows make up the slow rate (2%) of each model's time, "
+                                                   "a slow minute followed by another with probability 0.8",
+            "fixed before any policy ran on it": "benchmark v3",
+        }),
+    Scenario(
+        name="reasoning-mix",
+        about="The `hangs` scenario's faults with a reasoning-model mix: 15% of calls think 20-120 s before "
+              "their first token, on every attempt, and all of them answer.",
+        params={"hang_rate": 0.02, "stall_rate": 0.02, "slow_rate": 0.0,
+                "stall_after_s": (0.5, 8.0), "reasoning_share": 0.15, "reasoning_ttft_s": (20.0, 120.0)},
+        lanes=64, outages=((720.0, 840.0),),
+        sources={
+            "15% reasoning calls, 20-120 s to the first token": "ASSUMPTION: reasoning models stream nothing while "
+                                                                "they think (o-series and R1-style APIs: tens of "
+                                                                "seconds to minutes before the first visible token); "
+                                                                "a minority of an agent fleet's calls",
+            "no `slow` faults": "the reasoning calls are the slow-but-alive calls here, and they are slow on "
+                                "every attempt: a first-chunk deadline that cuts one cuts its retry too",
+            "hangs, stalls, outage": "as in `hangs`, so a deadline still has hung calls to cut",
+            "fixed before any policy ran on it": "benchmark v3",
+        }),
+    Scenario(
+        name="provider-bound-predictable",
+        about="`provider-bound` with answer lengths a scheduler can predict: each agent has a typical answer "
+              "length, and answers grow with the prompt.",
+        params={**NO_FAULTS, "length_predictability": 0.8},
+        lanes=64, rpm=300, tpm=4_500_000,
+        sources={
+            "length_predictability=0.8": "ASSUMPTION: an agent's answers resemble each other (the same task, the "
+                                         "same output format) and longer contexts ask for longer answers; "
+                                         "log-length is 0.8 the agent's own typical length (scaled by "
+                                         "prompt^0.3) and 0.2 the usual independent draw",
+            "everything else": "the `provider-bound` scenario, unchanged: the lever is the only change",
+            "fixed before any policy ran on it": "benchmark v3",
         }),
     Scenario(
         name="runs",

@@ -355,6 +355,7 @@ class CallRecord:
     run_key: str = ""
     first_sent_at: float | None = None
     answered_sent_at: float | None = None   # when the attempt that answered was sent
+    answered_at: float | None = None        # its last byte, at the provider (AIOS delivers it later)
     completed_at: float | None = None
     attempts: int = 0
     admitted_attempts: int = 0
@@ -715,6 +716,7 @@ class Attempt:
         if self.answer.admitted:
             self.record.completed_at = now
             self.record.answered_sent_at = self.sent_at
+            self.record.answered_at = now
             if self.hold is not None:
                 self.hold.productive_s += max(0.0, held_until(self.hold, now) - self.sent_at)
         on_answer(self)

@@ -126,6 +126,17 @@ class WorkloadParams:
     persistent_faults: tuple[str, ...] = ("slow",)
     models: int = 1                         # models the agents are spread over (scope "model")
     persistence_window_s: float = 60.0      # window length of scopes "model" and "window"
+    # A reasoning-model mix: this share of calls thinks for `reasoning_ttft_s` (uniform) before
+    # its first token, on every attempt (it is the call's own service, not a fault): alive,
+    # slow to start. Drawn from a stream of its own, so a share of 0 leaves traces unchanged.
+    reasoning_share: float = 0.0
+    reasoning_ttft_s: tuple[float, float] = (20.0, 120.0)
+    # Answer lengths a scheduler can predict: with r > 0 the log of each answer's length is
+    # (1 - r) x the usual independent draw + r x log(the agent's own typical length, scaled by
+    # the prompt's size^0.3 against its class's starting prompt). The agent's typical length is
+    # a lognormal factor (sigma 0.8) of the class median, from a stream of its own. r = 0:
+    # lengths independent of agent and prompt (unchanged traces).
+    length_predictability: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -144,6 +155,12 @@ class WorkloadParams:
             problems.append("models must be at least 1")
         if not self.persistence_window_s > 0:
             problems.append("persistence_window_s must be positive")
+        if not 0.0 <= self.reasoning_share <= 1.0:
+            problems.append("reasoning_share must be between 0 and 1")
+        if not 0.0 <= self.length_predictability <= 1.0:
+            problems.append("length_predictability must be between 0 and 1")
+        if not self.minutes > 0:
+            problems.append("minutes must be positive")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -251,15 +268,37 @@ class _Draw:
         return output / self.p.decode_tokens_per_s
 
 
+# The spread of agents' typical answer lengths around their class's median (length
+# predictability), and how an answer's length grows with its prompt's size.
+AGENT_LENGTH_SIGMA = 0.8
+PROMPT_LENGTH_EXPONENT = 0.3
+
+
 class _CallFactory:
-    def __init__(self, agent_id: str, draw: _Draw):
+    def __init__(self, agent_id: str, draw: _Draw, priority_class: str = INTERACTIVE):
         self.agent_id, self.draw, self.count = agent_id, draw, 0
         self.sticky: str | None = None      # the persistent fault of the agent's last call
+        p = draw.p
+        # Streams of their own: these levers never shift the main stream's draws.
+        self.side = random.Random(f"{p.seed}/{agent_id}/levers")
+        self.typical = (_CLASS_MEDIAN[priority_class](p) * math.exp(self.side.gauss(0.0, AGENT_LENGTH_SIGMA))
+                        if p.length_predictability > 0 else 0.0)
+        self.prompt_start = _CLASS_PROMPT[priority_class](p)
+
+    def _predictable(self, output: int, prompt: int) -> int:
+        r = self.draw.p.length_predictability
+        if r <= 0:
+            return output
+        expected = self.typical * (max(1, prompt) / self.prompt_start) ** PROMPT_LENGTH_EXPONENT
+        return int(math.exp((1.0 - r) * math.log(max(1, output)) + r * math.log(max(1.0, expected))))
 
     def make(self, prompt: int, output: int, max_output: int, tool_after: float) -> CallSpec:
         self.count += 1
-        output = max(1, min(output, max_output))
+        output = max(1, min(self._predictable(output, prompt), max_output))
         first_chunk = self.draw.first_chunk(prompt)
+        p = self.draw.p
+        if p.reasoning_share > 0 and self.side.random() < p.reasoning_share:
+            first_chunk += self.side.uniform(*p.reasoning_ttft_s)   # thinking before the first token
         return CallSpec(call_id=f"{self.agent_id}-c{self.count}", prompt_tokens=int(prompt),
                         max_output_tokens=max_output, output_tokens=int(output),
                         provider_latency_s=round(first_chunk + self.draw.decode(output), 4),
@@ -306,6 +345,14 @@ class _CallFactory:
         return {"fault": kind}
 
 
+_CLASS_MEDIAN = {INTERACTIVE: lambda p: float(p.interactive_output_median),
+                 BATCH: lambda p: p.batch_output_min * 2 ** (1.0 / p.batch_output_alpha),   # Pareto median
+                 BACKGROUND: lambda p: float(p.background_output_median)}
+_CLASS_PROMPT = {INTERACTIVE: lambda p: float(p.interactive_prompt_start),
+                 BATCH: lambda p: float(p.batch_prompt_start),
+                 BACKGROUND: lambda p: float(p.background_prompt_start)}
+
+
 def _run(draw: _Draw, factory: _CallFactory, priority_class: str, n_calls: int, prompt: int,
          cap: int, output_of, max_output: int) -> tuple[list[CallSpec], int]:
     """n_calls calls with tools between them; the prompt grows by each answer and tool result.
@@ -332,7 +379,7 @@ def _calls_per_run(draw: _Draw, uniform: tuple[int, int]) -> int:
 
 def _interactive(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
     p, rng = draw.p, draw.rng
-    factory, runs, prompt, t = _CallFactory(agent_id, draw), [], p.interactive_prompt_start, 0.0
+    factory, runs, prompt, t = _CallFactory(agent_id, draw, INTERACTIVE), [], p.interactive_prompt_start, 0.0
     while t < horizon:
         think = rng.expovariate(1.0 / p.interactive_think_mean_s)
         t += think
@@ -348,7 +395,7 @@ def _interactive(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
 
 def _batch(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
     p, rng = draw.p, draw.rng
-    factory, runs, t = _CallFactory(agent_id, draw), [], 0.0
+    factory, runs, t = _CallFactory(agent_id, draw, BATCH), [], 0.0
     first = True
     while t < horizon:
         # Jobs start staggered over the first minute, then follow each other closely.
@@ -365,7 +412,7 @@ def _batch(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
 
 def _background(agent_id: str, draw: _Draw, horizon: float) -> AgentScript:
     p, rng = draw.p, draw.rng
-    factory, runs = _CallFactory(agent_id, draw), []
+    factory, runs = _CallFactory(agent_id, draw, BACKGROUND), []
     # Cron on a shared period: everyone fires near the same instants (the burst), each agent
     # at its own small offset, as `*/2 * * * *` jobs started by different hosts would.
     offset = rng.uniform(0.0, p.background_jitter_s)
@@ -460,3 +507,43 @@ def call_attempts(trace: Trace) -> dict[str, list[dict]]:
                 })
         out[agent.agent_id] = seq
     return out
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one agent asks of the provider over the horizon if no call ever waits."""
+    calls: int          # calls it completes by the horizon
+    cost: float         # their service in VTC's cost units (prompt + 2 x completion tokens)
+    busy_s: float       # seconds it has a call at the provider (lane-seconds at zero wait)
+
+
+def zero_wait_demand(trace: Trace) -> dict[str, Demand]:
+    """Per agent, the calls it would complete, their cost and its seconds at the provider if
+    every call were sent the moment it is wanted and answered in its healthy service time
+    (`provider_latency_s`; faults ignored). On a provider that answers in the trace's time no
+    policy serves an agent more calls than this: under any policy each call starts no earlier
+    and takes no less. (A saturating provider sets its own speed, which can be faster.)"""
+    horizon = trace.duration_s
+    out: dict[str, Demand] = {}
+    for agent in trace.agents:
+        t, calls, cost, busy = 0.0, 0, 0.0, 0.0
+        for run in agent.runs:
+            t = max(t + run.idle_before_s, run.not_before_s)
+            for call in run.calls:
+                if t >= horizon:
+                    break
+                busy += min(call.provider_latency_s, horizon - t)
+                t += call.provider_latency_s
+                if t <= horizon:
+                    calls += 1
+                    cost += call.prompt_tokens + 2 * call.output_tokens
+                t += call.tool_after_s
+        out[agent.agent_id] = Demand(calls, cost, busy)
+    return out
+
+
+def zero_wait_load(trace: Trace, lanes: int) -> float:
+    """The fleet's zero-wait demand for lanes as a share of them: mean calls in flight if no
+    call ever waited, over `lanes` (1.0: the lanes are exactly enough on average)."""
+    busy = sum(d.busy_s for d in zero_wait_demand(trace).values())
+    return busy / (lanes * trace.duration_s)

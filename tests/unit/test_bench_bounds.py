@@ -111,8 +111,10 @@ def test_the_report_labels_each_column_by_what_its_order_knows():
                                 "bound-clairvoyant@prompt-edf1": 39.0}}
     row["vs_no_gateway"] = {k: v / 80.0 for k, v in row["p95_s"].items()}
     text = bounds.to_markdown({"scenario": "provider-bound", "seeds": [row]})
-    assert "bound: edf1 (clairvoyant)" in text and "bound: mean-edf1 (history only)" in text
-    assert "bound: prompt-edf1 (true first token)" in text and "bound: zero wait" in text
+    # EDF is no bound on a P95 under token buckets with release times: a yardstick.
+    assert "yardstick: edf1 (clairvoyant)" in text and "yardstick: mean-edf1 (history only)" in text
+    assert "yardstick: prompt-edf1 (true first token)" in text and "floor: zero wait" in text
+    assert "bound: edf1" not in text
     assert "| 3 | 80.0 | 40.0 (0.50x) | 16.0 (0.20x) | 18.0 (0.23x) | 36.0 (0.45x) |" in text
 
 
@@ -132,3 +134,64 @@ def test_the_report_shows_what_each_order_costs():
     row["vs_no_gateway"] = {k: v / 72.5 for k, v in row["p95_s"].items()}
     text = bounds.to_markdown({"scenario": "provider-bound", "seeds": [row]})
     assert "| 15 | 30.5 / 1619 / 0.719 |" in text
+
+
+def test_srpt_over_runs_sends_the_run_with_the_least_true_work_left_first():
+    # h holds the lane to 10; then x (one call of 5 s left) goes before y (two calls of 2 s and
+    # 4 s: 6 s left), though y asked first.
+    t = trace(agent("h", call("h1", 10.0)), agent("y", call("y1", 2.0), call("y2", 4.0), at=1.0),
+              agent("x", call("x1", 5.0), at=2.0))
+    run = run_policy("bound-clairvoyant@srpt-run", t, 1, BIG_RPM, BIG_TPM)
+    assert [c for c, _ in sent(run)][:3] == ["h1", "x1", "y1"]
+    # weighted: interactive runs' work counts a quarter, so y's interactive run beats x's batch one
+    t = trace(agent("h", call("h1", 10.0)), agent("y", call("y1", 2.0), call("y2", 4.0), at=1.0),
+              agent("x", call("x1", 5.0), at=2.0, cls=BATCH))
+    run = run_policy("bound-clairvoyant@wsrpt-run4", t, 1, BIG_RPM, BIG_TPM)
+    assert [c for c, _ in sent(run)][:3] == ["h1", "y1", "x1"]
+
+
+def test_agent_edf_knows_only_the_agents_own_answered_calls():
+    order = bounds.parse_order("agent-edf1")
+    assert order == ("agent-edf", 1.0) and known("bound-clairvoyant@agent-edf1")
+
+
+def test_littles_law_bounds_the_mean_wait_of_a_saturated_closed_loop():
+    # 4 agents, 1 lane, 10 s calls back to back, no time away: the lane serves one call per 10 s,
+    # so each agent waits 30 s a call in the long run; the bound says exactly that.
+    assert bounds.little_wait_bound(4, 10.0, 0.0, 1, 0.0) == pytest.approx(30.0)
+    assert bounds.little_wait_bound(4, 10.0, 0.0, 2, 0.5) == pytest.approx(30.0)   # half of 2 lanes
+    assert bounds.little_wait_bound(1, 10.0, 5.0, 1, 0.0) == 0.0                    # never waits
+    t = Trace(WorkloadParams(agents=4, minutes=60.0, seed=1),
+              tuple(AgentScript(f"a{i}", INTERACTIVE, (RunSpec(0.0, 0.0, tuple(call(f"a{i}-{k}", 10.0)
+                                                                                for k in range(400))),))
+                    for i in range(4)))
+    run = run_policy("gateway-fifo@600s", t, 1, BIG_RPM, BIG_TPM)
+    waits = [r.answered_sent_at - r.requested_at for r in run.recorder.calls if r.answered_sent_at is not None]
+    assert sum(waits) / len(waits) == pytest.approx(30.0, rel=0.02)
+    # the P95 form: mean <= 0.95 P95 + 0.05 max
+    assert bounds.p95_from_mean(30.0, 100.0) == pytest.approx(25.0 / 0.95)
+
+
+def test_the_run_floor_is_below_every_policys_run_completion():
+    from dataclasses import replace as _replace
+
+    from agentrm_bench.scenarios import SCENARIOS
+    sc = SCENARIOS["runs"]
+    sc = _replace(sc, lanes=8, params={**sc.params, "agents": 50, "minutes": 4.0})
+    result = bounds.run_bounds(sc, 2, ("srpt-run",), ("gateway-fifo@30s", "las"))
+    for name, mean in result["run_mean_s"].items():
+        assert result["floor_run_mean_s"][name] <= mean + 1e-9, name
+
+
+def test_the_timeout_frontier_runs_gateway_fifo_at_each_timeout():
+    from dataclasses import replace as _replace
+
+    from agentrm_bench.scenarios import SCENARIOS
+    sc = SCENARIOS["hangs"]
+    sc = _replace(sc, params={**sc.params, "agents": 30, "minutes": 4.0}, outages=())
+    result = bounds.timeout_frontier(sc, 1, (5.0, 120.0), ("agentrm",))
+    short, long_ = result["frontier"]["5"], result["frontier"]["120"]
+    assert short["live_calls_cut"] >= long_["live_calls_cut"]
+    assert short["hung_lane_seconds"] < long_["hung_lane_seconds"]
+    assert "agentrm" in result["policies"]
+    assert "5s" in bounds.frontier_markdown({"scenario": "hangs", "seeds": [result]})

@@ -192,12 +192,15 @@ def test_envelope_excess_measures_what_a_bucket_would_have_refused():
     assert envelope_excess([(0.0, 1.0)] * 60 + [(1.0, 1.0)] * 3, 60) == pytest.approx(2.0)
 
 
-def test_physical_limit_is_the_tightest_of_lanes_rpm_and_tpm():
-    trace = _trace([_call(0, latency=6.0), _call(1, latency=6.0)])       # 6 s, 1050 tokens each
-    assert physical_limit(trace, 2, 10_000, 10**9)["calls_per_min"] == pytest.approx(20.0)
+def test_physical_limit_is_the_tightest_of_the_providers_concurrency_rpm_and_tpm():
+    trace = _trace([_call(0, latency=6.0), _call(1, latency=6.0)])       # 6 s, 1050 tokens each, 5 minutes
+    assert physical_limit(trace, 2, 10_000, 10**9, concurrency=2)["calls_per_min"] == pytest.approx(20.0)
+    assert physical_limit(trace, 2, 15, 10**9, concurrency=2)["binding"] == "rpm"
+    # lanes the provider does not enforce are no physical limit
     assert physical_limit(trace, 2, 15, 10**9)["binding"] == "rpm"
     lim = physical_limit(trace, 100, 10_000, 10_500)
-    assert lim["binding"] == "tpm" and lim["calls_per_min"] == pytest.approx(10.0)
+    # the bucket's first full minute: (5 + 1) / 5 of the TPM's 10 calls a minute
+    assert lim["binding"] == "tpm" and lim["calls_per_min"] == pytest.approx(12.0)
 
 
 def test_agentrm_leaves_no_zombies_where_run_held_lanes_do():

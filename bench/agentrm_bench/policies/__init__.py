@@ -23,6 +23,7 @@ BASELINES: dict[str, tuple[str, str]] = {
     "gateway-fifo": ("gateway_fifo", "GatewayFifo"),
     "vtc": ("vtc", "Vtc"),
     "plas": ("plas", "Plas"),
+    "las": ("las", "Las"),
 }
 AGENTRM_NAMES = ("agentrm", "agentrm-gateway", "agentrm-fifo", "agentrm-nodeadline")
 
@@ -37,7 +38,7 @@ GATEWAY_TIMEOUTS = ("10s", "30s", "120s")
 POLICY_NAMES: tuple[str, ...] = (
     "agentrm", "agentrm-gateway", "agentrm-fifo", "agentrm-nodeadline",
     *(f"gateway-fifo@{t}" for t in GATEWAY_TIMEOUTS),
-    "openclaw-lanes", "aios", "litellm-proxy", "litellm-proxy-priority", "no-gateway", "vtc", "plas",
+    "openclaw-lanes", "aios", "litellm-proxy", "litellm-proxy-priority", "no-gateway", "vtc", "plas", "las",
 )
 
 
