@@ -16,6 +16,7 @@ from app.gateway.managed_context import CONTEXT_HEADER, CONTEXT_TIERS_HEADER, CO
 from tests.conftest import Server
 from tests.fake_upstream import FakeUpstream
 from tests.integration.test_gateway import anthropic_client, make_agent, make_pool, openai_client
+from tests.tool_pairs import paired_openai
 
 WINDOW = 32_768
 MAX_TOKENS = 64
@@ -71,18 +72,6 @@ def anthropic_messages(conversation: list[tuple]) -> list[dict]:
         else:
             messages.append({"role": step[0], "content": step[1]})
     return messages
-
-
-def paired_openai(messages: list[dict]) -> bool:
-    called: set[str] = set()
-    answered: set[str] = set()
-    for m in messages:
-        called |= {c["id"] for c in m.get("tool_calls") or ()}
-        if m["role"] == "tool":
-            if m["tool_call_id"] not in called:
-                return False
-            answered.add(m["tool_call_id"])
-    return called == answered
 
 
 def paired_anthropic(messages: list[dict]) -> bool:

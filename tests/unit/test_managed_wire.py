@@ -3,6 +3,7 @@ splits a tool call from its results (app/gateway/managed_wire.py)."""
 from __future__ import annotations
 
 from app.gateway.managed_wire import ANTHROPIC_SHAPE, OPENAI_SHAPE, new_from, recent_window
+from tests.tool_pairs import paired_openai
 
 
 def k(*texts: str) -> list[tuple[str, str]]:
@@ -49,26 +50,13 @@ def _openai_conversation(steps: int) -> list[dict]:
     return turns
 
 
-def _paired_openai(turns: list[dict]) -> bool:
-    called: set[str] = set()
-    answered: set[str] = set()
-    for m in turns:
-        if m["role"] == "assistant":
-            called |= {c["id"] for c in m.get("tool_calls") or ()}
-        if m["role"] == "tool":
-            if m["tool_call_id"] not in called:
-                return False
-            answered.add(m["tool_call_id"])
-    return called == answered
-
-
 def test_the_tail_keeps_tool_calls_with_their_results():
     turns = _openai_conversation(20)
     costs = [10] * len(turns)
     for limit in range(5, 200, 7):
         window = recent_window(OPENAI_SHAPE, turns, costs, 1000, limit)
         kept = [turns[i] for i in window.indices]
-        assert _paired_openai(kept)
+        assert paired_openai(kept)
         assert kept[0]["role"] == "user"        # the turn's opening message comes along
         assert window.tokens == 10 * len(kept)
 
