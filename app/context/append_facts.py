@@ -36,13 +36,15 @@ MAX_MESSAGES_PER_EVENT = 32
 
 @cache
 def extractor_version() -> str:
-    """``facts-`` and a digest of the extractor's source (its patterns and their salience
-    scoring): two servers that record the same version extract the same facts."""
+    """The extractor's named version (facts.EXTRACTOR_VERSION, what its benchmark reports)
+    and a digest of its source (its patterns and their salience scoring): the name for
+    readers of the log, the digest because an edit that forgot to bump the name still
+    extracts other facts. Two servers that record the same version extract the same facts."""
     from . import compactor, facts, salience
     digest = hashlib.sha256()
     for module in (facts, salience, compactor):
         digest.update(inspect.getsource(module).encode("utf-8"))
-    return "facts-" + digest.hexdigest()[:12]
+    return f"{facts.EXTRACTOR_VERSION}+{digest.hexdigest()[:12]}"
 
 
 def pending_messages(state: AgentContext, limit: int = MAX_MESSAGES_PER_EVENT) -> list[ContextMessage]:

@@ -6,6 +6,7 @@ import json
 
 from app.context.append_facts import extract_pending, extractor_version, pending_messages
 from app.context.compactor import compact
+from app.context.facts import EXTRACTOR_VERSION
 from app.context.tokens import count_message, count_text
 from app.domain import context as d
 
@@ -198,6 +199,7 @@ def test_extraction_scans_at_least_one_message_and_leaves_the_rest_pending_past_
     assert data is not None and data["seqs"] == [2]   # out of budget after the first
     assert [f["text"] for f in data["facts"]] == ["We decided to pin node 20.11."]
     assert data["extractor"] == extractor_version() and data["at"] == 7.0
+    assert data["extractor"].startswith(EXTRACTOR_VERSION + "+")   # the name its benchmark reports
     state = d.apply(state, d.CONTEXT_FACTS_EXTRACTED, data)
     data = extract_pending(state, pending_messages(state), count_text, 8.0)
     assert data is not None and data["seqs"] == [3, 4]
