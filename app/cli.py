@@ -62,8 +62,10 @@ def cmd_serve(args) -> int:
               "--no-demo stops them)", flush=True)
     if args.workers > 1:   # its workers leave if it is killed outright (app/orphan_watch.py)
         export_for_workers(supervisor_pid=os.getpid())
+    from app.api.app import KEEP_ALIVE_SECONDS
     uvicorn.run("app.api.main:app_from_env", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, log_config=log_config, ws="websockets-sansio")
+                workers=args.workers, log_level=args.log_level, log_config=log_config, ws="websockets-sansio",
+                timeout_keep_alive=KEEP_ALIVE_SECONDS)
     return 0
 
 

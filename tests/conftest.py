@@ -74,13 +74,14 @@ class Server:
     async def start(self) -> Server:
         import uvicorn
 
-        from app.api.app import create_app
+        from app.api.app import KEEP_ALIVE_SECONDS, create_app
         self.app = create_app(self.url, op_token=OPERATOR_TOKEN, **self.app_options)
         # A bounded graceful shutdown: a request or socket still open at the end of the
         # session (a client that never closed) must not hang the teardown; uvicorn then
         # cancels it and logs how many it cancelled.
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                ws="websockets-sansio", lifespan="on", timeout_graceful_shutdown=10)
+                                ws="websockets-sansio", lifespan="on", timeout_graceful_shutdown=10,
+                                timeout_keep_alive=KEEP_ALIVE_SECONDS)
         self.server = uvicorn.Server(config)
         self.task = asyncio.create_task(self.server.serve())
         while not self.server.started:

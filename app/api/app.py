@@ -36,6 +36,13 @@ from .security import MAX_BODY_BYTES
 from .slow_subscribers import bounded_send_handler
 from .ws_errors import with_syntax_errors_as_messages
 
+# How long an idle client connection stays open. Above every common client's own idle
+# expiry (httpx and so the OpenAI and Anthropic SDKs: 5 s; Node's agent: 4 s), so the
+# client always drops an idle connection first. Equal timeouts race: a request sent on
+# the connection the server is closing at that instant fails with a read error, and a
+# non-idempotent POST is not retried by the SDKs. 75 s is nginx's default.
+KEEP_ALIVE_SECONDS = 75
+
 # The console's built assets (`npm run build` in frontend/, which `make setup` runs).
 CONSOLE = Path(__file__).resolve().parents[2] / "frontend" / "dist"
 

@@ -28,7 +28,10 @@ log = logging.getLogger("agentrm.gateway")
 # No read timeout: a hung call is the scheduler's to reap (start deadline, lease), and the
 # gateway then closes the request. A timer here would be a second, uncoordinated reaper.
 TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
-LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+# An idle upstream connection is dropped after 4 s, before the 5 s keep-alive of the
+# servers that host models locally (uvicorn under vLLM and others, Node). Equal timeouts
+# race: a call sent on a connection the provider is closing fails with a read error.
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=4.0)
 # How long an upstream's 404 for an optional path (/v1/responses, /v1/messages/count_tokens)
 # is believed: within it the path is not asked again; after it, once, in case it was added.
 ABSENT_FOR_S = 3600.0
