@@ -44,7 +44,7 @@ MAX_FACT_CHARS = 300
 # Recorded beside the facts a compaction produced: the same message and the same version
 # always give the same facts, so a replay compares versions before it compares facts. Any
 # change to what extract_facts returns for some input must change this string.
-EXTRACTOR_VERSION = "facts-2"
+EXTRACTOR_VERSION = "facts-3"
 
 _I = re.IGNORECASE
 
@@ -257,6 +257,10 @@ _REPLACES = re.compile(r"\binstead\s+of\s+(?P<old>[\w.:%$-]+(?:\s?[A-Za-z]{1,8}\
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 _TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\)")
 _EXCEPTION_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b")
+# Python prints a traceback's frames indented ("  File ...", then the source line) and the
+# exception itself at column 0, whatever its class is called (SerializationFailure,
+# IntegrityViolation, a library's own names): the first unindented line ends the frames.
+_UNINDENTED_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?::\s|$)")
 
 
 @dataclass(frozen=True)
@@ -368,10 +372,13 @@ def classify(sentence: str, role: str = "user") -> str | None:
             return TODO  # "send it to finance by end of day Thursday": a task with its deadline
         if _is_root_cause(sentence) and not _ERROR.search(sentence):
             return ERROR
+    asked = salience.is_question(sentence)
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(sentence):
             if kind == INSTRUCTION and _NOT_INSTRUCTION.search(sentence):
                 continue
+            if kind == DECISION and asked:
+                continue   # "how's it going with X?" decides nothing
             return kind
     if salience.is_question(sentence):
         return None  # "could we move the retro to 3pm?" sets nothing
@@ -392,6 +399,8 @@ def classify(sentence: str, role: str = "user") -> str | None:
     salient = salience.score(sentence, role)
     if salient.is_fact:
         return _salient_kind(salient)
+    if role in ("user", "system") and salient.is_rule and not _NOT_INSTRUCTION.search(sentence):
+        return INSTRUCTION  # "nobody touches the schema without a second reviewer": a rule needs no value
     if _RELATIVE_DATE.search(sentence) and not salience.is_hedged(sentence):
         return QUANTITY  # dates count as quantities (see _QUANTITY)
     if role != "tool" and _FIRST_PERSON_EVENT.search(sentence):
@@ -406,7 +415,8 @@ def classify(sentence: str, role: str = "user") -> str | None:
 # What a salient sentence is, from what made it salient: binding words first (they are
 # why it must not be forgotten), then the sort of its strongest value.
 _COMMITMENT_KIND = {"obligation": INSTRUCTION, "condition": INSTRUCTION, "prohibition": INSTRUCTION,
-                    "every": INSTRUCTION, "preference": INSTRUCTION, "decision": DECISION}
+                    "every": INSTRUCTION, "preference": INSTRUCTION, "decision": DECISION,
+                    "limit": QUANTITY}
 _VALUE_KIND = {"exception": ERROR, "path": PATH, "url": URL, "amount": QUANTITY, "time": QUANTITY, "date": QUANTITY,
                "number": QUANTITY}
 
@@ -470,19 +480,28 @@ def fact_units(content: str) -> list[str]:
     """Sentences to classify, each at most MAX_UNIT_CHARS (see ``segments``). A Python
     traceback collapses to its exception line: the frames are paths and line numbers that
     would flood the warm tier with noise."""
-    units: list[str] = []
+    return [unit for unit, _ in _units(content)]
+
+
+def _units(content: str) -> list[tuple[str, bool]]:
+    """fact_units, each with whether it is a traceback's exception line (an error, whatever
+    its words)."""
+    units: list[tuple[str, bool]] = []
     in_traceback = False
     for line in content.splitlines():
         if _TRACEBACK_START.match(line):
             in_traceback = True
             continue
         if in_traceback:
-            if _EXCEPTION_LINE.match(line):
-                units.extend(segments(line.strip()))
+            if _EXCEPTION_LINE.match(line) or _UNINDENTED_EXCEPTION.match(line):
+                units.extend((piece, True) for piece in segments(line.strip()))
                 in_traceback = False
-            continue
+                continue
+            if not line.strip() or line[0].isspace():
+                continue   # a frame, or its source line
+            in_traceback = False   # output after a traceback cut short: read as usual
         for sentence in split_sentences(line):
-            units.extend(segments(sentence))
+            units.extend((piece, False) for piece in segments(sentence))
     return units
 
 
@@ -522,8 +541,8 @@ def fact_shape(kind: str, text: str) -> str:
 def _extract_all(content: str, source_seq: int, role: str) -> list[ExtractedFact]:
     facts: list[ExtractedFact] = []
     seen: set[str] = set()
-    for sentence in fact_units(content):
-        kind = classify(sentence, role)
+    for sentence, raised in _units(content):
+        kind = ERROR if raised else classify(sentence, role)
         if kind is None:
             continue
         text = _clip(sentence, kind)

@@ -47,6 +47,10 @@ _VALUES: tuple[tuple[str, re.Pattern, float], ...] = (
                         r"|(?<![\w.-])[\w.-]++:\d{2,5}\b|\bport\s+\d{2,5}\b|\b\d{1,3}(?:\.\d{1,3}){3}\b", _I), 2.0),
     ("id", re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
                       r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b|#\d{2,}\b|(?<![\d.,])\b\d{6,}\b"), 2.0),
+    # A file named without its directory (requirements.txt, values-prod.yaml): a value the
+    # agent must copy as much as a path.
+    ("file", re.compile(r"(?<![\w./-])[\w-]+(?:\.[\w-]+)*\.(?:txt|ya?ml|json|toml|ini|cfg|conf|env|lock|py|js|ts"
+                        r"|go|rs|java|rb|sql|sh|md|csv|xml|properties|tf)\b"), 1.5),
     ("version", re.compile(r"\bv\d+(?:\.\d+)*\b|\b\d+\.\d+\.\d+\b"), 1.5),
     # A code-style token: words joined by - _ . with a digit or an underscore in them
     # (release-train-25, us-east-1, max_retries), or CamelCase (DynamoDB, PostgreSQL).
@@ -95,12 +99,17 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
     ("prohibition", re.compile(
         r"\b(?:never|don't|do\s+not|nobody|no\s+one|hands\s+off|leave\s+\w+(?:\s+\w+){0,3}\s+alone"
         r"|off[\s-]limits|forbidden|locked|frozen|closed|keep\s+out)\b", _I), 2.0),
+    # A bound on a quantity binds like a rule: "at most 2,500 per run", "no more than 3".
+    ("limit", re.compile(r"\b(?:at\s+(?:most|least)|no\s+(?:more|fewer|less)\s+than|not\s+(?:more|less)\s+than"
+                         r"|up\s+to|maximum\s+of|minimum\s+of|a\s+max(?:imum)?\s+of|caps?\s+(?:of|at)|capped"
+                         r"|limit(?:ed)?\s+(?:of|to|is)|quota\s+of|ceiling\s+of)\s+(?:\w+\s+)?[\d$\u20ac\u00a3]",
+                         _I), 2.0),
     ("every", re.compile(r"\b(?:always|every\s+(?:single\s+)?(?:time|commit|deploy|release|change|run)"
                          r"|each\s+(?:time|commit|deploy|release))\b", _I), 1.5),
     ("decision", re.compile(
         r"\b(?:decided|decision|agreed|settled|chose|chosen|picked|opted|going\s+with|go\s+with"
         r"|will\s+(?:use|run|live|be|go|move|stay|ship|happen|land|sit)|going\s+to\s+(?!be\s+(?:fine|ok))"
-        r"|(?:switch|mov|chang|updat|bump|rais|lower|reduc|increas|slipp|push|replac)(?:e|es|ed|ing|s)?\s+(?:\w+\s+){0,3}to"
+        r"|(?:switch|mov|chang|updat|bump|rais|lower|reduc|increas|slipp|push|replac|pinn?)(?:e|es|ed|ing|s)?\s+(?:[\w.-]+\s+){0,3}to"
         r"|replac(?:e|es|ed|ing)|supersed\w*|overrid\w*|\bnow\s*[.!]?\s*$|from\s+now\s+on|from\s+today|going\s+forward|until\s+further\s+notice"
         r"|instead|rather\s+than|the\s+plan\s+is|scratch|new\s+\w+(?:\s+\w+)?\s*:|(?:is|are)\s+now\b|now\s+(?:is|are)\b"
         r"|no\s+longer|approved|signed\s+off|capped\s+at|limited\s+to"
@@ -146,6 +155,16 @@ class Salience:
         """Over the threshold, and with a value an agent must copy. A name alone ("Thanks,
         Gina!") is no such value unless something makes the sentence binding."""
         return self.score >= THRESHOLD and bool(self.values) and (self.strongest_value >= 1.5 or bool(self.commitments))
+
+
+    @property
+    def is_rule(self) -> bool:
+        """Over the threshold on binding words alone: a rule ("nobody merges on Fridays")
+        binds whether or not it names a value."""
+        return self.score >= THRESHOLD and any(c in _RULES for c in self.commitments)
+
+
+_RULES = frozenset({"obligation", "prohibition", "condition", "limit"})
 
 
 # A name used to address someone ("Thanks, Gina!", "Hey Mel") says who is spoken to, not a

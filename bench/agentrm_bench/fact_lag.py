@@ -40,7 +40,7 @@ import asyncpg
 import httpx
 
 from .context_latency import _gql, _questions
-from .fact_probe import chatter, planted_facts, present, probe_session
+from .fact_probe import DATA, chatter, planted_facts, present, probe_session
 from .load_bench import _start_server
 from .processes import stop_process
 from .system_bench import pct
@@ -166,10 +166,11 @@ def _kinds_with(view: dict, strings: tuple[str, ...]) -> list[str]:
     return sorted({i["kind"] for i in view["items"] if any(s in i["content"] for s in strings)})
 
 
-async def _probe(http: httpx.AsyncClient, operator: str, db: asyncpg.Connection, r: int, seed: int) -> dict:
+async def _probe(http: httpx.AsyncClient, operator: str, db: asyncpg.Connection, r: int, seed: int,
+                 facts_path: Path) -> dict:
     agent_id, token = await _register(http, operator, f"probe{r}_{os.urandom(2).hex()}")
-    session = probe_session(seed)
-    facts = planted_facts()
+    facts = planted_facts(facts_path)
+    session = probe_session(seed, facts=facts)
     t0 = time.perf_counter()
     for role, content in session.messages:
         await _gql(http, token, APPEND, r=role, c=content)
@@ -190,14 +191,15 @@ async def _probe(http: httpx.AsyncClient, operator: str, db: asyncpg.Connection,
 
 
 async def _one_repeat(base: str, operator: str, db: asyncpg.Connection, r: int, *, agents: int, rate: float,
-                      seconds: float, views: int, seed: int, expect_facts: bool, probe: bool) -> dict:
+                      seconds: float, views: int, seed: int, expect_facts: bool, probe: bool,
+                      facts_path: Path) -> dict:
     load_before = os.getloadavg()[0]
     async with httpx.AsyncClient(base_url=base, timeout=120, limits=httpx.Limits(max_connections=agents + 4)) as http:
         lag = await _lag_phase(http, operator, db, r, agents=agents, rate=rate, seconds=seconds, seed=seed,
                                expect_facts=expect_facts)
         fleet = lag.pop("fleet")
         viewed = await _view_phase(http, fleet, views, seed + r)
-        probed = await _probe(http, operator, db, r, seed) if probe else None
+        probed = await _probe(http, operator, db, r, seed, facts_path) if probe else None
     return {**lag, **viewed, "probe": probed, "load_average_1m": [load_before, os.getloadavg()[0]]}
 
 
@@ -224,7 +226,8 @@ FIGURES = {
 
 
 async def run_async(url: str, *, agents: int = 4, rate: float = 5.0, seconds: float = 30.0, views: int = 10,
-                    repeat: int = 3, seed: int = 29, server_root: Path | None = None, probe: bool = True) -> dict:
+                    repeat: int = 3, seed: int = 29, server_root: Path | None = None, probe: bool = True,
+                    facts_path: Path = DATA) -> dict:
     token = "op_bench_" + os.urandom(8).hex()
     expect_facts = server_root is None
     with tempfile.TemporaryDirectory(prefix="agentrm-fact-lag-") as tmp:
@@ -235,13 +238,13 @@ async def run_async(url: str, *, agents: int = 4, rate: float = 5.0, seconds: fl
                 await _gql(http, token, 'mutation { createPool(input: {name: "facts", lanes: 8, rpm: 1000000, '
                            'tpm: 1000000000, leaseSeconds: 300}) { name } }')
             runs = [await _one_repeat(base, token, db, r, agents=agents, rate=rate, seconds=seconds, views=views,
-                                      seed=seed, expect_facts=expect_facts, probe=probe)
+                                      seed=seed, expect_facts=expect_facts, probe=probe, facts_path=facts_path)
                     for r in range(repeat)]
         finally:
             await db.close()
             stop_process(proc)
     return {"settings": {"agents": agents, "rate": rate, "seconds": seconds, "views": views, "repeat": repeat,
-                         "seed": seed, "budget": BUDGET, "view_budget": VIEW_BUDGET,
+                         "seed": seed, "budget": BUDGET, "view_budget": VIEW_BUDGET, "facts": facts_path.name,
                          "server": "baseline (" + server_root.name + ")" if server_root else "this checkout"},
             "figures": {name: _spread([f(r) for r in runs]) for name, f in FIGURES.items()},
             "runs": runs}
@@ -253,7 +256,8 @@ def render_markdown(result: dict) -> str:
         f"## Fact lag, append and view latency, planted facts ({s['server']})", "",
         f"{s['agents']} agents appending at {s['rate']:g} appends/s each for {s['seconds']:g} s (budget "
         f"{s['budget']}); {s['views']} views per agent at {s['view_budget']} tokens with and without a query; the "
-        f"held-out probe (300 messages, 22 planted facts); {s['repeat']} repeats (median, range).", "",
+        f"planted-facts probe (300 messages, facts of `{s.get('facts', 'heldout_planted_facts.json')}`); "
+        f"{s['repeat']} repeats (median, range).", "",
         "Load average (1 min) at the start and end of each repeat: " + "; ".join(
             f"{a:.1f} -> {b:.1f}" for a, b in (r["load_average_1m"] for r in result["runs"])) + ".", "",
         "| figure | median | min | max | runs |", "|---|---:|---:|---:|---|",

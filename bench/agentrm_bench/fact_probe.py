@@ -1,11 +1,14 @@
 """A planted-facts probe in phrasings this project never wrote, and the agent chatter it is
 buried in.
 
-The facts (``data/heldout_planted_facts.json``) are held out: written for this probe, never
-used to tune the extractor (a separate, labelled set does that). Each is one message in the
-way a person or a tool would put it, inside ~300 messages (~29k tokens) of ordinary agent
-work on a payments ledger: tool output, narration, questions, small talk. The chatter is
-generated from a seed, so every run sees the same session.
+The facts (``data/heldout_planted_facts.json``) are held out: written for this probe by
+someone who had not read the extractor, and never used to tune it (a separate, labelled
+set does that). ``data/dev_planted_facts.json`` was the held-out set until its misses were
+examined to improve the extractor and the facts block; it is a development set since, and
+its scores are optimistic. Each fact is one message in the way a person or a tool would
+put it, inside ~300 messages (~29k tokens) of ordinary agent work on a payments ledger:
+tool output, narration, questions, small talk. The chatter is generated from a seed, so
+every run sees the same session.
 
 A fact counts as present in a view when every string of its ``present_if`` occurs in the
 view's text (the agent could copy the value from there), in any item: the key-facts block,
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data" / "heldout_planted_facts.json"
+DEV_DATA = DATA.with_name("dev_planted_facts.json")
 
 _SERVICES = ["ledger-api", "payouts-worker", "recon-batch", "fx-rates", "notifier", "audit-export"]
 _MODULES = ["ledger/balances.py", "ledger/transfers.py", "payouts/batch.py", "payouts/retry.py",
@@ -123,10 +127,10 @@ class ProbeSession:
     planted_at: dict[int, int]                 # fact id -> message index
 
 
-def probe_session(seed: int = 29, messages: int = 300) -> ProbeSession:
-    """``messages`` messages with the 22 held-out facts at seeded, evenly spread places
-    (none among the last 15, which any view shows verbatim)."""
-    facts = planted_facts()
+def probe_session(seed: int = 29, messages: int = 300, facts: list[PlantedFact] | None = None) -> ProbeSession:
+    """``messages`` messages with the planted facts (the 22 held-out ones unless given) at
+    seeded, evenly spread places (none among the last 15, which any view shows verbatim)."""
+    facts = planted_facts() if facts is None else facts
     rng = random.Random(seed)
     step = (messages - 20) / len(facts)
     places = {int(4 + i * step + rng.uniform(0, step - 1)): f for i, f in enumerate(facts)}

@@ -51,6 +51,34 @@ def test_chatter_questions_and_narration_are_not_facts(text, role):
     assert extract_facts(text, 1, role) == []
 
 
+@pytest.mark.parametrize("text, role, value", [
+    # a bound on a quantity is a constraint, whatever it counts
+    ("An export can hold no more than 40 files, the SFTP side chokes beyond that.", "user", "40 files"),
+    ("Each tenant gets up to 3 sandboxes.", "user", "3 sandboxes"),
+    # a rule binds without any value to copy
+    ("No one merges into main without a green nightly run.", "user", "without a green nightly run"),
+    # pinning a version is a decision; a bare file name is a value like a path
+    ("I pinned grpcio to 1.62.1 in constraints.txt because 1.63 leaks threads.", "assistant", "1.62.1"),
+])
+def test_limits_rules_and_pins_are_kept(text, role, value):
+    facts = extract_facts(text, 1, role)
+    assert any(value in f.text for f in facts), facts
+
+
+def test_a_traceback_keeps_its_exception_line_whatever_the_class_is_called():
+    output = ("$ ./manage.py settle\nTraceback (most recent call last):\n"
+              '  File "settle.py", line 9, in <module>\n    run()\n'
+              "asyncpg.exceptions.DeadlockDetected: deadlock detected\nexit status 1")
+    texts = [f.text for f in extract_facts(output, 1, "tool")]
+    assert any("DeadlockDetected: deadlock detected" in t for t in texts), texts
+    assert not any("settle.py" in t for t in texts)   # the frames stay out
+
+
+def test_output_after_a_traceback_cut_short_is_read():
+    output = 'Traceback (most recent call last):\n  File "a.py", line 1\nThe cache lives in /var/cache/ledger/ now.'
+    assert any("/var/cache/ledger/" in f.text for f in extract_facts(output, 1, "user"))
+
+
 def test_a_value_needs_a_binding_word_or_a_speaker_who_states_it():
     # The same sentence from the user (who states requirements) is a fact; narrated by the
     # assistant, with a hedge, it is not.

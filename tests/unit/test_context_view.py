@@ -315,16 +315,17 @@ def test_fact_priority_order_spelled_out():
     facts = [
         fact("a", 5, kind="entity", role="user"),          # user: first, whatever its kind
         fact("b", 9, kind="instruction", role="system"),   # system ranks with user; newer first
-        fact("c", 7, kind="instruction", role="tool"),     # then by kind: instruction ...
-        fact("d", 3, kind="decision", role="assistant"),   # ... before decision
+        fact("c", 7, kind="instruction", role="tool"),     # tool output other than errors: last
+        fact("d", 3, kind="decision", role="assistant"),   # then the assistant and tool errors, by kind
         fact("e", 8, kind="error", role="robot"),          # an unknown role ranks as assistant ...
         fact("f", 9, kind="error", role="tool"),           # ... ahead of tool, even when older
-        fact("g", 1, kind="odd", role="assistant"),        # an unknown kind goes last
+        fact("g", 1, kind="odd", role="assistant"),        # an unknown kind goes last of its tier
         fact("h", 9, kind="instruction", role="system"),   # same seq: fact id decides
     ]
-    assert [f.fact_id for f in sorted(facts, key=d.fact_priority)] == ["b", "h", "a", "c", "d", "e", "f", "g"]
+    assert [f.fact_id for f in sorted(facts, key=d.fact_priority)] == ["b", "h", "a", "d", "e", "f", "g", "c"]
     assert d.fact_priority(facts[0]) == (0, 8, 0, -5, "a")
     assert d.fact_priority(facts[4]) == (1, 2, 1, -8, "e")
+    assert d.fact_priority(facts[2]) == (2, 0, 2, -7, "c")
     assert d.fact_priority(facts[6])[1] > max(d.FACT_KIND_PRIORITY.values())
 
 

@@ -104,14 +104,16 @@ _ROLE_RANK = {"system": 0, "user": 0, "assistant": 1, "tool": 2}
 
 
 def fact_priority(fact: KeyFact) -> tuple[int, int, int, int, str]:
-    """Ranking under a tight budget. What the user (or system) stated comes first, of any
-    kind: those are the instructions and ids that "amnesia" loses. Then the rest by kind,
-    then assistant before tool, then newest first. Kind before role for the rest because
-    error messages come almost only from tool output and would otherwise always lose to
-    the assistant's narration."""
+    """Ranking under a tight budget, in three tiers. What the user (or system) stated comes
+    first, of any kind: those are the instructions and ids that "amnesia" loses. Then what
+    the assistant concluded (a root cause, a measured time, a pinned version) and the
+    errors tools printed. Last, the rest of tool output: listings, logs and git history
+    are bulk whose lines all look like facts, and the cold tier keeps them searchable
+    (ranked above the assistant, thirty commit lines took the block). Within a tier: by
+    kind, then assistant before tool, then newest first."""
     role_rank = _ROLE_RANK.get(fact.role, 1)
-    return (0 if role_rank == 0 else 1, FACT_KIND_PRIORITY.get(fact.kind, 99), role_rank,
-            -fact.source_seq, fact.fact_id)
+    tier = 0 if role_rank == 0 else 2 if role_rank == 2 and fact.kind != "error" else 1
+    return (tier, FACT_KIND_PRIORITY.get(fact.kind, 99), role_rank, -fact.source_seq, fact.fact_id)
 
 
 def _facts_block(facts: Sequence[KeyFact]) -> str:
