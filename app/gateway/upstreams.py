@@ -32,6 +32,14 @@ TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=None)
 # servers that host models locally (uvicorn under vLLM and others, Node). Equal timeouts
 # race: a call sent on a connection the provider is closing fails with a read error.
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=4.0)
+# httpcore looks at every connection of a client's pool when a request starts and when a
+# response ends (a readability poll of each idle socket, a scan of the pool per queued
+# request), so one pool's cost per call grows with the calls in flight: at 128 it was a
+# fifth of the gateway's CPU. Each upstream gets CLIENT_SHARDS clients, taken in turn, so
+# a pool holds about 1/CLIENT_SHARDS of the connections. This also keeps each pool under
+# max_keepalive_connections, past which httpcore closes every idle connection it finds
+# (it counts all of the pool's connections against that bound, not the idle ones).
+CLIENT_SHARDS = 8
 # How long an upstream's 404 for an optional path (/v1/responses, /v1/messages/count_tokens)
 # is believed: within it the path is not asked again; after it, once, in case it was added.
 ABSENT_FOR_S = 3600.0
@@ -57,16 +65,19 @@ class Upstreams:
         self.runtime = runtime
         self.default_base_url, self.default_api_key = default_base_url, default_api_key
         self.demo_base_url = demo_base_url
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._clients: dict[str, list[httpx.AsyncClient]] = {}
+        self._turn = 0
         self._keys: dict[str, str | None] = {}
         self._absent: dict[tuple[str, str], float] = {}
 
     def client_for(self, base_url: str) -> httpx.AsyncClient:
-        """One AsyncClient (one connection pool, kept alive) per upstream base URL."""
-        client = self._clients.get(base_url)
-        if client is None:
-            client = self._clients[base_url] = httpx.AsyncClient(timeout=TIMEOUT, limits=LIMITS)
-        return client
+        """One of the upstream base URL's AsyncClients (connection pools, kept alive), in turn."""
+        clients = self._clients.get(base_url)
+        if clients is None:
+            clients = self._clients[base_url] = [httpx.AsyncClient(timeout=TIMEOUT, limits=LIMITS)
+                                                 for _ in range(CLIENT_SHARDS)]
+        self._turn = (self._turn + 1) % CLIENT_SHARDS
+        return clients[self._turn]
 
     async def for_pool(self, pool: str) -> Upstream:
         state = self.runtime.projector.model.pools.get(pool)
@@ -105,6 +116,7 @@ class Upstreams:
         self._absent[(base_url, path)] = time.monotonic()
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
+        for clients in self._clients.values():
+            for client in clients:
+                await client.aclose()
         self._clients.clear()
