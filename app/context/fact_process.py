@@ -26,7 +26,7 @@ from typing import Any
 
 from app.domain.context import AgentContext, ContextMessage, KeyFact
 
-from .child_process import ChildProcess, background_nice
+from .child_process import ChildProcess, background_nice, start_child
 
 WARM_ENCODING = "cl100k_base"   # the default pool tokenizer: loaded before the first call needs it
 
@@ -47,11 +47,20 @@ def _warm_in_child(encoding: str) -> str:
     return extractor_version()
 
 
+def _start_fact_child(nice: int) -> None:
+    """Load the extractor and the default tokenizer's tables at the server's priority, then
+    lower it. Loading them is a second of CPU once; at nice 10 on a busy machine it took
+    seconds of wall time (5 s at a load average of 8 on 2 cores), and the first appends'
+    facts waited that long."""
+    _warm_in_child(WARM_ENCODING)
+    start_child(nice)
+
+
 class FactProcess(ChildProcess):
     """Append-time extraction (``append_facts.extract_pending``) run in the child."""
 
     def __init__(self, nice: int | None = None) -> None:
-        super().__init__(background_nice() if nice is None else nice)
+        super().__init__(background_nice() if nice is None else nice, _start_fact_child)
 
     def extract(self, state: AgentContext, messages: Sequence[ContextMessage], encoding: str, now: float,
                 budget_s: float) -> dict[str, Any] | None:
