@@ -286,7 +286,8 @@ class Settings:
         "AGENTRM_EMBEDDING_THREADS", whole(1), 1, "torch threads of the embedding model")
     embedding_nice: int = setting(
         "AGENTRM_EMBEDDING_NICE", whole(0, 19), 10,
-        "the CPU niceness of the embedding model's process (0: the server's priority)")
+        "the CPU niceness of the background processes, the embedding model's and the fact "
+        "extractor's (0: the server's priority)")
     summarizer_url: str | None = setting(
         "AGENTRM_SUMMARIZER_URL", TEXT, None,
         "an OpenAI-compatible endpoint for LLM summaries (with AGENTRM_SUMMARIZER_MODEL); "

@@ -90,11 +90,12 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(root: int | None) -> float:
+def cpu_seconds(root: int | None, *, tree: bool = True) -> float:
+    """CPU seconds of ``root`` and its descendants (with ``tree``), or of ``root`` alone."""
     if root is None:
         return 0.0
     total = 0
-    for p in _tree(root):
+    for p in (_tree(root) if tree else [root]):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

@@ -110,3 +110,57 @@ async def test_messages_no_append_handed_over_are_found_by_the_sweep_once_old_en
     finally:
         live._facts_pending.clear()
         await live.start()
+
+
+async def test_extraction_runs_in_the_fact_process_not_the_servers(server, operator, monkeypatch):
+    """The extractor is never called in the server's process: an agent's hostile messages
+    would hold the server's interpreter for as long as their extraction takes. The fact is
+    still found, by the child, and recorded."""
+    import os
+    import threading
+
+    from app.context import compactor
+    called_here: list[int] = []
+    real = compactor.extract_facts
+    monkeypatch.setattr(compactor, "extract_facts",
+                        lambda content, seq, role="user": called_here.append(seq) or real(content, seq, role))
+    agent_id, token = await register(operator, f"facts_{uuid.uuid4().hex[:6]}", budget=8192)
+    async with GraphQLClient(server, token) as agent:
+        await agent(APPEND, role="user", content="Morning. " + FACT)
+
+        async def recorded():
+            return any(1 in e["data"]["seqs"] for e in (await operator(EVENTS, agent=agent_id))["events"])
+        await until(recorded)
+    event = next(e["data"] for e in (await operator(EVENTS, agent=agent_id))["events"] if 1 in e["data"]["seqs"])
+    assert [f["text"] for f in event["facts"]] == [FACT]
+    assert called_here == []                                       # not in this (the server's) process
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("context-facts")]
+    child = server.runtime.context.fact_process.pid()
+    assert child != os.getpid() and os.path.exists(f"/proc/{child}")
+
+
+async def test_a_backlog_of_one_agent_waits_its_turn_behind_another_agents_messages(server, operator):
+    """Round-robin, one call at a time: at a budget of nothing each call scans one message,
+    so the second agent's message is extracted after the first agent's first, not after
+    its whole backlog."""
+    from app.auth import Principal
+    from app.context.service import ContextService
+    live = server.runtime.context
+    await live.stop()   # only this service's worker extracts
+    other = ContextService(server.runtime.service, embeddings=live.embeddings)
+    other.fact_budget_s = 0.0
+    try:
+        flooder, _ = await register(operator, f"flood_{uuid.uuid4().hex[:6]}", budget=8192)
+        honest, _ = await register(operator, f"honest_{uuid.uuid4().hex[:6]}", budget=8192)
+        await other.append(Principal("agent", flooder), [("user", f"Step {i}. " + FILLER, False) for i in range(3)])
+        await other.append(Principal("agent", honest), [("user", FACT, False)])
+        assert await other.run_fact_extraction() == 4
+        events = [e for agent_id in (flooder, honest) for e in (await operator(EVENTS, agent=agent_id))["events"]]
+        positions = sorted((e["position"], e["stream"], e["data"]["seqs"]) for e in events)
+        assert [(stream, seqs) for _p, stream, seqs in positions] == [
+            (f"context-{flooder}", [1]), (f"context-{honest}", [1]),
+            (f"context-{flooder}", [2]), (f"context-{flooder}", [3])]
+    finally:
+        other.close_models()
+        live._facts_pending.clear()
+        await live.start()

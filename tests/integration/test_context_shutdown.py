@@ -1,7 +1,9 @@
 """A stopped context service leaves nothing running: the embedding lane's threads and the
-background model's child process end with it, and a start brings them back."""
+background model's and the fact extractor's child processes end with it, and a start
+brings them back."""
 from __future__ import annotations
 
+import os
 import uuid
 
 from app.auth import Principal
@@ -29,11 +31,14 @@ async def test_stop_ends_the_lane_threads_and_the_model_process(server, operator
         assert any("6543" in item.content for item in view.items)
         workers = service.lane.workers
         child = service.background_model.pid()
+        facts_child = service.fact_process.pid()
         assert len(workers) == 2 and all(w.is_alive() for w in workers) and _alive(child)
+        assert _alive(facts_child) and facts_child not in (child, os.getpid())
     finally:
         await service.stop()
     assert not any(w.is_alive() for w in workers) and service.lane.workers == []
     assert not _alive(child) and not service.background_model.running
+    assert not _alive(facts_child) and not service.fact_process.running
 
     await service.start()                                   # stopped, then started again
     try:
@@ -44,4 +49,4 @@ async def test_stop_ends_the_lane_threads_and_the_model_process(server, operator
         assert service.background_model.pid() != child
     finally:
         await service.stop()
-    assert service.lane.workers == [] and not service.background_model.running
+    assert service.lane.workers == [] and not service.background_model.running and not service.fact_process.running

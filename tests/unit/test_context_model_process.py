@@ -149,7 +149,7 @@ def test_close_waits_a_bounded_time_for_the_call_in_progress_then_ends_the_child
 
     def long_call() -> None:
         try:
-            model._call(time.sleep, 60)
+            model.call(time.sleep, 60)
         except BaseException as exc:   # the call is lost with the child
             failed.append(exc)
     caller = threading.Thread(target=long_call)
