@@ -112,3 +112,17 @@ def test_fairness_judges_the_2u_bound_per_seed_and_vtc_on_the_median_seed(tmp_pa
     assert not rows["fairness: service gap <= VTC's 2U bound, every seed"].holds
     median = rows["fairness: service gap <= 2x vtc's on the median seed"]
     assert median.holds and not median.passes[4]               # seeds 4 and 5 at 3x, the median at 1x
+
+
+def test_below_capacity_a_tie_on_the_p95_goes_to_the_gateway_with_the_shorter_longest_wait(tmp_path):
+    point = {"policies": {
+        "agentrm": _mixed([0.009] * 5, [9] * 5, [100] * 5, [1] * 5),
+        "gateway-fifo@10s": _mixed([0] * 5, [600] * 5, [100] * 5, [1] * 5),     # its cut retries wait long
+        "gateway-fifo@120s": _mixed([0] * 5, [4] * 5, [100] * 5, [1] * 5)}}
+    (tmp_path / "load_sweep_mixed-lanes.json").write_text(
+        json.dumps({"seeds": SEEDS, "scenarios": {"mixed-lanes": {"0.5": point}}}))
+    rows = _rows(tmp_path, "mixed-lanes 0.5x")
+    longest = rows["interactive max wait <= 2x the best gateway-fifo's"]
+    assert longest.against == "gateway-fifo@120s" and not longest.holds         # 9 s against 4 s
+    wait = rows["interactive P95 wait <= 0.80x the best gateway-fifo"]
+    assert not wait.holds and "0.009" in wait.notes[-1]                        # 9 ms against 0 is a miss
