@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .policies import Context, Policy, build
-from .sim import Provider, ProviderLink, Recorder, Saturation, Simulator, SlowWindows
+from .sim import PrefixCache, Provider, ProviderLink, Recorder, Saturation, Simulator, SlowWindows
 from .workload import Trace
 
 
@@ -26,7 +26,7 @@ def run_policy(name: str, trace: Trace, lanes: int, rpm: int, tpm: int, agentrm_
                         outages=outages, saturation=saturation, max_concurrent=provider_concurrency)
     end = trace.duration_s if until is None else until
     recorder = Recorder(duration_s=end)
-    link = ProviderLink(sim, provider, recorder, SlowWindows.of(trace))
+    link = ProviderLink(sim, provider, recorder, SlowWindows.of(trace), PrefixCache.of(trace))
     ctx = Context(sim=sim, provider=provider, recorder=recorder, link=link, trace=trace, lanes=lanes,
                   seed=trace.params.seed, options=dict(options or {}))
     policy = build(name, ctx, agentrm_overrides, replicas)

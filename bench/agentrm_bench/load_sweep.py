@@ -5,8 +5,10 @@ per seed.
     python -m agentrm_bench.load_sweep [--scenario NAME]... [--load X]... [--seed N]...
         [--policies a,b] [--out DIR] [--json]
 
-Writes load_sweep.md and load_sweep.json: per scenario, load and policy, each seed's goodput,
-fraction of its physical limit, interactive P95 wait, batch run completion and P95 latency.
+Writes load_sweep[_NAME].md and .json: per scenario, load and policy, each seed's goodput,
+fraction of its physical limit, interactive P95 wait, run completion and P95 latency, and each
+seed's per-class values (P95 and longest wait, run completion, Jain, Jain on demand) that the
+targets read (targets.py).
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def sweep(scenarios: tuple[str, ...], loads: tuple[float, ...], seeds: tuple[int
             result = run(name, seeds, policies=policies, load=load)
             out["scenarios"][name][f"{load:g}"] = {
                 "agents": result["load"]["agents"], "measured_load": result["load"]["measured"],
-                "policies": {p: {k: _seed_values(m, k) for k, _, _ in KEYS} for p, m in result["policies"].items()}}
+                "policies": {p: {**{k: _seed_values(m, k) for k, _, _ in KEYS},
+                                 "per_class": m["per_seed"]["per_class"]} for p, m in result["policies"].items()}}
     return out
 
 
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, action="append", default=[])
     ap.add_argument("--policies", default=None, help="comma-separated (default: every policy)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--name", default=None, help="a suffix for the output files (load_sweep_NAME.md/.json)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip()) if args.policies else None
@@ -76,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     text = to_markdown(result)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "load_sweep.md").write_text(text + "\n")
-        (args.out / "load_sweep.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        stem = "load_sweep" + (f"_{args.name}" if args.name else "")
+        (args.out / f"{stem}.md").write_text(text + "\n")
+        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(json.dumps(result, sort_keys=True) if args.json else text)
     return 0
 

@@ -13,7 +13,8 @@ the lanes (`workload.zero_wait_load`: calls in flight on average if no call ever
 the lanes): the agent count is the scenario's times X / the load it has, measured on the
 first seed's trace and kept for every seed, so the classes' shares and every other parameter
 stay the scenario's. The result says the load asked for, the agent count and each seed's
-measured load.
+measured load. A trace-driven scenario (`mooncake-trace`) keeps its recorded requests and plays
+their arrivals X times as fast as its 1x instead (mooncake_trace.py).
 """
 from __future__ import annotations
 
@@ -45,11 +46,12 @@ REPORTED_KEYS = ("throughput_per_min", "goodput_tokens_per_min", "fraction_of_li
                  "over_admission")
 DETAIL_KEYS = ("lane_utilization", "p50_latency_s", "rate_limited_count", "hung_attempts_cut", "calls_requested",
                "calls_completed", "nominal_fraction_of_limit", "runs_started", "runs_completed", "provider_attempts",
-               "max_wait_s")
+               "max_wait_s", "prefix_cached_tokens", "prefix_prompt_tokens")
 
 
 # What a per-seed, per-class target reads (mixed-lanes judges interactive waits and batch runs).
-PER_CLASS_SEED_KEYS = ("p95_wait_s", "run_completion_mean_s", "jain_fairness", "jain_demand", "throughput_per_min")
+PER_CLASS_SEED_KEYS = ("p95_wait_s", "run_completion_mean_s", "jain_fairness", "jain_demand", "throughput_per_min",
+                       "max_wait_s")
 
 
 def simulate(policy_name: str, trace: Trace, lanes: int, rpm: int, tpm: int,
@@ -116,7 +118,10 @@ def run(scenario: str | Scenario = "paper", seeds: tuple[int, ...] = (1, 2, 3, 4
     sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     sc = replace(sc, lanes=lanes or sc.lanes, rpm=rpm or sc.rpm, tpm=tpm or sc.tpm)
     base = WorkloadParams(**{**sc.params, **(params or {})})
-    if load is not None:
+    if base.trace_file is not None:
+        # A recorded trace keeps its requests: the load speeds its arrivals up instead.
+        base = replace(base, trace_lanes=sc.lanes, trace_load=base.trace_load if load is None else load)
+    elif load is not None:
         base = replace(base, agents=agents_for_load(replace(base, seed=seeds[0]), sc.lanes, load))
     overrides = dict(AGENTRM_DEFAULTS if agentrm_overrides is None else agentrm_overrides)
     names = policies_for(sc, policies)
@@ -141,7 +146,8 @@ def run(scenario: str | Scenario = "paper", seeds: tuple[int, ...] = (1, 2, 3, 4
         "workload": {**base.to_dict(), **sc.describe(), "seeds": list(seeds), "agentrm_settings": overrides,
                      "agentrm_client": {"client_delay_s": MEASURED_CLIENT_DELAY_S,
                                         "report_delay_s": MEASURED_REPORT_DELAY_S}},
-        "load": None if load is None else {"asked": load, "agents": base.agents,
+        "load": None if load is None else {"asked": load,
+                                           "agents": len(trace.agents) if base.trace_file else base.agents,
                                            "measured": [lim["zero_wait_lane_load"] for lim in limits]},
         "physical_limit_calls_per_min": _mean([lim["calls_per_min"] for lim in limits]),
         "physical_limit": {"binding": limits[0]["binding"], "per_seed": limits},

@@ -28,6 +28,7 @@ import heapq
 import itertools
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -489,6 +490,46 @@ class SlowWindows:
         return round(rng.uniform(*self.extra_s), 4)
 
 
+class PrefixCache:
+    """A provider's prefix (KV) cache over the trace's prefix blocks (`CallSpec.prefix_blocks`,
+    one hash per `block_tokens` tokens of the prompt, as the Mooncake traces give them), with
+    LRU eviction at `capacity_blocks`. An admitted attempt skips the prefill of its longest
+    prefix of cached blocks (`cached_tokens`); its blocks enter the cache when its prefill is
+    done (its first chunk), since only then does the provider hold their KV. The cache sees
+    attempts in the order a policy sends them, so a policy's order decides its hits."""
+
+    def __init__(self, capacity_blocks: int, block_tokens: int):
+        self.capacity, self.block_tokens = capacity_blocks, block_tokens
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    @classmethod
+    def of(cls, trace: Trace) -> PrefixCache | None:
+        p = trace.params
+        return cls(p.prefix_cache_blocks, p.prefix_block_tokens) if p.prefix_cache_blocks > 0 else None
+
+    def cached_tokens(self, call: CallSpec) -> int:
+        """The prompt tokens of the call's longest cached prefix (those blocks become the most
+        recently used)."""
+        hits = 0
+        for block in call.prefix_blocks:
+            if block not in self._blocks:
+                break
+            self._blocks.move_to_end(block)
+            hits += 1
+        return min(call.prompt_tokens, hits * self.block_tokens)
+
+    def saving_s(self, call: CallSpec, cached: int) -> float:
+        """The prefill time the cached tokens spare: that share of the call's prefill."""
+        return call.prefill_s * cached / call.prompt_tokens if call.prompt_tokens > 0 else 0.0
+
+    def insert(self, call: CallSpec) -> None:
+        for block in call.prefix_blocks:
+            self._blocks[block] = None
+            self._blocks.move_to_end(block)
+        while len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+
+
 class ProviderLink:
     """Sends attempts of calls to the provider on behalf of a policy, and calls back with
     the answer. A hung attempt is admitted and then never answered: the callback never
@@ -499,9 +540,10 @@ class ProviderLink:
     credited to it, so lane waste means the same for every policy."""
 
     def __init__(self, sim: Simulator, provider: Provider, recorder: Recorder,
-                 slow_windows: SlowWindows | None = None):
+                 slow_windows: SlowWindows | None = None, prefix_cache: PrefixCache | None = None):
         self.sim, self.provider, self.recorder = sim, provider, recorder
         self.slow_windows = slow_windows
+        self.prefix_cache = prefix_cache
         self._engine = _SaturatedEngine(sim, provider.saturation) if provider.saturation else None
 
     def send(self, record: CallRecord, on_answer: Callable[[Attempt], None], hold: SlotHold | None = None,
@@ -537,10 +579,20 @@ class ProviderLink:
             return attempt
         charged = call.prompt_tokens + call.max_output_tokens
         used = call.prompt_tokens + call.output_tokens
+        saved = 0.0
+        cache = self.prefix_cache
+        if cache is not None and self._engine is None:
+            cached = cache.cached_tokens(call)
+            saved = cache.saving_s(call, cached)
+            notes = self.recorder.notes
+            notes["prefix_cached_tokens"] = notes.get("prefix_cached_tokens", 0) + cached
+            notes["prefix_prompt_tokens"] = notes.get("prefix_prompt_tokens", 0) + call.prompt_tokens
 
         def first_chunk() -> None:
             if attempt.abandoned:
                 return
+            if cache is not None:
+                cache.insert(call)
             attempt.first_chunk_at = self.sim.now
             for listener in attempt.chunk_listeners:
                 listener()
@@ -555,7 +607,7 @@ class ProviderLink:
 
         if fault == "stall":
             attempt.will_answer = False
-            ttft = call.first_chunk_s + self.provider.extra_first_chunk_s(now, call.first_chunk_s)
+            ttft = call.first_chunk_s - saved + self.provider.extra_first_chunk_s(now, call.first_chunk_s)
             attempt.stalls_at = now + ttft + size
             attempt.hung_from = attempt.stalls_at
             self.sim.after(ttft, first_chunk)
@@ -564,7 +616,7 @@ class ProviderLink:
         if self._engine is not None:
             self._engine.start(attempt, call, first_chunk, answered)
             return attempt
-        ttft = call.first_chunk_s + (size if fault == "slow" else 0.0)
+        ttft = call.first_chunk_s - saved + (size if fault == "slow" else 0.0)
         extra = self.provider.extra_first_chunk_s(now, ttft)
         self.sim.after(ttft + extra, first_chunk)
         self.sim.after(call.provider_latency_s - call.first_chunk_s + ttft + extra, answered)

@@ -137,6 +137,14 @@ class WorkloadParams:
     # a lognormal factor (sigma 0.8) of the class median, from a stream of its own. r = 0:
     # lengths independent of agent and prompt (unchanged traces).
     length_predictability: float = 0.0
+    # A recorded trace instead of the synthetic fleet (mooncake_trace.py): the bundled excerpt's
+    # name, the load it is played at (its arrivals sped up so that its zero-wait demand for
+    # lanes is `trace_load` x `trace_lanes`), and the provider's prefix cache (0 blocks: none).
+    trace_file: str | None = None
+    trace_load: float = 1.0
+    trace_lanes: int = 16
+    prefix_cache_blocks: int = 0
+    prefix_block_tokens: int = 512
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -161,6 +169,10 @@ class WorkloadParams:
             problems.append("length_predictability must be between 0 and 1")
         if not self.minutes > 0:
             problems.append("minutes must be positive")
+        if not self.trace_load > 0 or self.trace_lanes < 1:
+            problems.append("trace_load must be positive and trace_lanes at least 1")
+        if self.prefix_cache_blocks < 0 or self.prefix_block_tokens < 1:
+            problems.append("prefix_cache_blocks must be at least 0 and prefix_block_tokens at least 1")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -182,6 +194,10 @@ class CallSpec:
     # The faults of admitted attempts 2, 3, ... as (kind, size): a persistent fault's retries
     # (size: stall_after_s or slow_extra_s); past the end of the tuple an attempt is healthy.
     retry_faults: tuple[tuple[str, float], ...] = ()
+    # A recorded trace's prompt as prefix-block hashes, and the prefill part of first_chunk_s:
+    # a provider's prefix cache (sim.PrefixCache) spares the cached blocks' share of it.
+    prefix_blocks: tuple[int, ...] = ()
+    prefill_s: float = 0.0
 
     @property
     def hangs(self) -> bool:
@@ -461,6 +477,9 @@ def slow_windows(params: WorkloadParams, keys: tuple[str, ...]) -> tuple[SlowWin
 def generate(params: WorkloadParams) -> Trace:
     """The trace for `params`: the same parameters always give the same trace."""
     params.validate()
+    if params.trace_file is not None:
+        from .mooncake_trace import generate_from_trace  # it builds on this module's types
+        return generate_from_trace(params)
     horizon = params.minutes * 60.0
     agents: list[AgentScript] = []
     makers = {INTERACTIVE: _interactive, BATCH: _batch, BACKGROUND: _background}
