@@ -117,8 +117,9 @@ class Pool:
         "The longest pause an agent's own report of a 429 may cause; null: agents' reports are trusted "
         "(a pool created before the rule)."))
     light_agent_reserve: float = strawberry.field(description=(
-        "The share of the rate budget that only a light agent (no other turn of its own queued or held) "
-        "may spend, or a turn whose deadline has come; 0: none (a pool created before the rule)."))
+        "The share of the rate budget and of the lanes (rounded up; none of a one-lane pool) that only a "
+        "light agent (no other turn of its own queued or held) may take, or a turn that has waited "
+        "agentBacklogSlackCapSeconds; 0: none (a pool created before the rule)."))
     context_mode: ContextMode = strawberry.field(description=(
         "MANAGED: the gateway keeps each agent's conversation and forwards a prompt assembled within "
         "the model's window; OFF: it forwards what the client sent."))
@@ -379,9 +380,10 @@ class PoolInput:
         "An agent's own report of a 429 is a claim: its retry-after is capped at this (default 30), "
         "0-60, and it pauses only that agent unless the gateway or another agent reported one within it."))
     light_agent_reserve: float | None = strawberry.field(default=None, description=(
-        "The share of the rate budget (default 0.1, 0-0.5) that an agent with another turn queued or held "
-        "may not spend, unless its turn's deadline has come: a flooding agent cannot make every other "
-        "agent's next call wait for the window to slide."))
+        "The share of the rate budget and of the lanes (default 0.1, 0-0.5; lanes rounded up, none of a "
+        "one-lane pool) that an agent with another turn queued or held may not take until its turn has "
+        "waited agentBacklogSlackCapSeconds: a flooding agent cannot make every other agent's next call "
+        "wait for the window to slide or for its next completion."))
     context_mode: ContextMode | None = strawberry.field(default=None, description=(
         "MANAGED: the gateway appends each call's new messages to the agent's context and forwards a "
         "prompt assembled within the model's window (docs/guides/gateway.md); OFF (default): as sent. "

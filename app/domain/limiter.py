@@ -18,17 +18,23 @@ What may hold a queued turn back, in the order verdict() asks:
   turn and grants the next one;
 - the pool's header hold and the pool's budget: these hold every turn, so the pass WAITs
   (the head is never skipped for a smaller turn behind it, so big requests cannot starve);
-- the model's lower factor: a SKIP again, or one model's 429 would slow every model;
-- the light-agent reserve (settings.light_agent_reserve, r): a turn of a heavy agent (one
-  with another turn of its own queued or holding a lane) may spend the pool's budget only
-  down to r of its capacity; the last r is for light agents, so an agent that keeps its
-  queue full cannot spend the budget to its last request and make every other agent's
-  next call wait for the window to slide (or the bucket to refill). A SKIP, so light turns
-  behind it go through. It binds only while the pool has another agent, never on a turn
-  whose reservation alone exceeds 1 - r of the capacity (it could never be let through),
-  and a heavy turn that has waited agent_backlog_slack_cap_seconds spends the reserve too,
-  so it adds at most that wait to any turn's starvation bound. The cost: a pool whose
-  agents are all heavy admits at most 1 - r of its limit while another agent is registered.
+- the light-agent reserve (settings.light_agent_reserve, r), of lanes and of budget. A
+  turn of a heavy agent (one with another turn of its own queued or holding a lane) takes a
+  lane only while ceil(r x lanes in use) others stay free (reserved_lanes), as PostgreSQL
+  keeps connection slots for superusers: an agent that always has turns queued would
+  otherwise take every lane the moment it frees, and every other agent's next turn would
+  wait for the next completion. And it spends the pool's budget only down to r of its
+  capacity, so that agent cannot spend the budget to its last request and make every other
+  agent's next call wait for the window to slide (or the bucket to refill). A SKIP either
+  way, so light turns behind it go through; asked after the pool's budget and hold, so it
+  never lets a smaller turn past a head the budget holds. It binds only while the pool has
+  another agent, never in a pool of one lane, never on a turn whose reservation alone
+  exceeds 1 - r of the budget's capacity (it could never be let through), and a heavy turn
+  that has waited agent_backlog_slack_cap_seconds spends the reserve too, so it adds at
+  most that wait to any turn's starvation bound. The cost, while another agent is
+  registered: a pool whose agents are all heavy runs ceil(r x lanes) lanes short (one lane
+  up to 10 lanes at r = 0.1) and admits at most 1 - r of its limit;
+- the model's lower factor: a SKIP again, or one model's 429 would slow every model.
 """
 from __future__ import annotations
 
@@ -134,6 +140,10 @@ def verdict(state: PoolState, turn: TurnState, now: float) -> tuple[str, float]:
         return WAIT, hold.until
     if not fits(state, turn, now, state.rate_factor):
         return WAIT, now + seconds_until_fits(state, turn, now, state.rate_factor)
+    if takes_reserved_lane(state) and heavy_and_patient(state, turn, now):
+        # Only its patience needs a timer: a lane frees, or the agent's backlog shrinks, by
+        # a completion, reap or cancel, and each of those runs a granting pass anyway.
+        return SKIP, turn.queued_at + state.settings.agent_backlog_slack_cap_seconds
     if (reserve := light_reserve(state, turn, now)) is not None and not fits_above(state, turn, now, reserve):
         return SKIP, min(turn.queued_at + state.settings.agent_backlog_slack_cap_seconds,
                          now + seconds_until_above(state, turn, now, reserve))
@@ -146,13 +156,37 @@ def verdict(state: PoolState, turn: TurnState, now: float) -> tuple[str, float]:
     return GRANT, now
 
 
+def heavy_and_patient(state: PoolState, turn: TurnState, now: float) -> bool:
+    """The light-agent reserve binds the turn: the rule is on, another agent is registered,
+    the turn's agent has another turn of its own queued or holding a lane, and the turn has
+    waited less than agent_backlog_slack_cap_seconds."""
+    s = state.settings
+    return (s.light_agent_reserve > 0 and len(state.agents) >= 2
+            and now - turn.queued_at < s.agent_backlog_slack_cap_seconds
+            and state.backlog_of(turn.agent_id) >= 2)
+
+
+def reserved_lanes(state: PoolState) -> int:
+    """The lanes a heavy agent's turn must leave free: ceil(reserve x lanes in use), none in
+    a pool of one lane (it would be the whole pool)."""
+    lanes = state.lanes_in_use()
+    if lanes < 2 or not state.settings.light_agent_reserve > 0:
+        return 0
+    # 0.1 x 30 is 3.0000000000000004 in floating point: the ceiling must not make it 4.
+    return math.ceil(state.settings.light_agent_reserve * lanes - 1e-9)
+
+
+def takes_reserved_lane(state: PoolState) -> bool:
+    """A grant now would leave fewer free lanes than the reserve (whoever's turn it is)."""
+    reserved = reserved_lanes(state)
+    return reserved > 0 and state.lanes_in_use() - state.busy_lanes() - 1 < reserved
+
+
 def light_reserve(state: PoolState, turn: TurnState, now: float) -> tuple[float, float] | None:
     """(requests, tokens) of the pool's budget the turn must leave unspent, or None when the
     light-agent reserve does not bind it (verdict's docstring says when)."""
     s = state.settings
-    if not s.light_agent_reserve > 0 or len(state.agents) < 2:
-        return None
-    if now - turn.queued_at >= s.agent_backlog_slack_cap_seconds or state.backlog_of(turn.agent_id) < 2:
+    if not heavy_and_patient(state, turn, now):
         return None
     cap_requests, cap_tokens = capacity(s, state.rate_factor)
     reserve = (s.light_agent_reserve * cap_requests, s.light_agent_reserve * cap_tokens)

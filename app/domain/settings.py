@@ -99,10 +99,11 @@ class PoolSettings:
     # ((model, request timeout, stream idle timeout), ...).
     request_timeout_seconds: float = 600.0
     stream_idle_timeout_seconds: float = 120.0
-    # The share of the rate budget that only a light agent (no other turn of its own queued
-    # or held) may spend, or a turn whose deadline has come (limiter.py): a flooding agent
-    # cannot use the budget up to its last request and make every other agent's next call
-    # wait for the window to slide.
+    # The share of the rate budget and of the lanes (rounded up) that only a light agent (no
+    # other turn of its own queued or held) may take, or a turn that has waited
+    # agent_backlog_slack_cap_seconds (limiter.py): a flooding agent cannot use the budget up
+    # to its last request, nor take every lane as it frees, and make every other agent's next
+    # call wait for the window to slide or for its next completion.
     light_agent_reserve: float = 0.1
     model_timeouts: tuple[tuple[str, float, float], ...] = ()
     # The shape of the provider's limiter the pool admits against (app/domain/limiter.py):

@@ -11,7 +11,12 @@ When the provider's rate budget is what is short, the order alone is not enough:
 flooder spent the budget to its last request and the honest agent's next call waited for
 the window to slide (about 100 ms per grant at 600 RPM). The light-agent reserve
 (lightAgentReserve, app/domain/limiter.py) keeps the last tenth of the budget for agents
-with one turn at a time."""
+with one turn at a time.
+
+When lanes are what is short, the flooder took every lane the moment it freed (its queue is
+never empty) and held each while its client got round to completing: an honest agent's
+turn waited for the next completion. The same reserve keeps ceil(0.1 x lanes) lanes free
+for agents with one turn at a time."""
 from __future__ import annotations
 
 import asyncio
@@ -64,6 +69,26 @@ async def test_an_honest_turn_finds_budget_the_flooder_could_not_spend(server, o
         assert [t["status"] for t in turns].count("GRANTED") == 18
         mine = (await honest(REQUEST, est=10, out=10, wait=0))["requestTurn"]
         assert mine["status"] == "GRANTED"
+        for turn in turns:
+            await flood(CANCEL, id=turn["id"])
+        await honest(CANCEL, id=mine["id"])
+
+
+async def test_an_honest_turn_takes_a_lane_the_flooder_had_to_leave_free(server, operator):
+    # 4 lanes and budget to spare: the flooder's backlog fills 3 of them and leaves the
+    # fourth (ceil(0.1 x 4) = 1) free, so the honest agent's one turn is granted at once
+    # rather than after the flooder's next completion.
+    pool = "flood_" + uuid.uuid4().hex[:8]
+    await operator("mutation($i: PoolInput!) { createPool(input: $i) { name } }",
+                   i={"name": pool, "lanes": 4, "rpm": 6000, "tpm": 10_000_000, "leaseSeconds": 60,
+                      "adaptiveLanes": False})
+    _, flood_token = await register(operator, "flooder", pool)
+    _, honest_token = await register(operator, "honest", pool)
+    async with GraphQLClient(server, flood_token) as flood, GraphQLClient(server, honest_token) as honest:
+        turns = [(await flood(REQUEST, est=10, out=10, wait=0))["requestTurn"] for _ in range(QUEUE_CAP)]
+        mine = (await honest(REQUEST, est=10, out=10, wait=0))["requestTurn"]
+        assert mine["status"] == "GRANTED"
+        assert [t["status"] for t in turns].count("GRANTED") == 3
         for turn in turns:
             await flood(CANCEL, id=turn["id"])
         await honest(CANCEL, id=mine["id"])

@@ -113,16 +113,20 @@ def test_while_the_rate_budget_binds_an_honest_turn_takes_the_next_request_the_b
             feed.request("flood", now)
         if honest is None and len(feed.grants) >= 40:     # the bucket spent below half, refill-paced
             assert ordering.rate_bound(feed.state) and feed.state.queued_count() >= QUEUE_CAP - 4
-            honest, granted_before = feed.request("honest", now), len(feed.grants)
+            # Counted before the request: the lane the light-agent reserve keeps free may
+            # take the honest turn at once.
+            granted_before = len(feed.grants)
+            honest = feed.request("honest", now)
         assert now < 60.0
     assert feed.grants[granted_before][0] == honest
 
 
 def test_alone_a_flooder_gets_every_lane_and_every_request_the_budget_allows():
     """Work conserving: the slack only orders; with nobody else queued the flood is granted
-    each free lane at once, as without the rule."""
+    each free lane at once, as without the rule. (The light-agent reserve, off here, does
+    keep a lane back while another agent is registered: test_light_agent_reserve.py.)"""
     for backlog in (2.0, 0.0):
-        feed = Feed(pool(lanes=4, agent_backlog_slack_seconds=backlog))
+        feed = Feed(pool(lanes=4, agent_backlog_slack_seconds=backlog, light_agent_reserve=0.0))
         for _ in range(QUEUE_CAP + 4):
             feed.request("flood", 0.0)
         assert len(feed.grants) == 4

@@ -1,16 +1,19 @@
 """The light-agent reserve (app/domain/limiter.py): an agent with another turn of its own
 queued or held spends the pool's rate budget only down to the reserve; the last share is
-for agents with one turn at a time. Worked examples through decide_many, with their numbers.
+for agents with one turn at a time; and it takes a lane only while ceil(reserve x lanes)
+others stay free. Worked examples through decide_many, with their numbers.
 
-The heavy agent is "a". Every pool here admits 20 requests per 60-second window (or holds 20 in its bucket) and has
-far more lanes and tokens than the examples use, so the request budget is all that binds;
-the reserve is 0.1 of it, 2 requests."""
+The heavy agent is "a". Every pool of the budget examples admits 20 requests per 60-second
+window (or holds 20 in its bucket) and has far more lanes and tokens than the examples use,
+so the request budget is all that binds; the reserve is 0.1 of it, 2 requests. The lane
+examples (LanePool) are the other way round."""
 from __future__ import annotations
 
 import pytest
 
 from app.domain import events as ev
 from app.domain.decide import next_deadline
+from app.domain.limiter import reserved_lanes
 from app.domain.settings import SLIDING_WINDOW, TOKEN_BUCKET, PoolSettings
 
 from .test_rate_window import Pool as WindowPool
@@ -104,3 +107,94 @@ def test_a_pool_recorded_before_the_rule_reads_it_as_off():
 def test_a_reserve_outside_0_to_half_is_refused_with_its_reason(bad):
     with pytest.raises(ValueError, match="lightAgentReserve must be between 0 and 0.5"):
         PoolSettings(light_agent_reserve=bad).validate()
+
+
+# -- the lane reserve: ceil(reserve x lanes) lanes kept free for light agents' turns --------
+
+class LanePool(Pool):
+    """Lanes are what binds here: budget to spare, `lanes` fixed lanes, and the reserve
+    0.1 of them rounded up (one lane of 4)."""
+
+    def __init__(self, lanes: int = 4, **settings):
+        super().__init__(**{"lanes": lanes, "rpm": 100_000, **settings})
+
+    @staticmethod
+    def done(turn_id: str) -> tuple[str, dict]:
+        return ev.COMPLETION_REPORTED, {"turn_id": turn_id, "outcome": ev.OK, "prompt_tokens": 10,
+                                        "completion_tokens": 0}
+
+
+@pytest.mark.parametrize("policy", ["deadline", "mlfq", "fifo"])
+def test_a_heavy_agent_leaves_a_lane_free_and_a_light_agent_takes_it_at_once(policy):
+    # Ten turns of one agent at t=0 on 4 lanes: three granted, one lane left free. A light
+    # agent's turn at t=1 takes it at once, passing the heavy agent's older turns (a SKIP,
+    # not a WAIT, whatever the order); the next light turn then waits for a lane like any.
+    p = LanePool(policy=policy)
+    assert flood(p, 10) == ["h0", "h1", "h2"]
+    assert p.batch(1.0, p.ask("l1", "light")) == ["l1"]
+    assert p.batch(1.5, p.ask("l2", "light2")) == []
+    # A completion frees a lane: the light turn queued for it goes, not the backlog.
+    assert p.batch(2.0, p.done("h0")) == ["l2"]
+
+
+def test_without_the_reserve_the_flooder_takes_every_lane_and_the_light_agent_waits():
+    p = LanePool(light_agent_reserve=0.0)
+    assert flood(p, 10) == ["h0", "h1", "h2", "h3"]
+    assert p.batch(1.0, p.ask("l1", "light")) == []
+
+
+def test_a_freed_lane_goes_to_the_heavy_agent_only_while_another_stays_free():
+    # The reserve is a number of free lanes, not lanes of its own: with the light agent's
+    # turn in the last lane, the first lane freed is the reserve again, the second the
+    # heavy agent's.
+    p = LanePool(lanes=5)
+    assert flood(p, 10) == ["h0", "h1", "h2", "h3"]
+    assert p.batch(1.0, p.ask("l1", "light")) == ["l1"]
+    assert p.batch(2.0, p.done("h0")) == []
+    assert p.batch(3.0, p.done("l1")) == ["h4"]
+
+
+def test_a_one_lane_pool_keeps_no_lane_back():
+    p = LanePool(lanes=1)
+    assert flood(p, 3) == ["h0"]
+    assert p.batch(1.0, p.done("h0")) == ["h1"]
+
+
+def test_an_agent_alone_in_its_pool_takes_every_lane():
+    p = LanePool(others=())
+    assert flood(p, 10) == ["h0", "h1", "h2", "h3"]
+
+
+def test_a_turn_holding_a_lane_makes_its_agent_heavy():
+    # One turn running and one queued is a backlog of two: the queued one leaves the last
+    # lane free. An agent's single queued turn (nothing running) is light and takes it.
+    p = LanePool(lanes=2)
+    assert p.batch(0.0, p.ask("h0", "a")) == ["h0"]
+    assert p.batch(0.5, p.ask("h1", "a")) == []
+    assert p.batch(1.0, p.ask("l1", "light")) == ["l1"]
+
+
+def test_a_heavy_turn_that_waited_the_backlog_cap_takes_the_reserved_lane():
+    # With a backlog cap of 5 s, the heavy agent's first waiting turn (h3, queued at t=0)
+    # takes the free lane at t=5, and the scheduler wakes for it then (a SKIP's `when`).
+    p = LanePool(agent_backlog_slack_cap_seconds=5.0)
+    flood(p, 10)
+    assert next_deadline(p.state, 1.0) == pytest.approx(5.0)
+    assert p.tick(4.9) == []
+    assert p.tick(5.0) == ["h3"]
+
+
+@pytest.mark.parametrize(("lanes", "reserve", "kept"), [
+    (1, 0.5, 0), (2, 0.1, 1), (4, 0.1, 1), (10, 0.1, 1), (11, 0.1, 2), (30, 0.1, 3), (16, 0.25, 4), (3, 0.5, 2),
+    (8, 0.0, 0)])
+def test_the_reserve_is_the_lanes_fraction_rounded_up(lanes, reserve, kept):
+    # 0.1 x 30 is 3.0000000000000004 in floating point, and keeps 3 lanes, not 4.
+    p = LanePool(lanes=lanes, light_agent_reserve=reserve)
+    assert reserved_lanes(p.state) == kept
+
+
+def test_the_reserve_counts_the_lanes_the_pool_has_learned_to_use():
+    # Adaptive lanes start at min(lanes, initial): 64 configured, 10 in use, 1 kept.
+    p = LanePool(lanes=64, adaptive_lanes=True, adaptive_lanes_initial=10)
+    assert reserved_lanes(p.state) == 1
+    assert flood(p, 20) == [f"h{i}" for i in range(9)]

@@ -375,7 +375,8 @@ def test_one_granting_pass_orders_the_queue_once(monkeypatch):
     """GrantOrder's reason to exist: a pass that grants k of q queued turns computes q
     deadlines (plus one per grant, for the grant's record), not k x q; before it, a batch
     after a stall took the leader 100 ms and more to decide."""
-    state = pool(lanes=4, rpm=100_000, tpm=10_000_000)
+    # No light-agent reserve: one agent's four turns fill all four lanes.
+    state = pool(lanes=4, rpm=100_000, tpm=10_000_000, light_agent_reserve=0.0)
     holds = [f"hold{i}" for i in range(4)]
     decide_many(state, [request(t, "i", 0.0) for t in holds], 0.0)
     waiting = [f"w{i}" for i in range(20)]

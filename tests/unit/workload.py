@@ -133,6 +133,7 @@ class Ledger:
     lanes: dict[int, str] = field(default_factory=dict)
     agents: dict[str, dict] = field(default_factory=dict)     # level, state, class
     runs: dict[str, dict] = field(default_factory=dict)       # service, live turns, last activity
+    limit_in_use: int | None = None                            # the last LaneLimitChanged's lanes
 
     def deadline(self, t: dict, rate_bound: bool = False) -> float:
         """Policy "deadline": queued_at + class slack + run slack + size slack + backlog slack
@@ -160,11 +161,28 @@ class Ledger:
         order goes first (app/domain/limiter.py): the rule is on, another agent is in the
         pool, t's agent has another turn live, and t has waited less than the backlog cap.
         Whether the budget really was down to the reserve is the buckets' to say (checked
-        in test_light_agent_reserve.py); this says only that the order may bend here."""
+        in test_light_agent_reserve.py), and a lane reserve needs lanes_reserved; this says
+        only that the order may bend here."""
         s = self.settings
         backlog = sum(1 for other in self.turns.values() if other["agent"] == t["agent"])
         return (s.light_agent_reserve > 0 and len(self.agents) >= 2 and backlog >= 2
                 and at - t["queued_at"] < s.agent_backlog_slack_cap_seconds)
+
+    def lanes_in_use(self) -> int:
+        """The lanes the pool may grant: all configured ones, or the learned limit's whole
+        part (its initial value until the first LaneLimitChanged)."""
+        s = self.settings
+        if not s.adaptive_lanes:
+            return s.lanes
+        return self.limit_in_use if self.limit_in_use is not None else max(1, min(s.lanes, s.adaptive_lanes_initial))
+
+    def lanes_reserved(self) -> int:
+        """The lanes a heavy agent's turn must leave free: the smallest whole number at least
+        reserve x lanes in use, none in a pool of one lane."""
+        lanes, reserve = self.lanes_in_use(), self.settings.light_agent_reserve
+        if lanes < 2 or not reserve > 0:
+            return 0
+        return next(n for n in range(lanes + 1) if n >= reserve * lanes - 1e-9)
 
     def _charge(self, turn: dict, seconds: float, at: float) -> None:
         run = self.runs.get(turn["run"]) if turn["run"] is not None else None
@@ -205,6 +223,11 @@ class Ledger:
             waiting = [t for t in self.turns.values() if t["status"] == ev.QUEUED
                        and self.agents[t["agent"]].get("paused_until", d["at"]) <= d["at"]]
             need(turn is not None and turn in waiting, "granted to an agent paused by its own 429")
+            # The lane reserve: a grant that leaves fewer free lanes than it keeps goes to a
+            # light turn, or to a heavy one whose patience has run out (reserve_holds false).
+            free_after = self.lanes_in_use() - len(self.lanes) - 1
+            need(free_after >= self.lanes_reserved() or not self.reserve_holds(turn, d["at"]),
+                 "a heavy agent's turn took a lane of the light-agent reserve")
             if self.settings.policy == "deadline":
                 # Whether the rate budget binds is the grant's own claim (rate_bound); the
                 # claim itself is checked against the buckets in test_ordering.py.
@@ -257,6 +280,8 @@ class Ledger:
                     t["level"] = 0 if aged else self.agents[t["agent"]]["level"]
             forget = d["at"] - self.settings.run_forget_seconds
             self.runs = {r: x for r, x in self.runs.items() if x["live"] > 0 or x["last"] > forget}
+        elif type_ == ev.LANE_LIMIT_CHANGED:
+            self.limit_in_use = d["lanes_in_use"]
         elif type_ == ev.AGENT_PAUSED:
             agent = self.agents[d["agent_id"]]
             agent["paused_until"] = max(d["until"], agent.get("paused_until", d["until"]))
