@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .workload import INTERACTIVE, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams
+from .workload import INTERACTIVE, TRACE_READERS, AgentScript, CallSpec, RunSpec, Trace, WorkloadParams
 
 DATA_DIR = Path(__file__).parent / "data"
 TRACES = {"mooncake-conversation": "mooncake_conversation_15min.jsonl.gz"}
@@ -146,3 +146,6 @@ def generate_from_trace(p: WorkloadParams) -> Trace:
         runs.setdefault(conv, []).append(RunSpec(idle_before_s=0.0, not_before_s=round(at, 4), calls=(call,)))
     agents = tuple(AgentScript(f"conv{conv:04d}", INTERACTIVE, tuple(r)) for conv, r in sorted(runs.items()))
     return Trace(params=p, agents=agents)
+
+
+TRACE_READERS.update({name: generate_from_trace for name in TRACES})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import mooncake_trace  # noqa: F401  (registers its trace reader with workload.generate)
 from .sim import Saturation
 
 # AgentRM's settings for every scenario: the core's defaults (app/domain/settings.py). Only the

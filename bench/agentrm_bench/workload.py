@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 INTERACTIVE, BATCH, BACKGROUND = "INTERACTIVE", "BATCH", "BACKGROUND"
@@ -474,12 +475,20 @@ def slow_windows(params: WorkloadParams, keys: tuple[str, ...]) -> tuple[SlowWin
     return tuple(out)
 
 
+# Trace-driven workloads by `trace_file` name. A trace module builds on this module's types
+# and registers its reader here when it is imported (scenarios.py imports them), so this
+# module never imports it back.
+TRACE_READERS: dict[str, Callable[[WorkloadParams], Trace]] = {}
+
+
 def generate(params: WorkloadParams) -> Trace:
     """The trace for `params`: the same parameters always give the same trace."""
     params.validate()
     if params.trace_file is not None:
-        from .mooncake_trace import generate_from_trace  # it builds on this module's types
-        return generate_from_trace(params)
+        reader = TRACE_READERS.get(params.trace_file)
+        if reader is None:
+            raise ValueError(f"no reader for trace {params.trace_file!r}: known {sorted(TRACE_READERS)}")
+        return reader(params)
     horizon = params.minutes * 60.0
     agents: list[AgentScript] = []
     makers = {INTERACTIVE: _interactive, BATCH: _batch, BACKGROUND: _background}
