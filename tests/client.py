@@ -142,7 +142,9 @@ async def admitted(operator: GraphQLClient, agent_id: str) -> int:
     """Wait for the pool's scheduler to answer a registration (AgentAdmitted, appended after
     registerAgent returns): a test that counts appended events starts from a quiet log."""
     async with operator.subscribe(ADMITTED, agent=agent_id) as sub:
-        return (await sub.next())["events"]["position"]
+        # Late in a session the shared server's default pool holds hundreds of agents and
+        # other tests' leftovers, and its scheduler answers behind them.
+        return (await sub.next(timeout=60))["events"]["position"]
 
 
 async def start_serve(database_url: str, data_dir, operator_token: str, workers: int = 2
