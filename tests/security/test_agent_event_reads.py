@@ -37,14 +37,17 @@ async def turns(server, token: str, count: int) -> None:
 
 
 @contextlib.contextmanager
-def rows_read_by_followers(store):
-    """Every row the log's reads returned to a live subscription's follower."""
+def rows_read_by_followers(store, agent_id: str):
+    """Every row the log's reads returned to a live subscription's follower of ``agent_id``.
+    Other tests' subscriptions on the shared server follow the log too (other pools, other
+    agents), so only reads that name the agent count; a follower that read the whole log
+    and filtered afterwards names no agent, reads nothing here, and fails the test."""
     rows: list = []
     real = store.read
 
     async def counting(*args, **kwargs):
         found = await real(*args, **kwargs)
-        if sys._getframe(1).f_code.co_name == "follow":
+        if sys._getframe(1).f_code.co_name == "follow" and kwargs.get("agent_id") == agent_id:
             rows.extend(found)
         return found
     store.read = counting
@@ -66,7 +69,7 @@ async def test_an_agents_events_from_zero_read_only_its_own_rows(server, operato
     await asyncio.sleep(0.5)           # the scheduler's decisions on A's last turn
     own = (await operator(OWN_EVENTS, a=a_id))["events"]
     assert len(own) >= 6
-    with rows_read_by_followers(server.runtime.store) as rows:
+    with rows_read_by_followers(server.runtime.store, a_id) as rows:
         async with GraphQLClient(server, a_token) as a, a.subscribe(FOLLOW, a=None) as sub:
             got = [(await sub.next())["events"] for _ in own]
             # And live: a new turn of A's comes after everything before it.
