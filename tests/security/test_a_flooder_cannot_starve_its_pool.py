@@ -55,15 +55,21 @@ async def test_an_honest_turn_is_granted_next_after_the_flooders_turn_in_flight(
             await flood(CANCEL, id=turn["id"])
 
 
-async def test_an_honest_turn_finds_budget_the_flooder_could_not_spend(server, operator):
-    # 20 requests a minute and lanes to spare: the flooder's 25 turns are granted only down
-    # to the reserve (18 of 20), and the honest agent's one turn is granted at once.
+async def flooder_and_honest(operator, *, lanes: int, rpm: int) -> tuple[str, str]:
+    """(the flooder's token, the honest agent's token) in a new pool of fixed lanes."""
     pool = "flood_" + uuid.uuid4().hex[:8]
     await operator("mutation($i: PoolInput!) { createPool(input: $i) { name } }",
-                   i={"name": pool, "lanes": 64, "rpm": 20, "tpm": 10_000_000, "leaseSeconds": 60,
+                   i={"name": pool, "lanes": lanes, "rpm": rpm, "tpm": 10_000_000, "leaseSeconds": 60,
                       "adaptiveLanes": False})
     _, flood_token = await register(operator, "flooder", pool)
     _, honest_token = await register(operator, "honest", pool)
+    return flood_token, honest_token
+
+
+async def test_an_honest_turn_finds_budget_the_flooder_could_not_spend(server, operator):
+    # 20 requests a minute and lanes to spare: the flooder's 25 turns are granted only down
+    # to the reserve (18 of 20), and the honest agent's one turn is granted at once.
+    flood_token, honest_token = await flooder_and_honest(operator, lanes=64, rpm=20)
     async with GraphQLClient(server, flood_token) as flood, GraphQLClient(server, honest_token) as honest:
         turns = [(await flood(REQUEST, est=10, out=10, wait=0))["requestTurn"] for _ in range(25)]
         assert [t["status"] for t in turns].count("GRANTED") == 18
@@ -78,12 +84,7 @@ async def test_an_honest_turn_takes_a_lane_the_flooder_had_to_leave_free(server,
     # 4 lanes and budget to spare: the flooder's backlog fills 3 of them and leaves the
     # fourth (ceil(0.1 x 4) = 1) free, so the honest agent's one turn is granted at once
     # rather than after the flooder's next completion.
-    pool = "flood_" + uuid.uuid4().hex[:8]
-    await operator("mutation($i: PoolInput!) { createPool(input: $i) { name } }",
-                   i={"name": pool, "lanes": 4, "rpm": 6000, "tpm": 10_000_000, "leaseSeconds": 60,
-                      "adaptiveLanes": False})
-    _, flood_token = await register(operator, "flooder", pool)
-    _, honest_token = await register(operator, "honest", pool)
+    flood_token, honest_token = await flooder_and_honest(operator, lanes=4, rpm=6000)
     async with GraphQLClient(server, flood_token) as flood, GraphQLClient(server, honest_token) as honest:
         turns = [(await flood(REQUEST, est=10, out=10, wait=0))["requestTurn"] for _ in range(QUEUE_CAP)]
         mine = (await honest(REQUEST, est=10, out=10, wait=0))["requestTurn"]
