@@ -44,7 +44,7 @@ MAX_FACT_CHARS = 300
 # Recorded beside the facts a compaction produced: the same message and the same version
 # always give the same facts, so a replay compares versions before it compares facts. Any
 # change to what extract_facts returns for some input must change this string.
-EXTRACTOR_VERSION = "facts-3"
+EXTRACTOR_VERSION = "facts-4"
 
 _I = re.IGNORECASE
 
@@ -109,6 +109,10 @@ _ERROR = re.compile(
     r"|(?i:\berror\s*:|\bERR!|^\s*ERROR\b|\bsegmentation\s+fault\b|\bcore\s+dumped\b|\bpermission\s+denied\b"
     r"|\bno\s+such\s+file\s+or\s+directory\b|\bconnection\s+refused\b|\btimed\s+out\b|\bout\s+of\s+memory\b"
     r"|\bfailed\s+with\b|\bexit\s+(?:code|status)\s+[1-9]\d*\b|\baccess\s+denied\b"
+    # how command-line tools word a failure: "An error occurred (AccessDenied) when calling",
+    # "Error from server (NotFound)", "upload failed: ...", "... is not authorized to perform"
+    r"|\ban\s+error\s+occurred\b|\berror\s+from\s+server\b|^\s*(?:[\w.-]+\s+){0,2}failed\s*:"
+    r"|\bnot\s+authori[sz]ed\s+to\b"
     r"|\b(?:ci|build|pipeline|tests?|job|deploy|checks?)\s+(?:is|are|has\s+been|have\s+been|went|turned|stays?)"
     r"\s+(?:red|failing|broken|down)\b|\b(?:produced|returned|wrote|loaded)\s+(?:zero|no|0)\s+(?:rows|records|results"
     r"|events|items)\b|\bparsed\s+as\s+\S+(?:\s+\S+)?\s+instead\s+of\b)"
@@ -373,6 +377,8 @@ def classify(sentence: str, role: str = "user") -> str | None:
         if _is_root_cause(sentence) and not _ERROR.search(sentence):
             return ERROR
     asked = salience.is_question(sentence)
+    if role == "tool" and _ERROR.search(sentence):
+        return ERROR   # a tool states no rules: "pods is forbidden" in its output is a failure
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(sentence):
             if kind == INSTRUCTION and _NOT_INSTRUCTION.search(sentence):
@@ -450,7 +456,18 @@ def _clip(sentence: str, kind: str) -> str:
     m = pattern.search(sentence) if pattern else None
     centre = (m.start() + m.end()) // 2 if m else 0
     start = max(0, min(centre - MAX_FACT_CHARS // 2, len(sentence) - MAX_FACT_CHARS))
-    return sentence[start:start + MAX_FACT_CHARS].strip()
+    end = start + MAX_FACT_CHARS
+    # whole words at both cuts: half a word ("ad failed") reads as another word
+    if start > 0 and not sentence[start - 1].isspace():
+        space = sentence.find(" ", start, start + _WORD_SNAP)
+        start = space + 1 if space >= 0 else start
+    if end < len(sentence) and not sentence[end].isspace():
+        space = sentence.rfind(" ", end - _WORD_SNAP, end)
+        end = space if space > start else end
+    return sentence[start:end].strip()
+
+
+_WORD_SNAP = 30   # how far a cut moves to a space; a longer "word" (a hash, a URL) is cut
 
 
 # A "sentence" longer than this is a log line, a minified blob or a run with no sentence

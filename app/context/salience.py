@@ -89,12 +89,16 @@ _COMMITMENTS: tuple[tuple[str, re.Pattern, float], ...] = (
         r"\b(?:must(?!\s+have\s+been|'ve)|has\s+to|have\s+to|had\s+better|needs?\s+to\s+be|required|mandatory|shall"
         r"|should(?:n't|\s+not)?\s+(?:be|go|use|run|stay|point|target|always|never|only)"
         r"|(?:is|are)\s+(?:not\s+)?allowed|may\s+not|can(?:no|')t(?!\s+(?:wait|believe|imagine))"
-        r"|only\s+(?:ever|use|run|deploy|push))\b", _I), 2.0),
+        r"|only\s+(?:ever|use|run|deploy|push)"
+        # a required approval: "needs sign-off from compliance", "requires two approvals"
+        r"|(?:needs?|requires?)\s+(?:\w+\s+){0,2}(?:sign[\s-]?offs?|approvals?|reviews?|reviewers?|acks?|go-ahead"
+        r"|green\s+light|lgtm|ok)(?=\W|$))\b", _I), 2.0),
     # A condition on what others do binds as much as "must": "the hook rejects you unless
     # the linter is clean", "before anybody commits, run ...".
     ("condition", re.compile(
         r"\b(?:unless|only\s+if|as\s+long\s+as|will\s+(?:reject|refuse|block)"
-        r"|before\s+(?:you|anyone|anybody|everyone|everybody|we|committing|merging|pushing|deploying|releasing|shipping))\b",
+        r"|before\s+(?:you|anyone|anybody|everyone|everybody|we|committing|merging|pushing|deploying|releasing|shipping"
+        r"|(?:the\s+|a\s+|any\s+)?(?:merge|deploy(?:ment)?|release|rollout|launch|cutover|go[\s-]live)))\b",
         _I), 2.0),
     ("prohibition", re.compile(
         r"\b(?:never|don't|do\s+not|nobody|no\s+one|hands\s+off|leave\s+\w+(?:\s+\w+){0,3}\s+alone"

@@ -65,6 +65,33 @@ def test_limits_rules_and_pins_are_kept(text, role, value):
     assert any(value in f.text for f in facts), facts
 
 
+@pytest.mark.parametrize("output", [
+    "An error occurred (ThrottlingException) when calling the DescribeStacks operation: Rate exceeded",
+    'Error from server (Forbidden): pods is forbidden: User "ci-bot" cannot list resource "pods"',
+    "deploy failed: image pull backoff for registry.example.net/web:4.1 on node-3",
+    "User: svc-export is not authorized to perform: storage.objects.create on bucket nightly-dumps",
+])
+def test_how_command_line_tools_word_a_failure_is_an_error(output):
+    """Tool errors rank with the assistant's conclusions in the facts block; read as mere
+    identifiers they fall to the bulk of tool output and out of a tight view."""
+    assert [f.kind for f in extract_facts(output, 1, "tool")] == ["error"]
+
+
+@pytest.mark.parametrize("text", [
+    "Schema changes to the billing tables require approval from the data team before release.",
+    "Every change under infra/dns needs a second reviewer's sign-off before the deploy.",
+])
+def test_a_required_approval_is_kept_as_binding(text):
+    assert [f.kind for f in extract_facts(text, 1, "user")] in (["instruction"], ["todo"])
+
+
+def test_a_clipped_fact_is_cut_at_whole_words():
+    sentence = "word " * 80 + "Error: the export bucket refused the upload " + "tail " * 80
+    (fact,) = extract_facts(sentence, 1, "tool")
+    assert len(fact.text) <= 300 and "Error: the export bucket refused" in fact.text
+    assert all(w in ("word", "tail") or w in sentence.split() for w in fact.text.split())
+
+
 def test_a_traceback_keeps_its_exception_line_whatever_the_class_is_called():
     output = ("$ ./manage.py settle\nTraceback (most recent call last):\n"
               '  File "settle.py", line 9, in <module>\n    run()\n'
