@@ -168,8 +168,8 @@ def _fact_lag(argv: list[str]) -> int:
     p.add_argument("--repeat", type=int, default=3, help="repeats on fresh agents; the spread is reported")
     p.add_argument("--seed", type=int, default=29, help="the chatter's and the probe session's seed")
     p.add_argument("--no-probe", action="store_true", help="skip the planted-facts probe")
-    p.add_argument("--facts", choices=("heldout", "dev"), default="heldout",
-                   help="the probe's planted facts: the held-out set, or the development set (optimistic)")
+    p.add_argument("--facts", choices=("heldout", "dev", "dev2"), default="heldout",
+                   help="the probe's planted facts: the held-out set, or a development set (optimistic)")
     p.add_argument("--server-root", type=Path, metavar="DIR",
                    help="serve another checkout's code (a baseline), same client and scenario")
     p.add_argument("--name", default="fact_lag", help="results file name (NAME.json, NAME.md)")
@@ -186,11 +186,11 @@ def _fact_lag(argv: list[str]) -> int:
     import asyncio
 
     from .fact_lag import render_markdown, run_async
-    from .fact_probe import DATA, DEV_DATA
+    from .fact_probe import FACT_SETS
     result = asyncio.run(run_async(_bench_database("agentrm_bench_fact_lag"), agents=args.agents, rate=args.rate,
                                    seconds=args.seconds, views=args.views, repeat=args.repeat, seed=args.seed,
                                    server_root=args.server_root, probe=not args.no_probe,
-                                   facts_path=DEV_DATA if args.facts == "dev" else DATA))
+                                   facts_path=FACT_SETS[args.facts]))
     args.out.mkdir(parents=True, exist_ok=True)
     markdown = render_markdown(result)
     (args.out / f"{args.name}.md").write_text(markdown, encoding="utf-8")

@@ -1,11 +1,12 @@
 """A planted-facts probe in phrasings this project never wrote, and the agent chatter it is
 buried in.
 
-The facts (``data/heldout_planted_facts.json``) are held out: written for this probe by
-someone who had not read the extractor, and never used to tune it (a separate, labelled
-set does that). ``data/dev_planted_facts.json`` was the held-out set until its misses were
-examined to improve the extractor and the facts block; it is a development set since, and
-its scores are optimistic. Each fact is one message in the way a person or a tool would
+The facts (``data/heldout_planted_facts.json``) are held out: written blind for this probe,
+by someone who had read neither the extractor nor the earlier sets' misses, and never used
+to tune it (a separate, labelled set does that). Each earlier held-out set became a
+development set once its misses were examined to improve the extractor and the facts
+block (``data/dev_planted_facts.json``, then ``data/dev2_planted_facts.json``); their
+scores are optimistic. Each fact is one message in the way a person or a tool would
 put it, inside ~300 messages (~29k tokens) of ordinary agent work on a payments ledger:
 tool output, narration, questions, small talk. The chatter is generated from a seed, so
 every run sees the same session.
@@ -23,6 +24,8 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data" / "heldout_planted_facts.json"
 DEV_DATA = DATA.with_name("dev_planted_facts.json")
+DEV2_DATA = DATA.with_name("dev2_planted_facts.json")
+FACT_SETS = {"heldout": DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}
 
 _SERVICES = ["ledger-api", "payouts-worker", "recon-batch", "fx-rates", "notifier", "audit-export"]
 _MODULES = ["ledger/balances.py", "ledger/transfers.py", "payouts/batch.py", "payouts/retry.py",
