@@ -41,6 +41,11 @@ Portkey in front of it), three more options, all off by default:
   `prompt_tokens` is charged its messages' characters / 4, one without `max_tokens` 16.
 - `honour_stream`: a request without `"stream": true` gets one JSON answer (Content-Length
   framed, with `usage`) after its latency, as OpenAI answers a call that did not ask to stream.
+- `fake_in_messages`: a request without a `fake` object takes it from its last message, from
+  the JSON object after `FAKE:` in its text (gateways forward messages verbatim, so each call
+  of one model can carry its own fault). The object's `tag`, if any, is kept in the access log.
+- `outage_status`: inside an outage window every call is refused at once with this status
+  (503: the provider is down) instead of hanging; nothing is charged.
 """
 from __future__ import annotations
 
@@ -68,6 +73,7 @@ class AccessEntry:
     first_chunk_at: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    tag: str = ""                      # the call's `fake.tag`: which scenario sent it
 
 
 @dataclass
@@ -93,6 +99,8 @@ class FakeProvider:
     limiter_kind: str = "token_bucket"
     defaults: dict | None = None
     honour_stream: bool = False
+    fake_in_messages: bool = False
+    outage_status: int | None = None
 
     def __post_init__(self) -> None:
         self.limiter = LIMITERS[self.limiter_kind](self.rpm, self.tpm, max_concurrent=self.max_concurrent)
@@ -162,13 +170,19 @@ class FakeProvider:
         try:
             body = json.loads(request.body or b"{}")
             prompt, max_tokens = _charge(body)
-            fake = body.get("fake") or self.defaults or {}
+            fake = body.get("fake") or self._fake_in_messages(body) or self.defaults or {}
         except (ValueError, KeyError, TypeError):
             await _send_json(writer, 400, {"error": {"message": "bad request"}}, {})
             return True
         entry = AccessEntry(request.headers.get("x-client-request-id", ""), 0, time.time(),
-                            prompt_tokens=prompt)
+                            prompt_tokens=prompt, tag=str(fake.get("tag", "")))
         self.access_log.append(entry)
+        if self.outage_status is not None and self._in_outage(entry.received_at):
+            entry.status = self.outage_status
+            await _send_json(writer, self.outage_status, {"error": {
+                "message": "The server is temporarily unavailable.", "type": "server_error"}}, {})
+            entry.finished_at = time.time()
+            return True
         answer = self.limiter.submit(self._now(), prompt, max_tokens)
         if not answer.admitted:
             return await self._reject(writer, entry, answer.headers)
@@ -198,6 +212,13 @@ class FakeProvider:
             return True
         finally:
             self.limiter.inflight -= 1
+
+    def _fake_in_messages(self, body: dict) -> dict | None:
+        if not self.fake_in_messages or not body.get("messages"):
+            return None
+        text = str(body["messages"][-1].get("content", ""))
+        marker = text.find("FAKE:")
+        return json.loads(text[marker + 5:]) if marker >= 0 else None
 
     def _in_outage(self, at: float) -> bool:
         return any(start <= at - self.outage_origin < end for start, end in self.outages)
@@ -404,7 +425,8 @@ class _WallSaturatedEngine:
 
 # -- HTTP/1.1 plumbing ------------------------------------------------------------------------
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+            503: "Service Unavailable"}
 
 
 async def _read_request(reader: asyncio.StreamReader) -> _Request | None:

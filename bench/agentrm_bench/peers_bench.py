@@ -48,6 +48,7 @@ from .processes import stop_process
 from .system_bench import pct
 
 ALL_PEERS = ("direct", "litellm", "portkey", "agentrm")
+ALL_WORKLOADS = ("overhead", "rates", "faults", "priority")
 CLIENTS = (1, 8, 32, 128)
 QUICK_CLIENTS = (1, 8)
 RPM = 120
@@ -343,7 +344,8 @@ async def _smoke(peer: Peer) -> str:
 
 # -- the run -----------------------------------------------------------------------------------
 async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PEERS, quick: bool = False,
-                    repeat: int = 3, install: bool = True, rate_seconds: float | None = None) -> dict:
+                    repeat: int = 3, install: bool = True, rate_seconds: float | None = None,
+                    workloads: tuple[str, ...] = ALL_WORKLOADS) -> dict:
     clients = QUICK_CLIENTS if quick else CLIENTS
     seconds = rate_seconds if rate_seconds is not None else (12.0 if quick else 30.0)
     overhead = await FakeProvider(BIG, BIG * 100, honour_stream=True, defaults={"output_tokens": 16}).start()
@@ -356,7 +358,7 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="agentrm-peers-"))
     try:
-        for name in peers:
+        for name in peers if {"overhead", "rates"} & set(workloads) else ():
             try:
                 if name == "direct":
                     peer = direct(overhead.url, rate_urls, repeat)
@@ -382,13 +384,13 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
         overhead_runs: list[dict] = []
         rate_runs: list[dict] = []
         for r in range(repeat):
-            for n in clients:
+            for n in clients if "overhead" in workloads else ():
                 calls = (20 if n == 1 else 5 * n) if quick else max(200, 4 * n)
                 for stream in (False, True):
                     for peer in started.values():   # the peers in turn, so drift in the noise hits all
                         result = await overhead_phase(peer, n, stream, calls)
                         overhead_runs.append({**result, "run": r})
-            for limiter, provider in rate_providers.items():
+            for limiter, provider in rate_providers.items() if "rates" in workloads else ():
                 for peer in started.values():
                     result = await rate_phase(peer, limiter, peer.routes[f"{limiter}/{r}"], provider, seconds)
                     rate_runs.append({**result, "run": r})
@@ -399,7 +401,11 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
         for provider in rate_providers.values():
             await provider.stop()
     every = {**started, **skipped}
-    return {
+    more = {}
+    if {"faults", "priority"} & set(workloads):
+        from .peers_faults import run_workloads
+        more = await run_workloads(database_url, peers=peers, workloads=workloads, repeat=repeat, install=install)
+    return {**more,
         "settings": {"peers": list(peers), "quick": quick, "repeat": repeat, "clients": list(clients),
                      "rate_seconds": seconds, "rpm": RPM, "rate_clients": RATE_CLIENTS, "rate_call_s": RATE_CALL_S,
                      "cores": os.cpu_count()},
@@ -468,6 +474,9 @@ def _fmt(s: dict | None, digits: int = 1) -> str:
 
 
 def to_markdown(r: dict) -> str:
+    if "faults_priority" in r and not r["overhead"] and not r["rate_limits"]:   # --workloads faults,priority
+        from .peers_faults import to_markdown as faults_markdown
+        return "# Peers (`agentrm bench peers`): faults and priority\n\n" + faults_markdown(r["faults_priority"])
     s, la = r["settings"], r["load_average"]
     lines = ["# Peers (`agentrm bench peers`): AgentRM beside the LiteLLM proxy and the Portkey gateway", "",
              f"Preliminary: {s['cores']} cores shared with other work; load average "
@@ -498,6 +507,9 @@ def to_markdown(r: dict) -> str:
                      f"| {_fmt(row['client_ok'], 0)} | {_fmt(row['unfinished_at_end'], 0)} |")
     lines += ["", "Each peer's configuration, with where each setting is documented, is in peers.json "
               "(`peers.NAME.config`)."]
+    if "faults_priority" in r:
+        from .peers_faults import to_markdown as faults_markdown
+        lines += ["", faults_markdown(r["faults_priority"])]
     return "\n".join(lines) + "\n"
 
 

@@ -18,7 +18,8 @@ async def test_bench_peers_quick_direct_and_agentrm(fresh_database, tmp_path):
            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)])}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", "bench", "peers", "--quick", "--peers", "direct,agentrm", "--no-install",
-        "--rate-seconds", "3", "--json", "--out", str(tmp_path / "out"), cwd=ROOT, env=env,
+        "--rate-seconds", "3", "--workloads", "overhead,rates", "--json", "--out", str(tmp_path / "out"),
+        cwd=ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode == 0, err.decode()[-2000:]

@@ -92,3 +92,33 @@ async def test_the_saturating_engine_runs_at_most_max_running_and_queues_the_res
         assert provider.engine.running == [] and provider.engine.waiting == []
     finally:
         await provider.stop()
+
+
+async def test_a_fault_in_the_last_message_and_a_503_outage_that_charges_nothing():
+    provider = await FakeProvider(1000, 1_000_000, chunk_interval_s=0.01, honour_stream=True, fake_in_messages=True,
+                                  defaults={"latency_s": 0.0}, outages=((0.0, 3600.0),),
+                                  outage_status=503).start()
+    provider.outage_origin = time.time() + 3600.0           # the outage has not begun yet
+
+    def body(text: str) -> dict:   # OpenAI's fields only, as a gateway forwards them
+        return {"model": "fake", "messages": [{"role": "user", "content": text}]}
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(None)) as http:
+            url = f"{provider.url}/v1/chat/completions"
+            request = http.build_request("POST", url, json=body('Hi. FAKE:{"fault": "hang", "tag": "h"}'))
+            hanging = asyncio.create_task(http.send(request, stream=True))
+            plain = await http.post(url, json=body("Hi."))
+            assert plain.status_code == 200 and plain.json()["choices"]
+            while len(provider.access_log) < 2 or not any(e.hung for e in provider.access_log):
+                await asyncio.sleep(0.01)
+            hanging.cancel()
+            provider.outage_origin = time.time() - 1.0      # now inside the window
+            refused = await http.post(url, json=body('Hi. FAKE:{"tag": "o"}'))
+            assert refused.status_code == 503 and refused.json()["error"]["type"] == "server_error"
+        hung = next(e for e in provider.access_log if e.tag == "h")
+        assert hung.hung and hung.first_chunk_at is None
+        out = provider.access_log[-1]
+        assert out.tag == "o" and out.status == 503 and out.finished_at is not None
+        assert provider.stats()["admitted"] == 2     # the plain and the hung call: the refusal never entered
+    finally:
+        await provider.stop()
