@@ -213,6 +213,7 @@ class Bench:
         if abusers_spec is not None:
             abusers = asyncio.create_task(_run_abusers({**abusers_spec, "start": start, "until": until}))
         await asyncio.sleep(max(0.0, start - time.time()))
+        print(f"{name} {repeat}: started", file=sys.stderr, flush=True)
         head0, rss0, load0 = await self.head(), self.rss(), os.getloadavg()[0]
         cpu0 = (cpu_seconds(self.pid), cpu_seconds(self.db_pid), time.process_time(),
                 cpu_seconds(self.pid, tree=False))
@@ -295,14 +296,15 @@ def summarise(runs: list[dict], memory: dict, settings: dict, warmup: dict) -> d
 
 
 async def run_async(url: str, *, agents: int = 8, seconds: float = 30.0, repeat: int = 3, seed: int = 1,
-                    hostile_per_kind: int = hostile_requests.PER_KIND, only: str | None = None) -> dict:
+                    hostile_per_kind: int = hostile_requests.PER_KIND, only: str | None = None,
+                    server_root: Path | None = None) -> dict:
     operator = "op_bench_" + os.urandom(8).hex()
     settings = {"agents": agents, "seconds": seconds, "repeat": repeat, "seed": seed, "pool": {
         "lanes": s.POOL_LANES, "rpm": s.POOL_RPM, "tpm": s.POOL_TPM}, "flood_rate_per_s": round(s.FLOOD_RATE_PER_S, 1),
         "subscriptions_attempted": s.SUB_CONNECTIONS * s.SUBS_PER_CONNECTION, "hostile_per_kind": hostile_per_kind,
-        "only": only}
+        "only": only, "server": f"baseline ({server_root.name})" if server_root else "this checkout"}
     with tempfile.TemporaryDirectory(prefix="agentrm-abuse-") as tmp:
-        proc, base = await _start_server(url, 1, operator, Path(tmp))
+        proc, base = await _start_server(url, 1, operator, Path(tmp), root=server_root)
         db = await asyncpg.connect(url)
         limits = httpx.Limits(max_connections=agents + 8, max_keepalive_connections=agents + 8)
         try:
