@@ -52,7 +52,7 @@ from .fact_process import FactProcess
 from .indexer import MessageIndexer, messages_of
 from .model_process import ModelProcess
 from .retrieval import hybrid_ranking
-from .tokens import count_message, count_text, encoding_ready
+from .tokens import count_messages, count_text, encoding_ready
 
 if TYPE_CHECKING:   # for the annotations only: both load lazily (see below)
     from .embedder import MiniLMEmbedder
@@ -151,6 +151,8 @@ class ContextService:
         agent_id = agent["agent_id"]
         encoding = self._encoding(agent)
         await encoding_ready(encoding)
+        # Counted before the agent's lock, and off the loop when long (count_messages).
+        tokens = await count_messages([(role, content) for role, content, _pinned in messages], encoding)
         async with self.service.agent_lock(agent_id):
             if agent["hibernated"]:
                 await self.service.set_hibernated_locked(principal, agent_id, False, {"reason": "context appended"})
@@ -160,7 +162,7 @@ class ContextService:
                 events = [NewEvent(context_stream(agent_id), ctx.CONTEXT_APPENDED,
                                    ev.ContextAppended(agent_id=agent_id, seq=state.last_seq + 1 + i, role=role,
                                                       content=content, pinned=bool(pinned),
-                                                      tokens=count_message(role, content, encoding),
+                                                      tokens=tokens[i],
                                                       at=now, facts_at_append=True).to_dict(),
                                    {"actor": require(principal).actor, "correlation": agent_id})
                           for i, (role, content, pinned) in enumerate(messages)]

@@ -20,6 +20,14 @@ counted until its slice's end has left the window, never less. A refund on compl
 to the slice of its grant (found from the turn's granted_at by the same formula). The
 state holds at most one slice per tenth of a second of the window, and never more slices
 than grants, so at most min(limit x W/60, 10 x (W + 1) + 1) entries, whatever the rate.
+
+One pass of the scheduler asks for the window's use many times at the same moment: once
+per queued turn it weighs (the grant order's rate_bound, each verdict's fits), and an agent
+with a full queue puts dozens of turns there, all passed over in turn. At 600 slices a
+count, that made the pool's leader spend more time summing the window than deciding, and
+the cost grew with the most greedy agent's queue. So `used` remembers its answers for the
+last few moments asked (a pass asks at its own moment and at the state's clock) until the
+window changes (add, refund, prune): the same sums over the same slices, taken once.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ from dataclasses import dataclass, field
 
 MARGIN_S = 1.0
 SLICES_PER_SECOND = 10
+REMEMBERED_MOMENTS = 4   # used()'s answers kept between changes of the window
 
 
 def slice_of(at: float) -> int:
@@ -41,10 +50,15 @@ def slice_end(key: int) -> float:
 
 @dataclass
 class RateWindow:
-    """[key, requests, tokens] per slice, oldest first."""
+    """[key, requests, tokens] per slice, oldest first. Change it only through its methods:
+    they forget `used`'s remembered answer."""
     slices: list[list[float]] = field(default_factory=list)
+    # (now, span) -> (requests, tokens) of the last few `used`, until the slices change.
+    _used: dict[tuple[float, float], tuple[float, float]] = field(default_factory=dict, init=False, repr=False,
+                                                                  compare=False)
 
     def add(self, at: float, tokens: float) -> None:
+        self._used.clear()
         key = slice_of(at)
         if self.slices and self.slices[-1][0] == key:
             self.slices[-1][1] += 1
@@ -63,6 +77,7 @@ class RateWindow:
     def refund(self, granted_at: float, tokens: float) -> None:
         """Give back `tokens` of the grant made at `granted_at` (negative: charge more), if
         its slice is still in the window."""
+        self._used.clear()
         key = slice_of(granted_at)
         keys = [int(s[0]) for s in self.slices]
         i = bisect.bisect_left(keys, key)
@@ -75,15 +90,34 @@ class RateWindow:
         while drop < len(self.slices) and not counted(self.slices[drop], now, span):
             drop += 1
         if drop:
+            self._used.clear()
             del self.slices[:drop]
+
+    def _first_counted(self, now: float, span: float) -> int:
+        """The index of the oldest slice still counted at `now` (len(slices) if none is): the
+        slices are ordered by key, and so by when they leave the window, so those no longer
+        counted are a prefix."""
+        low, high = 0, len(self.slices)
+        while low < high:
+            mid = (low + high) // 2
+            if counted(self.slices[mid], now, span):
+                high = mid
+            else:
+                low = mid + 1
+        return low
 
     def used(self, now: float, span: float) -> tuple[float, float]:
         """(requests, tokens) granted in the window that ends at `now`."""
+        remembered = self._used.get((now, span))
+        if remembered is not None:
+            return remembered
         requests = tokens = 0.0
-        for entry in self.slices:
-            if counted(entry, now, span):
-                requests += entry[1]
-                tokens += entry[2]
+        for entry in self.slices[self._first_counted(now, span):]:
+            requests += entry[1]
+            tokens += entry[2]
+        if len(self._used) >= REMEMBERED_MOMENTS:
+            self._used.clear()
+        self._used[(now, span)] = (requests, tokens)
         return requests, tokens
 
     def seconds_until(self, now: float, span: float, requests: float, tokens: float,
@@ -92,12 +126,10 @@ class RateWindow:
         they exceed the caps themselves)."""
         if requests > cap_requests or tokens > cap_tokens:
             return math.inf
-        live = [entry for entry in self.slices if counted(entry, now, span)]
-        used_requests = sum(entry[1] for entry in live)
-        used_tokens = sum(entry[2] for entry in live)
+        used_requests, used_tokens = self.used(now, span)
         if used_requests + requests <= cap_requests and used_tokens + tokens <= cap_tokens:
             return 0.0
-        for entry in live:   # oldest first: each leaves the window in turn
+        for entry in self.slices[self._first_counted(now, span):]:   # oldest first: each leaves in turn
             used_requests -= entry[1]
             used_tokens -= entry[2]
             if used_requests + requests <= cap_requests and used_tokens + tokens <= cap_tokens:

@@ -348,15 +348,15 @@ class EventStore:
                    up_to: int | None = None, conn: asyncpg.Connection | None = None
                    ) -> list[RecordedEvent]:
         """Events with position > after (and <= up_to), in position order."""
-        if up_to is not None and conn is None and not (data or correlation or agent_id):
-            shared = await self._read_tail(after, limit, up_to, types, streams, categories)
+        if up_to is not None and conn is None and not (data or correlation):
+            shared = await self._read_tail(after, limit, up_to, types, streams, categories, agent_id)
             if shared is not None:
                 return shared
         return await self._read_log(after, limit, types=types, streams=streams, categories=categories, data=data,
                                     correlation=correlation, agent_id=agent_id, up_to=up_to, conn=conn)
 
-    async def _read_tail(self, after: int, limit: int, up_to: int, types, streams, categories
-                         ) -> list[RecordedEvent] | None:
+    async def _read_tail(self, after: int, limit: int, up_to: int, types, streams, categories,
+                         agent_id: str | None = None) -> list[RecordedEvent] | None:
         """The answer from the tail cache, once it covers (after, up_to]: extended by one
         read of the log shared by every follower that needs it (a read in flight is joined,
         not repeated). None: this reader is too far behind, or the log does not have what
@@ -367,7 +367,8 @@ class EventStore:
             return None
         for _ in range(TAIL_READS + 1):
             if self.tail.covers(after, up_to):
-                return self.tail.serve(after, limit, up_to, types=types, streams=streams, categories=categories)
+                return self.tail.serve(after, limit, up_to, types=types, streams=streams, categories=categories,
+                                       agent_id=agent_id)
             if self._tail_read is None or self._tail_read.done():
                 start = self.tail.read_start(after)
                 if start is None:

@@ -55,6 +55,11 @@ def _size(event: RecordedEvent) -> int:
     return 256 + sum(len(v) for v in data.values() if type(v) is str)
 
 
+def _names(event: RecordedEvent, agent_id: str) -> bool:
+    data = event.data
+    return type(data) is dict and data.get("agent_id") == agent_id
+
+
 class TailCache:
     def __init__(self, capacity: int = CAPACITY, byte_capacity: int = BYTE_CAPACITY):
         self.capacity, self.byte_capacity = capacity, byte_capacity
@@ -139,10 +144,11 @@ class TailCache:
         self._trim()
 
     def serve(self, after: int, limit: int, up_to: int, *, types: Iterable[str] | None = None,
-              streams: Iterable[str] | None = None, categories: Iterable[str] | None = None
-              ) -> list[RecordedEvent]:
+              streams: Iterable[str] | None = None, categories: Iterable[str] | None = None,
+              agent_id: str | None = None) -> list[RecordedEvent]:
         """What the log would answer to read(after, limit, up_to=up_to, ...), for a covered
-        range (covers(after, up_to) must hold)."""
+        range (covers(after, up_to) must hold). `agent_id`: the events whose data names the
+        agent, as the log's `data->>'agent_id'` does (the service writes it as a string)."""
         # An empty filter is no filter, as in the store's SQL.
         types, streams, categories = (frozenset(x) if x else None for x in (types, streams, categories))
         out: list[RecordedEvent] = []
@@ -155,6 +161,8 @@ class TailCache:
             if streams is not None and event.stream not in streams:
                 continue
             if categories is not None and event.stream.split("-", 1)[0] not in categories:
+                continue
+            if agent_id is not None and not _names(event, agent_id):
                 continue
             out.append(event)
         return out

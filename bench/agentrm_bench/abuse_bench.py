@@ -16,7 +16,8 @@ alike; between phases the server is let settle (no turn queued or held in the po
 indexer caught up, at most 30 s), and whatever backlog is left is reported. The targets:
 the honest agents' grant P95 and view P95 under abuse within 1.2x of the clean run's (the
 median over the pairs of the per-pair ratio; the spread is reported beside it), and the
-server's RSS growing less than 5 MB over 1,000 hostile requests (hostile_requests.py).
+server's RSS growing less than 5 MB over 1,000 hostile requests (hostile_requests.py: five
+passes of the 1,000, judged on each of the last three).
 
 A grant not given within the 30 s an honest agent waits counts as a 30 s sample (and is
 counted apart): an agent starved past its wait must raise the P95, not leave it.
@@ -213,6 +214,7 @@ class Bench:
         if abusers_spec is not None:
             abusers = asyncio.create_task(_run_abusers({**abusers_spec, "start": start, "until": until}))
         await asyncio.sleep(max(0.0, start - time.time()))
+        print(f"{name} {repeat}: started", file=sys.stderr, flush=True)
         head0, rss0, load0 = await self.head(), self.rss(), os.getloadavg()[0]
         cpu0 = (cpu_seconds(self.pid), cpu_seconds(self.db_pid), time.process_time(),
                 cpu_seconds(self.pid, tree=False))
@@ -279,7 +281,9 @@ def _abuser_totals(runs: list[dict]) -> dict:
 
 def summarise(runs: list[dict], memory: dict, settings: dict, warmup: dict) -> dict:
     grant_ratio, view_ratio = _ratio(runs, "grant_ms"), _ratio(runs, "view_ms")
-    growth = memory["growth_mb"]
+    # The memory target on the passes after the first (hostile_requests.py says why): each
+    # of the last passes of 1,000 grew the server's RSS by less than the target.
+    growth = memory["late_growth_max_mb"]
     verdicts = {"grant_p95_within_1.2x": grant_ratio["median"] is not None and grant_ratio["median"] <= TARGET_RATIO,
                 "view_p95_within_1.2x": view_ratio["median"] is not None and view_ratio["median"] <= TARGET_RATIO,
                 "rss_growth_under_5_mb": growth < TARGET_RSS_GROWTH_MB}
@@ -295,14 +299,15 @@ def summarise(runs: list[dict], memory: dict, settings: dict, warmup: dict) -> d
 
 
 async def run_async(url: str, *, agents: int = 8, seconds: float = 30.0, repeat: int = 3, seed: int = 1,
-                    hostile_per_kind: int = hostile_requests.PER_KIND, only: str | None = None) -> dict:
+                    hostile_per_kind: int = hostile_requests.PER_KIND, only: str | None = None,
+                    server_root: Path | None = None) -> dict:
     operator = "op_bench_" + os.urandom(8).hex()
     settings = {"agents": agents, "seconds": seconds, "repeat": repeat, "seed": seed, "pool": {
         "lanes": s.POOL_LANES, "rpm": s.POOL_RPM, "tpm": s.POOL_TPM}, "flood_rate_per_s": round(s.FLOOD_RATE_PER_S, 1),
         "subscriptions_attempted": s.SUB_CONNECTIONS * s.SUBS_PER_CONNECTION, "hostile_per_kind": hostile_per_kind,
-        "only": only}
+        "only": only, "server": f"baseline ({server_root.name})" if server_root else "this checkout"}
     with tempfile.TemporaryDirectory(prefix="agentrm-abuse-") as tmp:
-        proc, base = await _start_server(url, 1, operator, Path(tmp))
+        proc, base = await _start_server(url, 1, operator, Path(tmp), root=server_root)
         db = await asyncpg.connect(url)
         limits = httpx.Limits(max_connections=agents + 8, max_keepalive_connections=agents + 8)
         try:
@@ -364,9 +369,14 @@ def to_markdown(r: dict) -> str:
              _row("view P95 ratio abuse/clean", r["view_p95_ratio"]) + f"at most {TARGET_RATIO}: "
              f"{ok[v['view_p95_within_1.2x']]} |"]
     m = r["memory"]
-    lines += [f"| server RSS growth over {m['requests']:,} hostile requests, MB | {m['growth_mb']:g} | "
-              f"{m['rss_before_mb']['server']:g} -> {m['rss_after_mb']['server']:g} | under {TARGET_RSS_GROWTH_MB:g}: "
+    series = " -> ".join(f"{sample['server']:g}" for sample in m["rss_series_mb"])
+    lines += [f"| server RSS growth over {m['requests']:,} hostile requests, MB, most of the last "
+              f"{m['late_passes']} passes | {m['late_growth_max_mb']:g} | "
+              f"per pass {', '.join(f'{g:+g}' for g in m['growth_per_pass_mb'])} | under {TARGET_RSS_GROWTH_MB:g}: "
               f"{ok[v['rss_growth_under_5_mb']]} |", "",
+              f"Server RSS after the warm-up and after each pass of {m['requests']:,} hostile requests, MB: "
+              f"{series}; the first pass {m['growth_mb']:+g}, the last {m['late_passes']} "
+              f"{m['late_growth_mb']:+g} in all.", "",
               "Each phase (honest agents' figures; the abusers' own answers below):", "",
               "| repeat | phase | grants | grant P50 / P95 / max ms | not granted in 30 s | views | "
               "view P50 / P95 ms | append P95 ms | errors | pauses | server CPU s (its own process) | load 1m | "
@@ -390,11 +400,10 @@ def to_markdown(r: dict) -> str:
     lines += ["", "The junk appender's own appends, P50 / max ms per abuse phase: " + "; ".join(
         f"{j.get('append_p50_ms')} / {j.get('append_max_ms')}" for j in junk) + ". The abusers' process CPU s "
         "per abuse phase: " + ", ".join(str(run["abuse"]["abusers"]["cpu_s"]) for run in r["runs"]) + "."]
-    before, after, again = m["rss_before_mb"], m["rss_after_mb"], m["rss_after_second_round_mb"]
+    first, last = m["rss_series_mb"][0], m["rss_series_mb"][-1]
     lines += ["", f"Hostile requests ({m['per_kind']} of each kind after a warm-up of {m['warmup_per_kind']} each, "
-              f"{m['seconds']:g} s): server RSS {before['server']:g} -> {after['server']:g} MB, the embedding "
-              f"model's process {before['children']:g} -> {after['children']:g} MB. The same requests again: "
-              f"server RSS {again['server']:g} MB ({m['second_round_growth_mb']:+g} MB).", ""]
+              f"{m['passes']} passes of {', '.join(f'{x:g}' for x in m['seconds'])} s): the embedding model's "
+              f"process {first['children']:g} -> {last['children']:g} MB over them. The first pass's answers:", ""]
     for kind, counts in m["answers"].items():
         lines.append(f"- {kind}: {_counts(counts)}")
     missed = [k for k, met in v.items() if k != "all_met" and not met]

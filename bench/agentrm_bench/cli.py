@@ -149,15 +149,20 @@ def _abuse(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true", help="10 s phases, one pair")
     p.add_argument("--only", choices=("flooder", "junk", "subscriber", "claimant"),
                    help="a diagnostic: only this abuser plays (written to abuse-only-NAME.*, not the headline)")
+    p.add_argument("--server-root", type=Path, metavar="DIR",
+                   help="serve another checkout's code (a baseline), same client and scenario")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
         args.seconds, args.repeat = min(args.seconds, 10.0), 1
     if args.agents < 1 or args.repeat < 1 or args.hostile < 1 or args.seconds <= 0:
         p.error("--agents, --repeat and --hostile must be at least 1, --seconds positive")
+    if args.server_root is not None and not (args.server_root / "app").is_dir():
+        p.error(f"--server-root {args.server_root}: no app/ there")
     from .abuse_bench import run, to_markdown
     result = run(args.out, _bench_database("agentrm_bench_abuse"), agents=args.agents, seconds=args.seconds,
-                 repeat=args.repeat, seed=args.seed, hostile_per_kind=args.hostile, only=args.only)
+                 repeat=args.repeat, seed=args.seed, hostile_per_kind=args.hostile, only=args.only,
+                 server_root=args.server_root)
     print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
     return 0 if result["verdicts"]["all_met"] else 1
 

@@ -13,12 +13,15 @@ Five kinds, 200 of each, interleaved, 8 in flight:
   that any cache keyed by the document sees 200 new keys.
 
 First a warm-up of 20 of each kind (so code paths run for the first time, and lazily built
-tables, count as warm-up and not as growth), a pause, the RSS sample; then the 1,000, the
-same pause, the second sample: the growth the target is about. Then the 1,000 again and a
-third sample: memory a leak holds keeps growing in the second round, where memory the
-allocator keeps after the first round's peak (freed, but not handed back) does not. The
-pause (2 s) lets the server finish what the requests left behind (writes of refusals, a
-projector's persist) before memory is read.
+tables, count as warm-up and not as growth), a pause, the RSS sample; then PASSES passes of
+the same 1,000, each followed by the same pause and a sample. One before/after difference
+says little: the allocator hands memory back to the system in whole arenas, so RSS after
+one pass moves by tens of MB either way whatever the requests hold. A leak keeps growing
+pass after pass; memory kept after a peak (freed, but not handed back) stops growing once
+the peak has been reached. So the figure judged is the growth over the last LATE_PASSES
+passes (per 1,000 requests, the most of any one of them and in all), with the first pass's
+growth and the whole series beside it. The pause (2 s) lets the server finish what the
+requests left behind (writes of refusals, a projector's persist) before memory is read.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from .abuse_scenario import CANCEL, COMPLETE_OK, HEARTBEAT, error_code
 
 KINDS = ("anonymous 1 MB id", "invalid token", "9 MB gateway body", "foreign turn id", "20-alias document")
 PER_KIND, WARMUP_PER_KIND, IN_FLIGHT, PAUSE_S = 200, 20, 8, 2.0
+PASSES, LATE_PASSES = 5, 3
 ID_BYTES = 1_000_000
 GATEWAY_BODY_BYTES = 9 * 1024 * 1024
 ALIASES = 20
@@ -112,25 +116,35 @@ class Hostile:
 
 
 async def measure(base: str, agent_token: str, foreign_turns: list[str], rss: Callable[[], dict], *,
-                  per_kind: int = PER_KIND) -> dict:
-    """The warm-up, RSS, the requests, RSS, the requests again, RSS (`rss()` reads the
-    server's)."""
+                  per_kind: int = PER_KIND, passes: int = PASSES) -> dict:
+    """The warm-up, RSS, then `passes` passes of the requests, RSS after each (`rss()`
+    reads the server's)."""
     async with httpx.AsyncClient(base_url=base, timeout=120,
                                  limits=httpx.Limits(max_connections=IN_FLIGHT)) as http:
         hostile = Hostile(http, agent_token, foreign_turns)
         await hostile.send(min(WARMUP_PER_KIND, per_kind))
         await asyncio.sleep(PAUSE_S)
-        before = rss()
+        series, answers, seconds = [rss()], None, []
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        answers = await hostile.send(per_kind)
-        seconds = loop.time() - started
-        await asyncio.sleep(PAUSE_S)
-        after = rss()
-        await hostile.send(per_kind)
-        await asyncio.sleep(PAUSE_S)
-        again = rss()
-    return {"requests": per_kind * len(KINDS), "per_kind": per_kind, "warmup_per_kind": min(WARMUP_PER_KIND, per_kind),
-            "seconds": round(seconds, 1), "answers": answers, "rss_before_mb": before, "rss_after_mb": after,
-            "rss_after_second_round_mb": again, "growth_mb": round(after["server"] - before["server"], 1),
-            "second_round_growth_mb": round(again["server"] - after["server"], 1)}
+        for _ in range(passes):
+            started = loop.time()
+            answered = await hostile.send(per_kind)
+            seconds.append(round(loop.time() - started, 1))
+            answers = answers or answered   # the first pass's answers (every pass's are alike)
+            await asyncio.sleep(PAUSE_S)
+            series.append(rss())
+    return summarise_series(series, per_kind, answers or {}, seconds)
+
+
+def summarise_series(series: list[dict], per_kind: int, answers: dict, seconds: list[float]) -> dict:
+    """The server's RSS after each pass, and its growth: the first pass's, each pass's, and
+    over the last LATE_PASSES passes (what the target is judged on)."""
+    server = [sample["server"] for sample in series]
+    steps = [round(b - a, 1) for a, b in zip(server, server[1:])]
+    late = steps[-LATE_PASSES:]
+    return {"requests": per_kind * len(KINDS), "per_kind": per_kind,
+            "warmup_per_kind": min(WARMUP_PER_KIND, per_kind), "passes": len(steps), "seconds": seconds,
+            "answers": answers, "rss_series_mb": series, "growth_per_pass_mb": steps,
+            "growth_mb": steps[0] if steps else 0.0,
+            "late_passes": len(late), "late_growth_mb": round(sum(late), 1),
+            "late_growth_max_mb": max(late) if late else 0.0}

@@ -36,6 +36,7 @@ async def test_bench_abuse_runs_end_to_end_and_reports_every_figure(fresh_databa
     assert abusers["subscriber"]["attempted"] == 200
     memory = result["memory"]
     assert memory["requests"] == 50 and sum(sum(c.values()) for c in memory["answers"].values()) == 50
-    assert memory["rss_before_mb"]["server"] > 0 and isinstance(memory["growth_mb"], float)
+    assert len(memory["rss_series_mb"]) == memory["passes"] + 1 and memory["rss_series_mb"][0]["server"] > 0
+    assert isinstance(memory["growth_mb"], float) and isinstance(memory["late_growth_max_mb"], float)
     assert json.loads((tmp_path / "out" / "abuse.json").read_text())["verdicts"] == result["verdicts"]
     assert (tmp_path / "out" / "abuse.md").read_text().startswith("# Fairness under abuse")

@@ -114,6 +114,62 @@ async def test_an_agents_subscriptions_beyond_the_cap_are_refused(server, operat
             assert (await again.next())["events"]["data"]["agent_id"] == a_id
 
 
+@contextlib.contextmanager
+def log_queries_of_followers(store, agent_id: str):
+    """Each query of the log a live subscription's follower of ``agent_id`` makes itself
+    (a read of the shared tail, or of the tail cache, is not one)."""
+    queries: list = []
+    real = store._read_log
+
+    async def counting(*args, **kwargs):
+        frame = sys._getframe(1)
+        for _ in range(4):   # follow -> read -> _read_log
+            if frame is None:
+                break
+            if frame.f_code.co_name == "follow" and kwargs.get("agent_id") == agent_id:
+                queries.append(args)
+                break
+            frame = frame.f_back
+        return await real(*args, **kwargs)
+    store._read_log = counting
+    try:
+        yield queries
+    finally:
+        del store._read_log
+
+
+async def test_an_agents_open_subscriptions_cost_no_query_per_commit_of_others(server, operator):
+    # The subscriber of `agentrm bench abuse` holds its eight subscriptions open while its
+    # pool commits: each follower of the agent queried the log on every commit anyone made.
+    cap = 8
+    pool = await new_pool(operator)
+    a_id, a_token = await register(operator, "watcher", pool)
+    b_id, b_token = await register(operator, "busy", pool)
+    await admitted(operator, a_id)
+    before = await admitted(operator, b_id)
+    async with contextlib.AsyncExitStack() as stack:
+        a = await stack.enter_async_context(GraphQLClient(server, a_token))
+        subs = [await stack.enter_async_context(a.subscribe(FOLLOW, a=None)) for _ in range(cap)]
+        for sub in subs:   # each is live: it answered with the agent's registration
+            assert (await sub.next())["events"]["data"]["agent_id"] == a_id
+        with log_queries_of_followers(server.runtime.store, a_id) as queries:
+            await turns(server, b_token, 20)   # another agent's commits, none naming A
+            await asyncio.sleep(0.3)
+        commits = (await operator("query($a: Int!) { events(after: $a, limit: 1000) { position } }",
+                                  a=before))["events"]
+        assert len(commits) >= 40
+        assert len(queries) < len(commits) // 2, (
+            f"{cap} followers of an agent queried the log {len(queries)} times over {len(commits)} events of others")
+        # And they still follow: the agent's next events reach every one of them, in order.
+        await turns(server, a_token, 1)
+        for sub in subs:
+            seen = [(await sub.next())["events"]]
+            while seen[-1]["position"] <= commits[-1]["position"]:   # its earlier events first
+                seen.append((await asyncio.wait_for(sub.next(), 10))["events"])
+            assert all(e["data"]["agent_id"] == a_id for e in seen)
+            assert [e["position"] for e in seen] == sorted({e["position"] for e in seen})
+
+
 async def test_twenty_scheduler_at_aliases_are_refused_and_read_nothing(server, operator):
     pool = await new_pool(operator)
     a_id, a_token = await register(operator, "scrubber", pool)

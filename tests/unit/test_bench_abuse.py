@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentrm_bench.abuse_bench import summarise, to_markdown
 from agentrm_bench.abusers import junk_message
+from agentrm_bench.hostile_requests import summarise_series
 
 
 def _phase(grant_p95: float | None, view_p95: float | None, abusers: dict | None = None) -> dict:
@@ -17,11 +18,12 @@ def _phase(grant_p95: float | None, view_p95: float | None, abusers: dict | None
 
 ABUSERS = {"flooder": {"requests": 100, "refused LIMIT_EXCEEDED": 60}, "junk": {"appended": 4, "append_p50_ms": 5.0},
            "subscriber": {"attempted": 200, "accepted": 200}, "claimant": {"granted": 1}, "cpu_s": 1.5}
-MEMORY = {"requests": 1000, "per_kind": 200, "warmup_per_kind": 20, "seconds": 5.0,
-          "answers": {"invalid token": {"HTTP 200 UNAUTHENTICATED": 200}},
-          "rss_before_mb": {"server": 100.0, "children": 50.0}, "rss_after_mb": {"server": 103.0, "children": 50.0},
-          "rss_after_second_round_mb": {"server": 103.5, "children": 50.0},
-          "growth_mb": 3.0, "second_round_growth_mb": 0.5}
+def _series(*server_mb: float) -> list[dict]:
+    return [{"server": mb, "children": 50.0} for mb in server_mb]
+
+
+MEMORY = summarise_series(_series(100.0, 130.0, 104.0, 106.0, 105.5, 107.0), 200,
+                          {"invalid token": {"HTTP 200 UNAUTHENTICATED": 200}}, [5.0] * 5)
 SETTINGS = {"agents": 8, "seconds": 30.0, "repeat": 3, "seed": 1, "pool": {"lanes": 4, "rpm": 600, "tpm": 400_000},
             "flood_rate_per_s": 76.9, "subscriptions_attempted": 200, "hostile_per_kind": 200}
 
@@ -38,12 +40,23 @@ def test_the_verdict_is_on_the_median_of_the_pairs_ratios():
 
 def test_a_phase_without_views_has_no_ratio_and_misses_the_target():
     runs = [{"clean": _phase(10.0, None), "abuse": _phase(10.0, None, ABUSERS)}]
-    result = summarise(runs, {**MEMORY, "growth_mb": 5.0}, SETTINGS, {})
+    leaking = summarise_series(_series(100.0, 101.0, 102.0, 108.0, 113.0, 118.0), 200, {}, [5.0] * 5)
+    result = summarise(runs, leaking, SETTINGS, {})
     assert result["view_p95_ratio"]["median"] is None
     assert not result["verdicts"]["view_p95_within_1.2x"] and not result["verdicts"]["rss_growth_under_5_mb"]
     page = to_markdown(result)
     assert "| view P95 ratio abuse/clean | none | none | at most 1.2: **missed** |" in page
     assert "targets missed: view_p95_within_1.2x, rss_growth_under_5_mb." in page
+
+
+def test_memory_is_judged_on_the_last_passes_not_on_the_first_swing():
+    # The first pass rose 30 MB (a peak the allocator kept) and the next fell back: the last
+    # three passes grew 2, -0.5 and 1.5 MB, each under the target.
+    assert MEMORY["growth_per_pass_mb"] == [30.0, -26.0, 2.0, -0.5, 1.5]
+    assert (MEMORY["growth_mb"], MEMORY["late_growth_mb"], MEMORY["late_growth_max_mb"]) == (30.0, 3.0, 2.0)
+    runs = [{"clean": _phase(10.0, 20.0), "abuse": _phase(10.0, 20.0, ABUSERS)}]
+    page = to_markdown(summarise(runs, MEMORY, SETTINGS, {}))
+    assert "100 -> 130 -> 104 -> 106 -> 105.5 -> 107; the first pass +30, the last 3 +3 in all." in page
 
 
 def test_a_junk_message_is_its_run_repeated_to_the_length():

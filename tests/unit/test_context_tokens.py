@@ -124,3 +124,21 @@ async def test_encoding_ready_builds_off_the_loop_and_refuses_what_get_encoding_
     with pytest.raises(tokens.EncodingUnavailable):
         await tokens.encoding_ready("p50k_base")
     assert "p50k_base" not in tokens._ready
+
+
+async def test_a_long_append_is_counted_beside_the_event_loop_and_a_short_one_on_it(monkeypatch):
+    import threading
+    counted_in: list[str] = []
+    real = tokens.count_message
+
+    def spy(role, content, encoding=None):   # the real count, noting which thread ran it
+        counted_in.append(threading.current_thread().name)
+        return real(role, content, encoding)
+    monkeypatch.setattr(tokens, "count_message", spy)
+    long = ("x:1" * tokens.OFF_LOOP_CHARS)[:tokens.OFF_LOOP_CHARS]
+    messages = [("user", long), ("tool", "short")]
+    assert await tokens.count_messages(messages, "cl100k_base") == [real(r, c) for r, c in messages]
+    assert counted_in and threading.main_thread().name not in counted_in
+    counted_in.clear()
+    assert await tokens.count_messages([("user", "hello")], "cl100k_base") == [real("user", "hello")]
+    assert counted_in == [threading.main_thread().name]

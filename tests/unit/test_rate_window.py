@@ -158,6 +158,36 @@ def test_window_arithmetic():
     assert w.slices == [[4, 1, 10]]
 
 
+def _summed(w: RateWindow, now: float, span: float) -> tuple[float, float]:
+    """used() as its definition reads: every slice still counted at `now`, summed."""
+    live = [entry for entry in w.slices if now < entry[0] / SLICES_PER_SECOND + span]
+    return float(sum(entry[1] for entry in live)), float(sum(entry[2] for entry in live))
+
+
+_change = st.one_of(st.tuples(st.just("add"), st.floats(0.0, 30.0), st.integers(0, 900)),
+                    st.tuples(st.just("refund"), st.floats(0.0, 30.0), st.integers(-50, 900)),
+                    st.tuples(st.just("prune"), st.floats(0.0, 40.0), st.just(0)),
+                    st.tuples(st.just("used"), st.floats(0.0, 40.0), st.just(0)))
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(st.lists(_change, max_size=60), st.sampled_from([11.0, 61.0]), st.floats(0.0, 40.0))
+def test_a_remembered_use_is_the_sum_of_the_counted_slices_after_every_change(changes, span, probe):
+    # `used` answers a moment asked before from memory: no change in between may be missed.
+    w, clock = RateWindow(), 0.0
+    for op, at, tokens in changes:
+        if op == "add":
+            clock = max(clock, at)   # a pool's grants come in time order
+            w.add(clock, tokens)
+        elif op == "refund":
+            w.refund(at, tokens)
+        elif op == "prune":
+            w.prune(at, span)
+        assert w.used(probe, span) == _summed(w, probe, span)
+        assert w.used(probe, span) == _summed(w, probe, span)
+        assert w.used(at, span) == _summed(w, at, span)
+
+
 # -- the promise, as a property -------------------------------------------------------
 
 _batch = st.tuples(st.floats(0.0, 20.0), st.integers(0, 6), st.integers(0, 6), st.booleans())

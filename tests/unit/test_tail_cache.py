@@ -178,6 +178,18 @@ def test_an_empty_filter_is_no_filter():
     assert [e.position for e in cache.serve(0, 10, 2, types=[])] == [1, 2]
 
 
+def test_an_agents_events_are_those_whose_data_names_it_as_the_log_finds_them():
+    # The log's filter is data->>'agent_id' = the id: a string field equal to it, nothing else.
+    def named(p: int, data) -> RecordedEvent:
+        return RecordedEvent(position=p, stream="turn-1", version=p, type="A", data=data, metadata={}, recorded_at=AT)
+    cache = TailCache()
+    cache.read(0, [named(1, {"agent_id": "a"}), named(2, {"agent_id": "b"}), named(3, {"other": "a"}),
+                   named(4, {"agent_id": "a", "x": 1}), named(5, {"agent_id": None}), named(6, ["a"])])
+    assert [e.position for e in cache.serve(0, 10, 6, agent_id="a")] == [1, 4]
+    assert [e.position for e in cache.serve(1, 1, 6, agent_id="a")] == [4]
+    assert [e.position for e in cache.serve(0, 10, 6, types=["B"], agent_id="a")] == []
+
+
 def test_long_events_are_bounded_by_their_size_too():
     cache = TailCache(capacity=10_000, byte_capacity=10_000)
     for p in range(1, 101):   # a hundred messages of 1,000 characters
