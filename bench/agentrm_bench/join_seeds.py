@@ -6,7 +6,10 @@ The machine shares two cores, so a scenario is often run one process a seed; the
 (`agentrm_bench.targets`) judge every seed, so the parts are joined into the one result the
 benchmark would have printed for all their seeds. Every part must be the same scenario, load,
 workload (but for its seeds), AgentRM settings and policies: a part that differs is refused,
-since a join must not mix two experiments. Per-seed lists are concatenated in seed order and
+since a join must not mix two experiments. A workload parameter one part lacks was added to
+the benchmark after that part ran; the parts are compared on the parameters they all have, and
+`merged_from` names the ones a part lacks (whether they change its seeds is for a rerun of one
+of them to show, not for the join). Per-seed lists are concatenated in seed order and
 each reported mean is recomputed from them; a mean kept without its per-seed values (the
 detail keys, the per-class means) is the parts' means weighted by their seed counts, which is
 the mean over all seeds wherever a value is known on every seed. `merged_from` says how the
@@ -56,9 +59,18 @@ def merged_from(parts: list[dict]) -> str:
     scenario, load = parts[0]["scenario"], parts[0]["load"]
     if all(len(_seeds(p)) == 1 for p in parts):
         load_flag = "" if load is None else f" --load {load['asked']}"
-        return f"one run per seed (agentrm bench scheduler --scenario {scenario}{load_flag} --seed N --json), joined"
+        return (f"one run per seed (agentrm bench scheduler --scenario {scenario}{load_flag} --seed N --json), "
+                f"joined{_predates(parts)}")
     runs = "; ".join(f"seeds {','.join(map(str, _seeds(p)))}: {_command(scenario, load, _seeds(p))}" for p in parts)
-    return f"one run per part ({runs}), joined"
+    return f"one run per part ({runs}), joined{_predates(parts)}"
+
+
+def _predates(parts: list[dict]) -> str:
+    """The workload parameters each part lacks, named so that no reader takes them as run."""
+    every = set().union(*(p["workload"] for p in parts))
+    notes = [f"seeds {','.join(map(str, _seeds(p)))} ran before the parameters "
+             + ", ".join(sorted(every - set(p["workload"]))) for p in parts if every - set(p["workload"])]
+    return "; " + "; ".join(notes) if notes else ""
 
 
 def join(parts: list[dict]) -> dict:
@@ -69,7 +81,8 @@ def join(parts: list[dict]) -> dict:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"the parts share seeds: {seeds}")
     _same(parts, "scenario", lambda p: p["scenario"])
-    _same(parts, "workload", lambda p: {k: v for k, v in p["workload"].items() if k != "seeds"})
+    common = set.intersection(*(set(p["workload"]) for p in parts)) - {"seeds"}
+    _same(parts, "workload", lambda p: {k: v for k, v in p["workload"].items() if k in common})
     _same(parts, "load asked", lambda p: p["load"] and {k: v for k, v in p["load"].items() if k != "measured"})
     _same(parts, "policies", lambda p: sorted(p["policies"]))
     weights = [len(_seeds(p)) for p in parts]
@@ -86,7 +99,7 @@ def join(parts: list[dict]) -> dict:
         policies[name] = out
     result = {
         **{k: v for k, v in first.items() if k not in ("policies", "series")},
-        "workload": {**first["workload"], "seeds": seeds},
+        "workload": {**{k: v for p in parts for k, v in p["workload"].items()}, "seeds": seeds},
         "physical_limit": {"binding": first["physical_limit"]["binding"], "per_seed": limits},
         "physical_limit_calls_per_min": _mean([lim["calls_per_min"] for lim in limits]),
         "policies": policies,

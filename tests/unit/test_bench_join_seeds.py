@@ -58,3 +58,14 @@ def test_parts_of_different_experiments_or_the_same_seed_are_refused():
         join([a, run("hangs", (2,), ("vtc",), SMALL)])
     with pytest.raises(ValueError, match="share seeds"):
         join([a, a])
+
+
+def test_a_part_that_predates_a_parameter_is_joined_on_the_others_and_named():
+    old, new = run("hangs", (1,), ("agentrm",), SMALL), run("hangs", (2,), ("agentrm",), SMALL)
+    del old["workload"]["prefix_cache_blocks"]
+    joined = join([new, old])
+    assert joined["workload"]["prefix_cache_blocks"] == new["workload"]["prefix_cache_blocks"]
+    assert joined["merged_from"].endswith("joined; seeds 1 ran before the parameters prefix_cache_blocks")
+    old["workload"]["agents"] += 1
+    with pytest.raises(ValueError, match="workload"):
+        join([new, old])
