@@ -30,6 +30,10 @@ def _seeds(result: dict) -> list[int]:
     return list(result["workload"]["seeds"])
 
 
+def _named(seeds: list[int]) -> str:
+    return ("seeds " if len(seeds) > 1 else "seed ") + ",".join(map(str, seeds))
+
+
 def _weighted(values: list, weights: list[int]):
     """Mean of the parts' means, each counted once per seed it covers; dicts key by key."""
     pairs = [(v, w) for v, w in zip(values, weights) if v is not None]
@@ -61,14 +65,14 @@ def merged_from(parts: list[dict]) -> str:
         load_flag = "" if load is None else f" --load {load['asked']}"
         return (f"one run per seed (agentrm bench scheduler --scenario {scenario}{load_flag} --seed N --json), "
                 f"joined{_predates(parts)}")
-    runs = "; ".join(f"seeds {','.join(map(str, _seeds(p)))}: {_command(scenario, load, _seeds(p))}" for p in parts)
+    runs = "; ".join(f"{_named(_seeds(p))}: {_command(scenario, load, _seeds(p))}" for p in parts)
     return f"one run per part ({runs}), joined{_predates(parts)}"
 
 
 def _predates(parts: list[dict]) -> str:
     """The workload parameters each part lacks, named so that no reader takes them as run."""
     every = set().union(*(p["workload"] for p in parts))
-    notes = [f"seeds {','.join(map(str, _seeds(p)))} ran before the parameters "
+    notes = [f"{_named(_seeds(p))} ran before the parameters "
              + ", ".join(sorted(every - set(p["workload"]))) for p in parts if every - set(p["workload"])]
     return "; " + "; ".join(notes) if notes else ""
 

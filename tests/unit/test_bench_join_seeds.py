@@ -65,7 +65,7 @@ def test_a_part_that_predates_a_parameter_is_joined_on_the_others_and_named():
     del old["workload"]["prefix_cache_blocks"]
     joined = join([new, old])
     assert joined["workload"]["prefix_cache_blocks"] == new["workload"]["prefix_cache_blocks"]
-    assert joined["merged_from"].endswith("joined; seeds 1 ran before the parameters prefix_cache_blocks")
+    assert joined["merged_from"].endswith("joined; seed 1 ran before the parameters prefix_cache_blocks")
     old["workload"]["agents"] += 1
     with pytest.raises(ValueError, match="workload"):
         join([new, old])
