@@ -102,12 +102,15 @@ def _first_call(argv: list[str]) -> int:
 
 
 def _peers(argv: list[str]) -> int:
-    from .peers_bench import ALL_PEERS, run, to_markdown
+    from .peers_bench import ALL_PEERS, WORKLOADS, run, to_markdown
     p = argparse.ArgumentParser(prog="agentrm bench peers",
                                 description="AgentRM beside the LiteLLM proxy and the Portkey gateway, each in front "
-                                            "of one fake provider: overhead and rate limits")
+                                            "of one fake provider: overhead, rate limits, three replicas of "
+                                            "each, and the simulator's LiteLLM model against the real proxy")
     p.add_argument("--peers", default=",".join(ALL_PEERS),
                    help=f"comma-separated, of {', '.join(ALL_PEERS)} (default: all)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help=f"comma-separated, of {', '.join(WORKLOADS)} (default: all)")
     p.add_argument("--repeat", type=int, default=3, help="runs of every workload; the spread is reported")
     p.add_argument("--rate-seconds", type=float, default=None,
                    help="length of each rate-limit phase (30 s; quick 12 s)")
@@ -120,13 +123,16 @@ def _peers(argv: list[str]) -> int:
     chosen = tuple(n.strip() for n in args.peers.split(",") if n.strip())
     if not chosen or any(n not in ALL_PEERS for n in chosen):
         p.error(f"--peers takes names of {', '.join(ALL_PEERS)}")
+    workloads = tuple(n.strip() for n in args.workloads.split(",") if n.strip())
+    if not workloads or any(n not in WORKLOADS for n in workloads):
+        p.error(f"--workloads takes names of {', '.join(WORKLOADS)}")
     if args.quick:
         args.repeat = 1
     if args.repeat < 1 or (args.rate_seconds is not None and args.rate_seconds <= 0):
         p.error("--repeat must be at least 1, --rate-seconds positive")
     database = _bench_database("agentrm_bench_peers") if "agentrm" in chosen else None
     result = run(args.out, database, peers=chosen, quick=args.quick, repeat=args.repeat,
-                 install=not args.no_install, rate_seconds=args.rate_seconds)
+                 install=not args.no_install, rate_seconds=args.rate_seconds, workloads=workloads)
     print(json.dumps(result, sort_keys=True, default=str) if args.json else to_markdown(result))
     return 0 if all(p["status"] == "ok" for p in result["peers"].values()) else 1
 

@@ -48,6 +48,7 @@ from .processes import stop_process
 from .system_bench import pct
 
 ALL_PEERS = ("direct", "litellm", "portkey", "agentrm")
+WORKLOADS = ("overhead", "rates", "replicas", "validate")
 CLIENTS = (1, 8, 32, 128)
 QUICK_CLIENTS = (1, 8)
 RPM = 120
@@ -343,7 +344,8 @@ async def _smoke(peer: Peer) -> str:
 
 # -- the run -----------------------------------------------------------------------------------
 async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PEERS, quick: bool = False,
-                    repeat: int = 3, install: bool = True, rate_seconds: float | None = None) -> dict:
+                    repeat: int = 3, install: bool = True, rate_seconds: float | None = None,
+                    workloads: tuple[str, ...] = WORKLOADS) -> dict:
     clients = QUICK_CLIENTS if quick else CLIENTS
     seconds = rate_seconds if rate_seconds is not None else (12.0 if quick else 30.0)
     overhead = await FakeProvider(BIG, BIG * 100, honour_stream=True, defaults={"output_tokens": 16}).start()
@@ -355,8 +357,9 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
     skipped: dict[str, Peer] = {}
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="agentrm-peers-"))
+    extra: dict = {}
     try:
-        for name in peers:
+        for name in (peers if {"overhead", "rates"} & set(workloads) else ()):
             try:
                 if name == "direct":
                     peer = direct(overhead.url, rate_urls, repeat)
@@ -381,17 +384,26 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
             started[name] = peer
         overhead_runs: list[dict] = []
         rate_runs: list[dict] = []
-        for r in range(repeat):
+        for r in range(repeat if "overhead" in workloads else 0):
             for n in clients:
                 calls = (20 if n == 1 else 5 * n) if quick else max(200, 4 * n)
                 for stream in (False, True):
                     for peer in started.values():   # the peers in turn, so drift in the noise hits all
                         result = await overhead_phase(peer, n, stream, calls)
                         overhead_runs.append({**result, "run": r})
+        for r in range(repeat if "rates" in workloads else 0):
             for limiter, provider in rate_providers.items():
                 for peer in started.values():
                     result = await rate_phase(peer, limiter, peer.routes[f"{limiter}/{r}"], provider, seconds)
                     rate_runs.append({**result, "run": r})
+        for peer in started.values():
+            peer.stop()   # the next workloads start fleets of their own
+        if "replicas" in workloads:
+            from .peers_replicas import run_replicas
+            extra["replicas"] = await run_replicas(database_url, work, peers, repeat, install, seconds, overhead.url)
+        if "validate" in workloads:
+            from .peers_validate import run_validate
+            extra["validate"] = await run_validate(work, peers, repeat, install)
     finally:
         for peer in started.values():
             peer.stop()
@@ -400,14 +412,15 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
             await provider.stop()
     every = {**started, **skipped}
     return {
-        "settings": {"peers": list(peers), "quick": quick, "repeat": repeat, "clients": list(clients),
+        "settings": {"peers": list(peers), "workloads": list(workloads), "quick": quick, "repeat": repeat,
+                     "clients": list(clients),
                      "rate_seconds": seconds, "rpm": RPM, "rate_clients": RATE_CLIENTS, "rate_call_s": RATE_CALL_S,
                      "cores": os.cpu_count()},
         "load_average": {"start": load_at_start, "end": os.getloadavg()},
         "peers": {name: {"status": p.status, "reason": p.reason, "version": p.version, "config": p.config}
                   for name, p in ((n, every[n]) for n in peers if n in every)},
         "overhead": summarise_overhead(overhead_runs), "overhead_runs": overhead_runs,
-        "rate_limits": summarise_rates(rate_runs), "rate_runs": rate_runs,
+        "rate_limits": summarise_rates(rate_runs), "rate_runs": rate_runs, **extra,
     }
 
 
@@ -498,6 +511,12 @@ def to_markdown(r: dict) -> str:
                      f"| {_fmt(row['client_ok'], 0)} | {_fmt(row['unfinished_at_end'], 0)} |")
     lines += ["", "Each peer's configuration, with where each setting is documented, is in peers.json "
               "(`peers.NAME.config`)."]
+    if "replicas" in r:
+        from .peers_replicas import replicas_markdown
+        lines += ["", replicas_markdown(r["replicas"])]
+    if "validate" in r:
+        from .peers_validate import validate_markdown
+        lines += ["", validate_markdown(r["validate"])]
     return "\n".join(lines) + "\n"
 
 
