@@ -1,7 +1,9 @@
 """`agentrm bench peers`, workload `replicas`: three instances of each gateway behind the
 clients, in front of the one rate-limited provider.
 
-The workload (fixed before any tuning) is the rate workload's: the provider allows RPM
+The workload (fixed before any tuning, but for one harness defect found on the first run: a
+gateway's calls from the last phase landing after the provider's reset, so each phase now
+starts once the provider has been quiet for QUIET_S) is the rate workload's: the provider allows RPM
 requests a minute (token bucket, 60 s sliding window or 60 s fixed windows), RATE_CLIENTS
 clients call in a closed loop, each call takes RATE_CALL_S, a client that gets a 429 waits
 its retry-after (1 to 10 s). What changes: each gateway runs INSTANCES processes and client i
@@ -67,11 +69,12 @@ INSTANCES = 3
 INSTANCE_COUNTS = (1, INSTANCES)
 
 LITELLM_REDIS_DOCS = {
-    "router_settings.redis_host, redis_port": "https://docs.litellm.ai/docs/proxy/load_balancing "
-    "(Load Balancing - Multiple instances: 'If you're using multiple LiteLLM proxy instances, "
-    "set redis_host/redis_port in router_settings so they share rpm/tpm usage')",
-    "router_settings.routing_strategy: usage-based-routing-v2": "https://docs.litellm.ai/docs/routing "
-    "(usage-based-routing-v2 keeps its counts in Redis when one is configured)",
+    "router_settings.redis_host, redis_port": "https://docs.litellm.ai/docs/routing ('In production, litellm "
+    "supports using Redis as a way to track cooldown server and usage (managing tpm/rpm limits)'); "
+    "https://docs.litellm.ai/docs/load_test_rpm (Multi-Instance TPM/RPM: routers given redis_host, "
+    "redis_port so that rpm limits hold across instances)",
+    "router_settings.routing_strategy: usage-based-routing-v2": "https://docs.litellm.ai/docs/proxy/load_balancing "
+    "(usage-based-routing: 'When you want to respect rate limits evenly')",
     "in 1.106.12": "litellm/router_strategy/base_routing_strategy.py _increment_value_in_current_window: "
     "a count is raised in memory at once and pushed to Redis by a pipeline every 0.1 s "
     "(default_sync_interval=0.1 in lowest_tpm_rpm_v2.py), which then reads the shared total back",
@@ -299,10 +302,28 @@ def direct(rate_urls: dict[str, str], repeat: int) -> Fleet:
 
 
 # -- a phase ---------------------------------------------------------------------------------------
+QUIET_S = 3.0
+QUIET_LIMIT_S = 30.0
+
+
+async def until_quiet(provider: FakeProvider, quiet_s: float = QUIET_S, limit_s: float = QUIET_LIMIT_S) -> float:
+    """Wait until the provider has had no request for `quiet_s` (at most `limit_s`); returns the
+    seconds waited. A gateway may go on with a call its client gave up on at the end of the
+    last phase (Portkey retries it): that call must not land in the next phase's count."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        last = max((e.received_at for e in provider.access_log), default=0.0)
+        if time.time() - last >= quiet_s:
+            break
+        await asyncio.sleep(0.25)
+    return time.monotonic() - started
+
+
 async def replicas_phase(fleet: Fleet, limiter: str, run: int, instances: int, provider: FakeProvider,
                          seconds: float) -> dict:
     """The rate workload's closed loop with client i on instance i % instances."""
     routes = fleet.routes[phase_key(limiter, run, instances)]
+    settle = await until_quiet(provider)
     provider.reset()
     seen: dict[str, int] = {}
     completed = inflight = 0
@@ -342,7 +363,7 @@ async def replicas_phase(fleet: Fleet, limiter: str, run: int, instances: int, p
             "provider_429": stats["rate_limited"], "provider_admitted": stats["admitted"],
             "client_429": seen.get("429", 0), "client_ok": completed,
             "client_other": {k: v for k, v in seen.items() if k not in ("200", "429")},
-            "unfinished_at_end": unfinished, "cpu_s": cpu, "load_average": load}
+            "unfinished_at_end": unfinished, "cpu_s": cpu, "load_average": load, "settle_s": settle}
 
 
 async def _warm(fleet: Fleet) -> str:

@@ -80,3 +80,18 @@ def test_a_skipped_validation_says_why():
                            "lanes (max_parallel_requests)": 3, "num_retries": 2, "agent_retry_s": 1.0,
                            "sim_seeds": 10, "repeat": 1}, "status": "skipped", "reason": "litellm not among --peers"}
     assert validate_markdown(result).endswith("Not run: litellm not among --peers\n")
+
+
+async def test_a_phase_starts_once_the_provider_is_quiet():
+    import time
+    from types import SimpleNamespace
+
+    from agentrm_bench.peers_replicas import until_quiet
+
+    quiet = SimpleNamespace(access_log=[SimpleNamespace(received_at=time.time() - 10)])
+    assert await until_quiet(quiet, quiet_s=0.5) < 0.2
+    busy = SimpleNamespace(access_log=[SimpleNamespace(received_at=time.time())])
+    waited = await until_quiet(busy, quiet_s=0.6, limit_s=5)
+    assert 0.5 <= waited < 2
+    never = SimpleNamespace(access_log=[SimpleNamespace(received_at=time.time() + 60)])
+    assert 0.5 <= await until_quiet(never, quiet_s=0.5, limit_s=0.5) < 1.5
