@@ -48,7 +48,7 @@ from .processes import stop_process
 from .system_bench import pct
 
 ALL_PEERS = ("direct", "litellm", "portkey", "agentrm")
-ALL_WORKLOADS = ("overhead", "rates", "faults", "priority")
+ALL_WORKLOADS = ("overhead", "rates", "faults", "priority", "replicas", "validate")
 CLIENTS = (1, 8, 32, 128)
 QUICK_CLIENTS = (1, 8)
 RPM = 120
@@ -357,8 +357,9 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
     skipped: dict[str, Peer] = {}
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="agentrm-peers-"))
+    extra: dict = {}
     try:
-        for name in peers if {"overhead", "rates"} & set(workloads) else ():
+        for name in (peers if {"overhead", "rates"} & set(workloads) else ()):
             try:
                 if name == "direct":
                     peer = direct(overhead.url, rate_urls, repeat)
@@ -383,17 +384,30 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
             started[name] = peer
         overhead_runs: list[dict] = []
         rate_runs: list[dict] = []
-        for r in range(repeat):
-            for n in clients if "overhead" in workloads else ():
+        for r in range(repeat if "overhead" in workloads else 0):
+            for n in clients:
                 calls = (20 if n == 1 else 5 * n) if quick else max(200, 4 * n)
                 for stream in (False, True):
                     for peer in started.values():   # the peers in turn, so drift in the noise hits all
                         result = await overhead_phase(peer, n, stream, calls)
                         overhead_runs.append({**result, "run": r})
-            for limiter, provider in rate_providers.items() if "rates" in workloads else ():
+        for r in range(repeat if "rates" in workloads else 0):
+            for limiter, provider in rate_providers.items():
                 for peer in started.values():
                     result = await rate_phase(peer, limiter, peer.routes[f"{limiter}/{r}"], provider, seconds)
                     rate_runs.append({**result, "run": r})
+        for peer in started.values():
+            peer.stop()   # the next workloads start fleets of their own
+        if "replicas" in workloads:
+            from .peers_replicas import run_replicas
+            extra["replicas"] = await run_replicas(database_url, work, peers, repeat, install, seconds, overhead.url)
+        if "validate" in workloads:
+            from .peers_validate import run_validate
+            extra["validate"] = await run_validate(work, peers, repeat, install)
+        if {"faults", "priority"} & set(workloads):
+            from .peers_faults import run_workloads
+            extra.update(await run_workloads(database_url, peers=peers, workloads=workloads, repeat=repeat,
+                                             install=install))
     finally:
         for peer in started.values():
             peer.stop()
@@ -401,19 +415,16 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
         for provider in rate_providers.values():
             await provider.stop()
     every = {**started, **skipped}
-    more = {}
-    if {"faults", "priority"} & set(workloads):
-        from .peers_faults import run_workloads
-        more = await run_workloads(database_url, peers=peers, workloads=workloads, repeat=repeat, install=install)
-    return {**more,
-        "settings": {"peers": list(peers), "quick": quick, "repeat": repeat, "clients": list(clients),
+    return {
+        "settings": {"peers": list(peers), "workloads": list(workloads), "quick": quick, "repeat": repeat,
+                     "clients": list(clients),
                      "rate_seconds": seconds, "rpm": RPM, "rate_clients": RATE_CLIENTS, "rate_call_s": RATE_CALL_S,
                      "cores": os.cpu_count()},
         "load_average": {"start": load_at_start, "end": os.getloadavg()},
         "peers": {name: {"status": p.status, "reason": p.reason, "version": p.version, "config": p.config}
                   for name, p in ((n, every[n]) for n in peers if n in every)},
         "overhead": summarise_overhead(overhead_runs), "overhead_runs": overhead_runs,
-        "rate_limits": summarise_rates(rate_runs), "rate_runs": rate_runs,
+        "rate_limits": summarise_rates(rate_runs), "rate_runs": rate_runs, **extra,
     }
 
 
@@ -474,9 +485,6 @@ def _fmt(s: dict | None, digits: int = 1) -> str:
 
 
 def to_markdown(r: dict) -> str:
-    if "faults_priority" in r and not r["overhead"] and not r["rate_limits"]:   # --workloads faults,priority
-        from .peers_faults import to_markdown as faults_markdown
-        return "# Peers (`agentrm bench peers`): faults and priority\n\n" + faults_markdown(r["faults_priority"])
     s, la = r["settings"], r["load_average"]
     lines = ["# Peers (`agentrm bench peers`): AgentRM beside the LiteLLM proxy and the Portkey gateway", "",
              f"Preliminary: {s['cores']} cores shared with other work; load average "
@@ -510,6 +518,12 @@ def to_markdown(r: dict) -> str:
     if "faults_priority" in r:
         from .peers_faults import to_markdown as faults_markdown
         lines += ["", faults_markdown(r["faults_priority"])]
+    if "replicas" in r:
+        from .peers_replicas import replicas_markdown
+        lines += ["", replicas_markdown(r["replicas"])]
+    if "validate" in r:
+        from .peers_validate import validate_markdown
+        lines += ["", validate_markdown(r["validate"])]
     return "\n".join(lines) + "\n"
 
 

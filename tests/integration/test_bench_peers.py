@@ -18,9 +18,8 @@ async def test_bench_peers_quick_direct_and_agentrm(fresh_database, tmp_path):
            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)])}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", "bench", "peers", "--quick", "--peers", "direct,agentrm", "--no-install",
-        "--rate-seconds", "3", "--workloads", "overhead,rates", "--json", "--out", str(tmp_path / "out"),
-        cwd=ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        "--workloads", "overhead,rates", "--rate-seconds", "3", "--json", "--out", str(tmp_path / "out"), cwd=ROOT,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode == 0, err.decode()[-2000:]
     result = json.loads(out.decode().strip().splitlines()[-1])
@@ -50,3 +49,27 @@ async def test_bench_peers_quick_direct_and_agentrm(fresh_database, tmp_path):
     written = json.loads((tmp_path / "out" / "peers.json").read_text())
     assert written["overhead"] == result["overhead"]
     assert (tmp_path / "out" / "peers.md").read_text().startswith("# Peers")
+
+
+async def test_bench_peers_replicas_three_agentrm_servers_on_one_database(fresh_database, tmp_path):
+    """The replicas workload with what needs no install: three `agentrm serve` on one database,
+    the clients round robin over them, against each provider limiter."""
+    env = {**os.environ, "DATABASE_URL": fresh_database, "AGENTRM_DATA_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)])}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app.cli", "bench", "peers", "--quick", "--peers", "direct,agentrm", "--no-install",
+        "--workloads", "replicas", "--rate-seconds", "3", "--json", "--out", str(tmp_path / "out"), cwd=ROOT,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    replicas = json.loads(out.decode().strip().splitlines()[-1])["replicas"]
+    assert all(p["status"] == "ok" for p in replicas["peers"].values()), replicas["peers"]
+    rows = {(r["peer"], r["limiter"], r["instances"]): r for r in replicas["summary"]}
+    limiters = ("token_bucket", "sliding_window", "fixed_window")
+    assert set(rows) == ({("direct", k, 1) for k in limiters} | {("agentrm", k, n) for k in limiters for n in (1, 3)}
+                         | {("agentrm-token-bucket", "token_bucket", n) for n in (1, 3)})
+    for (peer, _limiter, _n), row in rows.items():
+        assert row["client_ok"]["median"] > 0
+        if peer != "direct":
+            assert row["provider_429"]["max"] == 0 and row["cpu_s"]["median"] > 0
+    assert "## Replicas" in (tmp_path / "out" / "peers.md").read_text()

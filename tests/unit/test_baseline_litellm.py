@@ -1,9 +1,10 @@
 """litellm-proxy and litellm-proxy-priority: each behaviour on a tiny hand-made trace, with the
-times that follow from LiteLLM's constants (policies/litellm.py cites them): a 600 s read
-timeout, num_retries = 2 with `_calculate_retry_after` (0.5 s * 2^n or retry-after, plus up to
-0.75 s of jitter, computed from the first exception, and slept once more after the last retry),
-usage-based-routing-v2's per-minute counters, a permit released at the first chunk, and
-cooldowns that a single deployment only gets when all of >= 1000 requests in a minute fail."""
+times that follow from LiteLLM 1.106.12 (policies/litellm.py cites each): a 600 s read
+timeout, num_retries = 2 with `calculate_retry_after` (0.5 s * 2^n or retry-after, plus up to
+0.75 s of jitter, computed from the exception just raised, and slept once more after the last
+retry), usage-based-routing-v2's per-minute counters (rpm - 1 requests a minute), a full
+max_parallel_requests refusing at once and a slot freed at the first chunk, and cooldowns that
+a single deployment only gets when all of >= 1000 requests in a minute fail."""
 from __future__ import annotations
 
 import random
@@ -68,13 +69,14 @@ def test_a_hang_is_cut_at_600s_and_retried_after_the_routers_backoff(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_in_an_outage_three_tries_then_a_last_sleep_then_the_agent(name):
-    # every try hangs: sleeps 0.5 (first failure), 0.5 (current_attempt 0), 1.0 (current_attempt 1,
-    # after the last retry) plus jitter; then the error reaches the agent, which asks 1 s later.
+    # every try hangs: sleeps 0.5 (first failure, remaining 2), 1.0 (current_attempt 0, remaining
+    # 1), 2.0 (current_attempt 1, remaining 0, after the last retry) plus jitter (router.py 8220);
+    # then the error reaches the agent, which asks 1 s later.
     j = jitters(name, 3)
     r = run(name, agent("a", call("c")), outages=((0.0, 1500.0),))
     t1 = 600.0 + 0.5 + j[0]
-    t2 = t1 + 600.0 + 0.5 + j[1]
-    t3 = t2 + 600.0 + 1.0 + j[2] + AGENT_RETRY_S
+    t2 = t1 + 600.0 + 1.0 + j[1]
+    t3 = t2 + 600.0 + 2.0 + j[2] + AGENT_RETRY_S
     assert sends(r.recorder) == [0.0, round(t1, 6), round(t2, 6), round(t3, 6)]
     rec = r.recorder.calls[0]
     assert rec.failed == 1 and rec.completed_at == pytest.approx(t3 + 2.0)
@@ -109,19 +111,24 @@ def test_a_provider_429_sleeps_its_retry_after_plus_jitter(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_rpm_limit_refuses_the_request_past_it_before_calling_and_sleeps_60s(name):
-    # rpm = 3: the selection-time test (`rpm_dict[item] + 1 >= rpm`) looks the count up under
-    # the wrong key and never fires; the pre-call check (count >= rpm) refuses the 4th request
-    # of the minute with retry-after 60, and the retry lands in the next minute.
-    j = jitters(name, 1)
+    # rpm = 3: the selection-time test (`rpm_dict[item] + 1 >= rpm`, lowest_tpm_rpm_v2.py 388)
+    # leaves no deployment once the minute has 2 requests, so the 3rd and 4th are refused with
+    # retry-after 60 ("No deployments available") and their retries land in the next minute.
+    j = jitters(name, 2)
     r = run(name, *(agent(f"a{i}", call(f"c{i}")) for i in range(4)), rpm=3)
-    assert sends(r.recorder) == [0.0, 0.0, 0.0, round(60.0 + j[0], 6)]
-    assert r.recorder.rate_limited_at == []
+    assert sends(r.recorder) == [0.0, 0.0] + sorted(round(60.0 + x, 6) for x in j)
+    assert r.recorder.rate_limited_at == [] and r.policy.notes["no_deployments"] == 2
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_permit_is_released_at_the_first_chunk_not_at_the_end(name):
+def test_a_full_max_parallel_requests_refuses_and_the_slot_frees_at_the_first_chunk(name):
+    # lanes 1: b finds the slot taken and is refused at once, without headers (backoff 0.5 s +
+    # jitter), again at its retry (1.0 s + jitter); its second retry comes after a's first
+    # chunk at 1.5 s freed the slot, though a's stream runs on to 10 s.
+    j = jitters(name, 2)
     r = run(name, agent("a", call("a1", latency=10.0, first=1.5)), agent("b", call("b1")), lanes=1)
-    assert sends(r.recorder) == [0.0, 1.5]
+    assert sends(r.recorder) == [0.0, round(1.5 + j[0] + j[1], 6)]
+    assert r.policy.notes["parallel_rejects"] == 2
 
 
 @pytest.mark.parametrize("name", NAMES)

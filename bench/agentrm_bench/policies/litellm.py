@@ -1,9 +1,12 @@
 """LiteLLM proxy in front of one provider deployment (BerriAI/litellm), and its priority
 scheduler.
 
-The model follows the pure-Python Router of litellm v1.77.7 (`litellm/router.py`), whose
-constants and cooldown rules the current release (v1.110.2, a Rust-backed router) keeps
-unchanged; file paths below are the repository's. The configuration is the one a user who
+The model follows the Router of litellm 1.106.12 (`litellm/router.py`), the version
+`agentrm bench peers` installs and runs beside it (peers.py: the newest whose proxy extra
+installs); file paths and line numbers below are that release's wheel. Its constants and
+cooldown rules are those of v1.77.7, the release the model was first written from; three
+behaviours differ from it, each checked against the real proxy by the `validate` workload of
+`agentrm bench peers` (docs/benchmarks/peers.md). The configuration is the one a user who
 wants rpm/tpm-aware routing writes:
 
     model_list: [{model_name: m, litellm_params: {model: ..., rpm: RPM, tpm: TPM,
@@ -14,31 +17,38 @@ wants rpm/tpm-aware routing writes:
 What a request meets, in order (each cited at its constant or function below):
 1. cooldown: a deployment in cooldown is not "healthy"; with none healthy the router raises
    RouterRateLimitError ("No deployments available") at once, without headers;
-2. usage-based-routing-v2 selection (`lowest_tpm_rpm_v2.py`): the deployment is skipped when
-   this UTC minute's tokens + the prompt exceed tpm, or this minute's requests + 1 >= rpm;
-   with none left it raises RateLimitError "No deployments available" with retry-after 60;
-3. the max_parallel_requests semaphore, and inside it the rpm pre-call check, which counts the
-   request in this minute's rpm counter (RateLimitError, retry-after 60, when it is full);
+2. usage-based-routing-v2 selection (`lowest_tpm_rpm_v2.py` `_return_potential_deployments`,
+   lines 385-389): the deployment is skipped when this UTC minute's tokens + the prompt exceed
+   tpm, or this minute's requests + 1 >= rpm (so at most rpm - 1 requests a minute pass); with
+   none left it raises RateLimitError "No deployments available" with retry-after 60;
+3. the max_parallel_requests limit (`MaxParallelRequestsLimit.acquire`,
+   litellm/router_utils/client_initalization_utils.py lines 34-47, entered at router.py
+   3966-3968): a request that finds every slot in use is refused at once with a RateLimitError
+   without headers (it does not wait for a slot); inside the slot the rpm pre-call check counts
+   the request in this minute's rpm counter (RateLimitError, retry-after 60, when it is full);
 4. the provider call through the openai SDK (max_retries 0: the router is the retry loop),
-   with an httpx read timeout of request_timeout between chunks; the permit is released when
+   with an httpx read timeout of request_timeout between chunks; the slot is released when
    the stream object is returned (the first chunk), not when the stream ends;
 5. on an error before the stream began: the router's own retries (num_retries = 2), sleeping
-   `_time_to_sleep_before_retry` before each and once more after the last; then the error
-   reaches the agent. An error after the stream began (a stall) is never retried.
+   `_time_to_sleep_before_retry` before each and once more after the last, each sleep computed
+   from the exception just raised (router.py 8186 for the first, 8256 in the retry loop); then
+   the error reaches the agent. An error after the stream began (a stall) is never retried.
 
 Counters live on the instance (an in-memory DualCache without Redis), so each replica of the
 `replicas` scenario counts only what it sees.
 
-ASSUMPTIONS (the kinder reading each time):
-- max_parallel_requests = lanes: LiteLLM's default semaphore for a deployment with rpm set is
-  rpm itself (`calculate_max_parallel_requests`, litellm/utils.py), i.e. no cap at the
-  benchmark's rpm; a user who knows the pool's lane count would set it, so we do.
+ASSUMPTIONS:
+- max_parallel_requests = lanes: LiteLLM's default for a deployment with rpm set is rpm
+  itself (`calculate_max_parallel_requests`, litellm/utils.py), i.e. no cap at the
+  benchmark's rpm; a user who knows the pool's lane count sets it, so we do (in 1.106.12 a
+  request past it is refused, not queued).
 - The agents' client in front of the proxy does not retry and does not time out before the
   proxy does (its own SDK retries would stack on the router's); an error the proxy returns
   reaches the agent, which asks again after AGENT_RETRY_S (policies/base.py).
 - Simulated t = 0 falls on a UTC minute boundary (the counters are keyed "%H-%M").
 - A pre-call rpm rejection and a timed-out or stalled attempt are counted as deployment
-  failures of the current minute (they run the failure callbacks).
+  failures of the current minute (they run the failure callbacks); a refusal for want of a
+  slot is not (it is raised before the deployment is called).
 - The prompt's token_counter() count is the call's prompt_tokens.
 """
 from __future__ import annotations
@@ -46,7 +56,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import cast
 
@@ -104,20 +113,19 @@ class _Chain:
     """One proxy request: the router's first try and its retries."""
     cur: Cursor
     tries: int = 0                  # attempts started by the retry loop (1 + retries)
-    original: _Failure | None = None
     attempt: Attempt | None = None
     watchdog: Watchdog | None = None
     has_permit: bool = False
     hold: SlotHold | None = None
 
 
-def router_backoff(rng, original: _Failure, remaining_retries: int, num_retries: int = NUM_RETRIES) -> float:
+def router_backoff(rng, failure: _Failure, remaining_retries: int, num_retries: int = NUM_RETRIES) -> float:
     """`Router._time_to_sleep_before_retry` for a model group of one deployment (no instant
-    retry on another deployment) -> `litellm._calculate_retry_after`: the ORIGINAL exception's
-    retry-after plus up to 0.75 s jitter when 0 < it <= 60, else 0.5 s * 2^(num_retries -
-    remaining_retries), capped at 8 s, plus the same jitter."""
+    retry on another deployment) -> `litellm.calculate_retry_after` (litellm/utils.py 7450):
+    the exception's retry-after plus up to 0.75 s jitter when 0 < it <= 60, else 0.5 s *
+    2^(num_retries - remaining_retries), capped at 8 s, plus the same jitter."""
     jitter = JITTER_S * rng.random()
-    ra = original.retry_after
+    ra = failure.retry_after
     if ra is not None and 0 < ra <= RETRY_AFTER_CAP_S:
         return ra + jitter
     return min(INITIAL_RETRY_DELAY_S * 2 ** (num_retries - remaining_retries), MAX_RETRY_DELAY_S) + jitter
@@ -130,7 +138,6 @@ class LitellmProxy(Policy):
         super().__init__(ctx, agents)
         self.rpm, self.tpm = ctx.provider.rpm, ctx.provider.tpm
         self.permits = max(1, ctx.lanes)            # ASSUMPTION: max_parallel_requests = lanes
-        self.permit_waiters: deque[_Chain] = deque()  # asyncio.Semaphore wakes waiters in order
         self.cooldown_until = -math.inf
         # This UTC minute's counters (DualCache keys "{id}:{model}:rpm:%H-%M", "...:tpm:...",
         # and the success/failure counts of router_callbacks/track_deployment_metrics.py).
@@ -139,8 +146,8 @@ class LitellmProxy(Policy):
         self.tpm_used = 0
         self.successes = 0
         self.failures = 0
-        self.notes = {"cooldowns": 0, "no_deployments": 0, "precall_rejects": 0, "timeouts": 0,
-                      "stalls_to_agent": 0, "errors_to_agent": 0}
+        self.notes = {"cooldowns": 0, "no_deployments": 0, "precall_rejects": 0, "parallel_rejects": 0,
+                      "timeouts": 0, "stalls_to_agent": 0, "errors_to_agent": 0}
 
     def finish(self) -> None:
         for key, value in self.notes.items():
@@ -180,34 +187,30 @@ class LitellmProxy(Policy):
         if self.in_cooldown():
             self._failed(chain, _Failure("cooldown", None))  # RouterRateLimitError, no headers
             return
-        # ... then usage-based-routing-v2's pick (`_return_potential_deployments`)
+        # ... then usage-based-routing-v2's pick (`_return_potential_deployments`,
+        # lowest_tpm_rpm_v2.py 385-389): the minute's tokens + the prompt over tpm, or the
+        # minute's requests + 1 >= rpm, leaves no deployment.
         self._tick_minute()
         call = cast(CallRecord, chain.cur.record).call
-        # The rpm test at selection (`rpm_dict[item] + 1 >= rpm`) never fires in the code: the
-        # dict is keyed "{id}:rpm:{minute}" and looked up by the bare id; only the tpm test
-        # and the pre-call rpm check (`_precall_and_send`) limit.
-        if self.tpm_used + call.prompt_tokens > self.tpm:
+        if self.tpm_used + call.prompt_tokens > self.tpm or self.rpm_used + 1 >= self.rpm:
             self.notes["no_deployments"] += 1
             self._failed(chain, _Failure("no_deployments", USAGE_ROUTER_RETRY_AFTER_S))
             return
-        # `_acompletion`: `async with rpm_semaphore:` (max_parallel_requests)
-        if self.permits > 0:
-            self.permits -= 1
-            chain.has_permit = True
-            self._precall_and_send(chain)
-        else:
-            self.permit_waiters.append(chain)
+        # `_acompletion`: the deployment's MaxParallelRequestsLimit, which refuses rather than
+        # waits (client_initalization_utils.py 34-47): a RateLimitError without headers.
+        if self.permits <= 0:
+            self.notes["parallel_rejects"] += 1
+            self._failed(chain, _Failure("max_parallel", None))
+            return
+        self.permits -= 1
+        chain.has_permit = True
+        self._precall_and_send(chain)
 
     def _release_permit(self, chain: _Chain) -> None:
         if not chain.has_permit:
             return
         chain.has_permit = False
         self.permits += 1
-        while self.permits > 0 and self.permit_waiters:
-            nxt = self.permit_waiters.popleft()
-            self.permits -= 1
-            nxt.has_permit = True
-            self._precall_and_send(nxt)
 
     def _precall_and_send(self, chain: _Chain) -> None:
         # `async_routing_strategy_pre_call_checks` -> LowestTPMLoggingHandler_v2.async_pre_call_check:
@@ -275,7 +278,6 @@ class LitellmProxy(Policy):
     def _failed(self, chain: _Chain, failure: _Failure) -> None:
         """`async_function_with_retries` after an exception of try number chain.tries."""
         if chain.tries == 1:
-            chain.original = failure
             # `should_retry_this_error`: no healthy deployment -> raise at once, no retry
             if self.in_cooldown():
                 self._to_agent(chain)
@@ -284,10 +286,11 @@ class LitellmProxy(Policy):
             self.sim.after(wait, lambda: self._try(chain))
             return
         # inside `for current_attempt in range(num_retries)`: sleep, computed from the
-        # ORIGINAL exception, even after the last retry, then the loop ends and it is raised
+        # exception just raised with remaining_retries = num_retries - current_attempt - 1
+        # (router.py 8219 and 8256), even after the last retry, then the loop ends and it is
+        # raised
         current_attempt = chain.tries - 2
-        original = cast(_Failure, chain.original)   # a retry follows a first failure
-        wait = router_backoff(self.rng, original, remaining_retries=NUM_RETRIES - current_attempt)
+        wait = router_backoff(self.rng, failure, remaining_retries=NUM_RETRIES - current_attempt - 1)
         if current_attempt + 1 < NUM_RETRIES:
             self.sim.after(wait, lambda: self._try(chain))
         else:
