@@ -106,7 +106,8 @@ def _peers(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="agentrm bench peers",
                                 description="AgentRM beside the LiteLLM proxy and the Portkey gateway, each in front "
                                             "of one fake provider: overhead, rate limits, faults, priority, three "
-                                            "replicas of each, and the simulator's LiteLLM model against the real proxy")
+                                            "replicas of each, and the simulator's LiteLLM model against the real "
+                                            "proxy")
     p.add_argument("--peers", default=",".join(ALL_PEERS),
                    help=f"comma-separated, of {', '.join(ALL_PEERS)} (default: all)")
     p.add_argument("--repeat", type=int, default=3, help="runs of every workload; the spread is reported")
