@@ -102,7 +102,7 @@ def _first_call(argv: list[str]) -> int:
 
 
 def _peers(argv: list[str]) -> int:
-    from .peers_bench import ALL_PEERS, ALL_WORKLOADS, run, to_markdown
+    from .peers_suite import ALL_PEERS, ALL_WORKLOADS, run, to_markdown
     p = argparse.ArgumentParser(prog="agentrm bench peers",
                                 description="AgentRM beside the LiteLLM proxy and the Portkey gateway, each in front "
                                             "of one fake provider: overhead, rate limits, faults, priority, three "

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,33 @@ from .system_bench import pct
 ALL_PEERS = ("direct", "litellm", "portkey", "agentrm")
 ALL_WORKLOADS = ("overhead", "rates", "faults", "priority", "replicas", "validate")
 CLIENTS = (1, 8, 32, 128)
+
+@dataclass(frozen=True)
+class WorkloadRun:
+    """What a workload of its own module is given to run."""
+    database_url: str | None
+    work: Path
+    peers: tuple[str, ...]
+    workloads: tuple[str, ...]
+    repeat: int
+    install: bool
+    rate_seconds: float
+    overhead_url: str
+
+
+@dataclass(frozen=True)
+class ExtraWorkload:
+    names: tuple[str, ...]                                   # the --workloads names it serves
+    run: Callable[[WorkloadRun], Awaitable[dict]]            # result keys to merge into the run's
+    markdown: Callable[[dict], str | None]                   # its section of peers.md, if it ran
+
+
+# The faults, priority, replicas and validate workloads live in modules of their own that use
+# this one's clients and helpers; each registers itself here (agentrm_bench.peers_suite imports
+# them all), so this module never imports them back.
+EXTRA_WORKLOADS: list[ExtraWorkload] = []
+
+
 QUICK_CLIENTS = (1, 8)
 RPM = 120
 RATE_CLIENTS = 8
@@ -398,16 +426,10 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
                     rate_runs.append({**result, "run": r})
         for peer in started.values():
             peer.stop()   # the next workloads start fleets of their own
-        if "replicas" in workloads:
-            from .peers_replicas import run_replicas
-            extra["replicas"] = await run_replicas(database_url, work, peers, repeat, install, seconds, overhead.url)
-        if "validate" in workloads:
-            from .peers_validate import run_validate
-            extra["validate"] = await run_validate(work, peers, repeat, install)
-        if {"faults", "priority"} & set(workloads):
-            from .peers_faults import run_workloads
-            extra.update(await run_workloads(database_url, peers=peers, workloads=workloads, repeat=repeat,
-                                             install=install))
+        context = WorkloadRun(database_url, work, peers, workloads, repeat, install, seconds, overhead.url)
+        for workload in EXTRA_WORKLOADS:
+            if set(workload.names) & set(workloads):
+                extra.update(await workload.run(context))
     finally:
         for peer in started.values():
             peer.stop()
@@ -515,15 +537,10 @@ def to_markdown(r: dict) -> str:
                      f"| {_fmt(row['client_ok'], 0)} | {_fmt(row['unfinished_at_end'], 0)} |")
     lines += ["", "Each peer's configuration, with where each setting is documented, is in peers.json "
               "(`peers.NAME.config`)."]
-    if "faults_priority" in r:
-        from .peers_faults import to_markdown as faults_markdown
-        lines += ["", faults_markdown(r["faults_priority"])]
-    if "replicas" in r:
-        from .peers_replicas import replicas_markdown
-        lines += ["", replicas_markdown(r["replicas"])]
-    if "validate" in r:
-        from .peers_validate import validate_markdown
-        lines += ["", validate_markdown(r["validate"])]
+    for workload in EXTRA_WORKLOADS:
+        section = workload.markdown(r)
+        if section:
+            lines += ["", section]
     return "\n".join(lines) + "\n"
 
 

@@ -58,6 +58,7 @@ from app.config import child_environment
 
 from . import peers as peerlib
 from .fake_provider import FakeProvider
+from .peers_bench import EXTRA_WORKLOADS, ExtraWorkload, WorkloadRun
 from .processes import stop_process
 from .system_bench import pct
 
@@ -713,3 +714,13 @@ def to_markdown(section: dict) -> str:
                          f"| {_fmt(row['provider_429'], 0)} |")
         lines.append("")
     return "\n".join(lines)
+
+
+async def _run(run: WorkloadRun) -> dict:
+    return await run_workloads(run.database_url, peers=run.peers, workloads=run.workloads, repeat=run.repeat,
+                               install=run.install)
+
+
+EXTRA_WORKLOADS.append(ExtraWorkload(
+    ("faults", "priority"), _run,
+    lambda r: to_markdown(r["faults_priority"]) if "faults_priority" in r else None))

@@ -50,10 +50,13 @@ from .fake_provider import FakeProvider
 from .load_bench import postmaster_pid
 from .peers_bench import (
     BIG,
+    EXTRA_WORKLOADS,
     MAX_RETRY_WAIT_S,
     RATE_CLIENTS,
     RPM,
+    ExtraWorkload,
     Route,
+    WorkloadRun,
     _agentrm_pool,
     _call,
     _client,
@@ -522,3 +525,12 @@ def replicas_markdown(result: dict) -> str:
     lines += ["", "CPU counts each instance's process tree, AgentRM's PostgreSQL and LiteLLM's Redis; direct's "
               "is 0 by definition."]
     return "\n".join(lines) + "\n"
+
+
+async def _run(run: WorkloadRun) -> dict:
+    return {"replicas": await run_replicas(run.database_url, run.work, run.peers, run.repeat, run.install,
+                                           run.rate_seconds, run.overhead_url)}
+
+
+EXTRA_WORKLOADS.append(ExtraWorkload(
+    ("replicas",), _run, lambda r: replicas_markdown(r["replicas"]) if "replicas" in r else None))

@@ -39,7 +39,7 @@ from app.stats import percentile
 from . import peers as peerlib
 from .fake_provider import FakeProvider
 from .harness import run_policy
-from .peers_bench import BIG, _body, _client, _fmt, _spread
+from .peers_bench import BIG, EXTRA_WORKLOADS, ExtraWorkload, WorkloadRun, _body, _client, _fmt, _spread
 from .policies.base import AGENT_RETRY_S
 from .workload import AgentScript, CallSpec, RunSpec, Trace, WorkloadParams
 
@@ -243,3 +243,11 @@ def validate_markdown(result: dict) -> str:
     lines += ["", "Acceptance (the simulator's LiteLLM model within 15% of the real proxy on the validation "
               "workload): " + ("**met**" if result["passed"] else "**not met**")]
     return "\n".join(lines) + "\n"
+
+
+async def _run(run: WorkloadRun) -> dict:
+    return {"validate": await run_validate(run.work, run.peers, run.repeat, run.install)}
+
+
+EXTRA_WORKLOADS.append(ExtraWorkload(
+    ("validate",), _run, lambda r: validate_markdown(r["validate"]) if "validate" in r else None))
