@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,16 +192,18 @@ async def overhead_phase(peer: Peer, clients: int, stream: bool, calls: int) -> 
 
 
 # -- rate limits --------------------------------------------------------------------------------
-async def rate_phase(peer: Peer, limiter: str, route: Route, provider: FakeProvider, seconds: float) -> dict:
-    provider.reset()
+async def closed_loop(routes: list[Route], seconds: float) -> dict:
+    """RATE_CLIENTS clients calling for ``seconds``, client i through ``routes[i % len(routes)]``,
+    each waiting out a 429's retry-after (at most MAX_RETRY_WAIT_S) and 1 s after any other
+    failure: what they saw, the calls that succeeded, and those still open at the end."""
     seen: dict[str, int] = {}
     completed = inflight = 0
-    load = os.getloadavg()[0]
     async with _client(RATE_CLIENTS, timeout=seconds + 60) as http:
         stop_at = time.monotonic() + seconds
 
         async def client(i: int) -> None:
             nonlocal completed, inflight
+            route = routes[i % len(routes)]
             while time.monotonic() < stop_at:
                 inflight += 1
                 status: int | str
@@ -224,11 +226,18 @@ async def rate_phase(peer: Peer, limiter: str, route: Route, provider: FakeProvi
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+    return {"client_429": seen.get("429", 0), "client_ok": completed,
+            "client_other": {k: v for k, v in seen.items() if k not in ("200", "429")},
+            "unfinished_at_end": unfinished}
+
+
+async def rate_phase(peer: Peer, limiter: str, route: Route, provider: FakeProvider, seconds: float) -> dict:
+    provider.reset()
+    load = os.getloadavg()[0]
+    clients = await closed_loop([route], seconds)
     stats = provider.stats()
     return {"peer": peer.name, "limiter": limiter, "seconds": seconds, "provider_429": stats["rate_limited"],
-            "provider_admitted": stats["admitted"], "client_429": seen.get("429", 0), "client_ok": completed,
-            "client_other": {k: v for k, v in seen.items() if k not in ("200", "429")},
-            "unfinished_at_end": unfinished, "load_average": load}
+            "provider_admitted": stats["admitted"], **clients, "load_average": load}
 
 
 # -- the peers ---------------------------------------------------------------------------------
@@ -450,11 +459,11 @@ async def run_async(database_url: str | None, *, peers: tuple[str, ...] = ALL_PE
     }
 
 
-def _spread(values: list[float]) -> dict | None:
-    values = [v for v in values if v is not None]
-    if not values:
+def _spread(values: Sequence[float | None]) -> dict | None:
+    known = [v for v in values if v is not None]
+    if not known:
         return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return {"median": statistics.median(known), "min": min(known), "max": max(known)}
 
 
 def summarise_overhead(runs: list[dict]) -> list[dict]:

@@ -58,7 +58,7 @@ from app.config import child_environment
 
 from . import peers as peerlib
 from .fake_provider import FakeProvider
-from .peers_bench import EXTRA_WORKLOADS, ExtraWorkload, WorkloadRun
+from .peers_bench import EXTRA_WORKLOADS, ExtraWorkload, WorkloadRun, _fmt, _spread
 from .processes import stop_process
 from .system_bench import pct
 
@@ -624,13 +624,6 @@ async def run_workloads(database_url: str | None, *, peers: tuple[str, ...], wor
         "priority": summarise_priority(priority_runs), "priority_runs": priority_runs}}
 
 
-def _spread(values: list) -> dict | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def summarise_faults(runs: list[dict]) -> list[dict]:
     rows = []
     for name in dict.fromkeys(r["peer"] for r in runs):
@@ -658,14 +651,6 @@ def summarise_priority(runs: list[dict]) -> list[dict]:
 
 
 # -- the report -----------------------------------------------------------------------------------
-def _fmt(s: dict | None, digits: int = 1) -> str:
-    if s is None:
-        return "-"
-    if s["min"] == s["max"]:
-        return f"{s['median']:.{digits}f}"
-    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f} to {s['max']:.{digits}f})"
-
-
 def to_markdown(section: dict) -> str:
     s, la = section["settings"], section["load_average"]
     lines = [f"Load average {la['start'][0]:.1f} at the start, {la['end'][0]:.1f} at the end ({s['cores']} cores, "

@@ -51,7 +51,6 @@ from .load_bench import postmaster_pid
 from .peers_bench import (
     BIG,
     EXTRA_WORKLOADS,
-    MAX_RETRY_WAIT_S,
     RATE_CLIENTS,
     RPM,
     ExtraWorkload,
@@ -65,6 +64,7 @@ from .peers_bench import (
     _git_head,
     _gql,
     _spread,
+    closed_loop,
 )
 from .processes import stop_process
 
@@ -328,45 +328,14 @@ async def replicas_phase(fleet: Fleet, limiter: str, run: int, instances: int, p
     routes = fleet.routes[phase_key(limiter, run, instances)]
     settle = await until_quiet(provider)
     provider.reset()
-    seen: dict[str, int] = {}
-    completed = inflight = 0
     load = os.getloadavg()[0]
     cpu0 = _cpu(fleet.cpu_roots)
-    async with _client(RATE_CLIENTS, timeout=seconds + 60) as http:
-        stop_at = time.monotonic() + seconds
-
-        async def client(i: int) -> None:
-            nonlocal completed, inflight
-            route = routes[i % len(routes)]
-            while time.monotonic() < stop_at:
-                inflight += 1
-                status: int | str
-                try:
-                    status, wait = await _call(http, route, i, False)
-                except httpx.HTTPError as exc:
-                    status, wait = type(exc).__name__, 1.0
-                finally:
-                    inflight -= 1
-                seen[str(status)] = seen.get(str(status), 0) + 1
-                if status == 200:
-                    completed += 1
-                elif status == 429:
-                    await asyncio.sleep(min(max(wait, 1.0), MAX_RETRY_WAIT_S))
-                else:
-                    await asyncio.sleep(1.0)
-        tasks = [asyncio.create_task(client(i)) for i in range(RATE_CLIENTS)]
-        _done, pending = await asyncio.wait(tasks, timeout=seconds)
-        unfinished = inflight
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+    clients = await closed_loop(routes, seconds)
     cpu = _cpu(fleet.cpu_roots) - cpu0
     stats = provider.stats()
     return {"peer": fleet.name, "limiter": limiter, "run": run, "instances": instances, "seconds": seconds,
-            "provider_429": stats["rate_limited"], "provider_admitted": stats["admitted"],
-            "client_429": seen.get("429", 0), "client_ok": completed,
-            "client_other": {k: v for k, v in seen.items() if k not in ("200", "429")},
-            "unfinished_at_end": unfinished, "cpu_s": cpu, "load_average": load, "settle_s": settle}
+            "provider_429": stats["rate_limited"], "provider_admitted": stats["admitted"], **clients,
+            "cpu_s": cpu, "load_average": load, "settle_s": settle}
 
 
 async def _warm(fleet: Fleet) -> str:
