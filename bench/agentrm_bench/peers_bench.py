@@ -92,6 +92,7 @@ class Route:
     base: str
     model: str
     headers: list[dict]          # client i uses headers[i % len]
+    extra: dict = field(default_factory=dict)     # body fields by call class (LiteLLM's priority)
 
     def for_client(self, i: int) -> dict:
         return self.headers[i % len(self.headers)]

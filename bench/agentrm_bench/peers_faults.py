@@ -49,7 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -58,7 +58,7 @@ from app.config import child_environment
 
 from . import peers as peerlib
 from .fake_provider import FakeProvider
-from .peers_bench import EXTRA_WORKLOADS, ExtraWorkload, WorkloadRun, _fmt, _spread
+from .peers_bench import EXTRA_WORKLOADS, ExtraWorkload, Peer, Route, WorkloadRun, _fmt, _spread
 from .processes import stop_process
 from .system_bench import pct
 
@@ -110,33 +110,6 @@ LITELLM_PRIORITY = {"interactive": 0, "batch": 100}
 CONTENTIONS = ("rate", "lanes")
 
 
-@dataclass
-class Route:
-    base: str
-    model: str
-    headers: list[dict]
-    extra: dict = field(default_factory=dict)     # body fields (LiteLLM's priority)
-
-    def for_caller(self, i: int) -> dict:
-        return self.headers[i % len(self.headers)]
-
-
-@dataclass
-class Peer:
-    name: str
-    version: str = ""
-    config: dict = field(default_factory=dict)
-    status: str = "ok"
-    reason: str = ""
-    routes: dict[str, Route] = field(default_factory=dict)
-    stoppers: list = field(default_factory=list)
-
-    def stop(self) -> None:
-        for stop in self.stoppers:
-            with contextlib.suppress(Exception):
-                stop()
-
-
 # -- one call ------------------------------------------------------------------------------------
 def _body(route: Route, stream: bool, fake: dict, tag: str, klass: str | None = None) -> dict:
     body = {"model": route.model, "stream": stream, "max_tokens": 16,
@@ -152,7 +125,7 @@ async def call_once(http: httpx.AsyncClient, route: Route, caller: int, stream: 
     (a whole answer with choices, or a stream that reached [DONE]), the status code, "cut"
     (a stream that ended without [DONE]), "client_timeout" or the exception's name."""
     url = route.base + "/chat/completions"
-    body, headers = _body(route, stream, fake, tag, klass), route.for_caller(caller)
+    body, headers = _body(route, stream, fake, tag, klass), route.for_client(caller)
 
     async def go() -> tuple[str, float]:
         if not stream:
