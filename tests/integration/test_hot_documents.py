@@ -164,6 +164,10 @@ async def test_compiled_context_appends_answer_as_the_general_executor(server, o
             await both.learn(query)
 
         async def twins(payload: bytes, compiled: bool = True):
+            # Key facts are recorded after an append returns, by each server's own worker:
+            # both twins' earlier facts must be in before their stats (warmTokens) compare.
+            for each in (server, general):
+                await each.runtime.context.run_fact_extraction()
             before = both.hot_documents.served
             hot = await both.post(server, one, payload)
             assert both.hot_documents.served - before == (1 if compiled else 0), hot
