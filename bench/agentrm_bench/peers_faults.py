@@ -48,6 +48,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -540,8 +541,7 @@ async def run_workloads(database_url: str | None, *, peers: tuple[str, ...], wor
     providers = {name: await Providers.start() for name in peers}
     started: dict[str, Peer] = {}
     skipped: dict[str, Peer] = {}
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"agentrm-peers-faults-{secrets.token_hex(4)}"
-    work.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="agentrm-peers-faults-"))   # TMPDIR, as every temporary file
     load_at_start = os.getloadavg()
     fault_runs: list[dict] = []
     priority_runs: list[dict] = []
