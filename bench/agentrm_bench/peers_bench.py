@@ -264,18 +264,24 @@ async def _agentrm_pool(http: httpx.AsyncClient, name: str, provider_url: str, l
     return list(await asyncio.gather(*(register(i) for i in range(agents))))
 
 
-async def start_agentrm(url: str, tmp: Path, overhead_url: str, rate_urls: dict[str, str], repeat: int,
-                        max_clients: int) -> Peer:
-    token = "op_bench_" + secrets.token_hex(8)
+def spawn_agentrm(url: str, token: str, work: Path, log_name: str) -> tuple[subprocess.Popen, str, Path]:
+    """`agentrm serve` (one worker, no demo fleet) on a free loopback port over ``url``, with
+    ``token`` as its operator token: the process, its base URL and its log (not yet ready)."""
     port = peerlib.free_port()
-    env = child_environment(DATABASE_URL=url, AGENTRM_OPERATOR_TOKEN=token, AGENTRM_DATA_DIR=str(tmp),
+    env = child_environment(DATABASE_URL=url, AGENTRM_OPERATOR_TOKEN=token, AGENTRM_DATA_DIR=str(work),
                             AGENTRM_UPSTREAM_ALLOWED_HOSTS="127.0.0.1")
-    log = tmp / "serve.log"
+    log = work / log_name
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1", "--no-demo"], cwd=peerlib.ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
+    return proc, f"http://127.0.0.1:{port}", log
+
+
+async def start_agentrm(url: str, tmp: Path, overhead_url: str, rate_urls: dict[str, str], repeat: int,
+                        max_clients: int) -> Peer:
+    token = "op_bench_" + secrets.token_hex(8)
+    proc, base, log = spawn_agentrm(url, token, tmp, "serve.log")
     peer = Peer("agentrm", stoppers=[lambda: stop_process(proc)])
-    base = f"http://127.0.0.1:{port}"
     try:
         await asyncio.to_thread(peerlib._wait_http, proc, f"{base}/readyz", log, "agentrm serve")
         async with httpx.AsyncClient(base_url=base, timeout=60, headers={"Authorization": f"Bearer {token}"}) as http:

@@ -55,11 +55,9 @@ from pathlib import Path
 
 import httpx
 
-from app.config import child_environment
-
 from . import peers as peerlib
 from .fake_provider import FakeProvider
-from .peers_bench import EXTRA_WORKLOADS, ExtraWorkload, Peer, Route, WorkloadRun, _fmt, _spread
+from .peers_bench import EXTRA_WORKLOADS, ExtraWorkload, Peer, Route, WorkloadRun, _fmt, _spread, spawn_agentrm
 from .processes import stop_process
 from .system_bench import pct
 
@@ -477,15 +475,8 @@ async def _agents(http: httpx.AsyncClient, pool: str, n: int, klass: str = "INTE
 
 async def start_agentrm(url: str, work: Path, providers: Providers, repeat: int) -> Peer:
     token = "op_bench_" + secrets.token_hex(8)
-    port = peerlib.free_port()
-    env = child_environment(DATABASE_URL=url, AGENTRM_OPERATOR_TOKEN=token, AGENTRM_DATA_DIR=str(work),
-                            AGENTRM_UPSTREAM_ALLOWED_HOSTS="127.0.0.1")
-    log = work / "serve-faults.log"
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1", "--no-demo"], cwd=peerlib.ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
+    proc, base, log = spawn_agentrm(url, token, work, "serve-faults.log")
     peer = Peer("agentrm", stoppers=[lambda: stop_process(proc)])
-    base = f"http://127.0.0.1:{port}"
     suffix = secrets.token_hex(3)   # pools of their own, also on a database an earlier run used
     try:
         await asyncio.to_thread(peerlib._wait_http, proc, f"{base}/readyz", log, "agentrm serve")

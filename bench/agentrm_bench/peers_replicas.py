@@ -43,7 +43,7 @@ from pathlib import Path
 
 import httpx
 
-from app.config import child_environment, foreign_environment
+from app.config import foreign_environment
 
 from . import peers as peerlib
 from .fake_provider import FakeProvider
@@ -65,6 +65,7 @@ from .peers_bench import (
     _gql,
     _spread,
     closed_loop,
+    spawn_agentrm,
 )
 from .processes import stop_process
 
@@ -205,14 +206,7 @@ async def start_portkey(work: Path, install: bool, rate_urls: dict[str, str], re
 
 
 def _start_serve(url: str, token: str, tmp: Path, i: int) -> tuple[subprocess.Popen, str]:
-    port = peerlib.free_port()
-    env = child_environment(DATABASE_URL=url, AGENTRM_OPERATOR_TOKEN=token, AGENTRM_DATA_DIR=str(tmp),
-                            AGENTRM_UPSTREAM_ALLOWED_HOSTS="127.0.0.1")
-    log = tmp / f"serve-{i}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1", "--no-demo"], cwd=peerlib.ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
-    base = f"http://127.0.0.1:{port}"
+    proc, base, log = spawn_agentrm(url, token, tmp, f"serve-{i}.log")
     try:
         peerlib._wait_http(proc, f"{base}/readyz", log, f"agentrm serve #{i}")
     except BaseException:
