@@ -150,7 +150,6 @@ class ContextService:
             raise BadInput(str(exc)) from None
         agent_id = agent["agent_id"]
         encoding = self._encoding(agent)
-        await encoding_ready(encoding)
         # Counted before the agent's lock, and off the loop when long (count_messages).
         tokens = await count_messages([(role, content) for role, content, _pinned in messages], encoding)
         async with self.service.agent_lock(agent_id):

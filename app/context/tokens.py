@@ -207,9 +207,9 @@ OFF_LOOP_CHARS = 8_192
 
 async def count_messages(messages: Sequence[tuple[str, str]], encoding: str) -> list[int]:
     """count_message of each (role, content), off the event loop when they are long."""
+    await encoding_ready(encoding)
     if sum(len(role) + len(content) for role, content in messages) < OFF_LOOP_CHARS:
         return [count_message(role, content, encoding) for role, content in messages]
-    await encoding_ready(encoding)
     return await asyncio.to_thread(lambda: [count_message(role, content, encoding) for role, content in messages])
 
 
